@@ -1,0 +1,342 @@
+"""Captioning a film folder that the pipeline already wrote: shards in, the same shards out.
+
+`caption_film` (`caption_films` for several, sharing one loaded model) reads
+OUT/<film>/shards/*.parquet one shard at a time, takes finished captions from
+the cache, sends the rest to the caption stage in batches (in this process, or spread over Ray
+actors that each hold one model replica), rewrites each shard under its own name with the caption
+columns filled (written aside, then renamed over the old file), rebuilds manifest.parquet from the
+shards, and records counts per caption_status in summary.json.
+
+Without a model it captions nothing: clips with no caption_status are marked pending, and the
+summary says how to caption later.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from pipeline.captioning.cache import CaptionCache
+from pipeline.record import Clip
+from pipeline.schema import MANIFEST_SCHEMA, rows_to_table
+from pipeline.shards import ShardConfig, ShardWriter, read_table, shard_paths, write_json_atomic, \
+    write_table_atomic
+from stages.caption import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, CaptionConfig, CaptionStage
+
+log = logging.getLogger(__name__)
+
+CACHE_FILE = "caption_cache.jsonl"
+_REWRITE_DIR = ".caption-rewrite"  # not named "shards": readers never take its files for shards
+
+
+def caption_film(film_dir: Path, config, ip=None, engine=None) -> dict:
+    """Caption every clip of `film_dir`; returns the `caption` section written to summary.json.
+
+    `config`: a PipelineConfig (its `caption` and `shards` sections are used) or a CaptionConfig.
+    `ip`: an IP (pipeline.ip) with `protagonists`, a list of (name, [image paths]), or None (no
+    character matching). `engine`: an already-built engine (in-process only; tests, notebooks).
+    """
+    return caption_films([film_dir], config, ip, engine)[0]
+
+
+def caption_films(film_dirs: list[Path], config, ip=None, engine=None) -> list[dict]:
+    """`caption_film` for several films of one IP, loading the model (or starting the Ray
+    actors) once for all of them: a 26B model takes minutes to load."""
+    caption_config = getattr(config, "caption", config)
+    shard_config = getattr(config, "shards", None) or ShardConfig()
+    if not isinstance(caption_config, CaptionConfig):
+        raise TypeError(f"expected a PipelineConfig or CaptionConfig, got {type(config).__name__}")
+    film_shards = {Path(d): _film_shards(Path(d)) for d in film_dirs}  # all missing folders first
+    stage = CaptionStage(caption_config, protagonists_of(ip), engine=engine)
+    if not caption_config.model:
+        return [_pending_film(film_dir, shards, stage, shard_config)
+                for film_dir, shards in film_shards.items()]
+    stage.prepare()  # a bad prompt or reference image fails here, before any model loads
+    runner = _make_runner(stage, caption_config, engine)
+    try:
+        return [_caption_film(film_dir, shards, stage, runner, shard_config, engine)
+                for film_dir, shards in film_shards.items()]
+    finally:
+        runner.close()
+
+
+def _caption_film(film_dir, shards, stage, runner, shard_config, engine) -> dict:
+    started = time.monotonic()
+    cache = CaptionCache(film_dir / CACHE_FILE)
+    counts, work = _caption_shards(shards, stage, cache, runner, shard_config)
+    summary = _summary(stage, counts, work, runner.take_stats(), started)
+    summary["cache_unreadable_lines"] = cache.unreadable_lines
+    if engine is not None:
+        summary["engine"] = type(engine).__name__  # an engine object given by the caller
+    _write_manifest(film_dir)
+    _update_summary(film_dir, summary)
+    return summary
+
+
+def _pending_film(film_dir, shards, stage, shard_config) -> dict:
+    started = time.monotonic()
+    counts = _mark_pending(shards, stage, shard_config)
+    summary = _summary(stage, counts, Counter(), Counter(), started)
+    summary["hint"] = caption_later_hint(film_dir)
+    _write_manifest(film_dir)
+    _update_summary(film_dir, summary)
+    return summary
+
+
+def protagonists_of(ip) -> list[tuple[str, list[Path]]]:
+    """(name, images) pairs from an IP object, a list of pairs, or None."""
+    if ip is None:
+        return []
+    if hasattr(ip, "protagonists"):
+        return [(p.name, list(p.images)) for p in ip.protagonists]
+    return [(name, list(images)) for name, images in ip]
+
+
+def caption_later_hint(film_dir: Path) -> str:
+    return (f"captions pending for {film_dir}: caption later with "
+            f"`make caption FILM={film_dir} MODEL=<InternVL checkpoint>` or "
+            f"`animegamer caption {film_dir} --model <InternVL checkpoint> --ip manifests/<ip>.yaml`")
+
+
+def _film_shards(film_dir: Path) -> list[Path]:
+    shards_dir = film_dir / "shards"
+    if not shards_dir.is_dir():
+        raise FileNotFoundError(f"{film_dir}: no shards/ folder (is this a film folder of a dataset?)")
+    return shard_paths(shards_dir)
+
+
+# ---- the work ------------------------------------------------------------------------------
+
+def _caption_shards(shards, stage: CaptionStage, cache: CaptionCache, runner, shard_config):
+    counts, work = Counter(), Counter()
+    for path in shards:
+        clips = _read_shard(path)
+        keys = [stage.cache_key(clip) for clip in clips]
+        todo = []
+        for clip, key in zip(clips, keys):
+            if key is not None and key in cache:
+                cache.apply(key, clip)
+                work["cached"] += 1
+            else:
+                todo.append(clip)
+        batches = [todo[i:i + stage.config.batch_size]
+                   for i in range(0, len(todo), stage.config.batch_size)]
+        for sent, done in runner.map(batches):
+            _check_bound(sent, done, path)
+            _replace_clips(clips, done)
+            cache.put_many([(stage.cache_key(c), c) for c in done if c.caption_status == CAPTION_OK])
+            work["sent_to_model"] += sum(c.caption_status in (CAPTION_OK, CAPTION_FAILED) for c in done)
+        _rewrite_shard(path, clips, shard_config)
+        counts.update(c.caption_status for c in clips)
+        log.info("%s: %d clips, %d from cache", path.name, len(clips), len(clips) - len(todo))
+    return counts, work
+
+
+def _check_bound(sent: list[Clip], done: list[Clip], path: Path) -> None:
+    """A batch must come back as the same clips in the same order, whatever the executor did."""
+    if [c.clip_id for c in sent] != [c.clip_id for c in done]:
+        raise RuntimeError(f"{path}: a caption batch came back with other clips than were sent")
+
+
+def _replace_clips(clips: list[Clip], done: list[Clip]) -> None:
+    """Clips from Ray actors are copies: put them in place of the originals, by clip id."""
+    position = {clip.clip_id: i for i, clip in enumerate(clips)}
+    for clip in done:
+        clips[position[clip.clip_id]] = clip
+
+
+def _mark_pending(shards, stage: CaptionStage, shard_config) -> Counter:
+    counts = Counter()
+    for path in shards:
+        clips = _read_shard(path)
+        if any(c.caption_status is None for c in clips):
+            stage.process_batch(clips)
+            _rewrite_shard(path, clips, shard_config)
+        counts.update(c.caption_status for c in clips)
+    return counts
+
+
+# ---- executors: this process, or Ray actors -----------------------------------------------
+
+def _make_runner(stage: CaptionStage, config: CaptionConfig, engine):
+    executor = config.executor
+    if executor == "auto":
+        executor = "ray" if config.engine == "lmdeploy" else "local"
+    if executor == "local":
+        return LocalRunner(stage)
+    if executor != "ray":
+        raise ValueError(f"caption.executor={config.executor!r}: choose auto, ray or local")
+    if engine is not None:
+        raise ValueError("an engine object cannot be shipped to Ray actors; use executor local")
+    return RayActorPool(stage, config.workers)
+
+
+class LocalRunner:
+    def __init__(self, stage: CaptionStage):
+        self.stage = stage
+        stage.setup()
+
+    def map(self, batches):
+        for batch in batches:
+            yield batch, self.stage.process_batch(list(batch))
+
+    def take_stats(self) -> Counter:
+        """Request counts since the last call (one film's)."""
+        stats = Counter(self.stage.stats)
+        self.stage.stats.clear()
+        return stats
+
+    def close(self) -> None:
+        pass
+
+
+class RayActorPool:
+    """One actor per model replica, each placed with the stage's declared resources (GPUs for
+    lmdeploy). Batches go to whichever actor is free; results come back in submission order."""
+
+    def __init__(self, stage: CaptionStage, workers: int | None):
+        import ray
+
+        if not ray.is_initialized():  # the same settings as pipeline/executor.py
+            root = str(Path(__file__).resolve().parents[2])
+            ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False,
+                     logging_level=logging.WARNING,
+                     runtime_env={"env_vars": {"PYTHONPATH": root}})
+        self.ray, self.stage = ray, stage
+        resources = stage.resources
+        count = workers or _replicas_that_fit(ray, resources)
+        actor_class = ray.remote(num_cpus=resources.cpus, num_gpus=resources.gpus)(_StageActor)
+        self.actors = [actor_class.remote(stage) for _ in range(count)]
+        ray.get([a.ready.remote() for a in self.actors])  # load errors surface here, named
+        log.info("caption: %d Ray actor(s), %s GPU(s) each", count, resources.gpus)
+
+    def map(self, batches):
+        free, in_flight, results, next_out = list(self.actors), {}, {}, 0
+        for index, batch in enumerate(batches):
+            if not free:
+                next_out = yield from self._drain_one(in_flight, free, results, batches, next_out)
+            actor = free.pop()
+            in_flight[actor.process_batch.remote(batch)] = (index, actor)
+        while in_flight:
+            next_out = yield from self._drain_one(in_flight, free, results, batches, next_out)
+
+    def _drain_one(self, in_flight, free, results, batches, next_out):
+        [ref], _ = self.ray.wait(list(in_flight), num_returns=1)
+        index, actor = in_flight.pop(ref)
+        results[index] = self.ray.get(ref)
+        free.append(actor)
+        while next_out in results:  # hand results out in batch order
+            yield batches[next_out], results.pop(next_out)
+            next_out += 1
+        return next_out
+
+    def take_stats(self) -> Counter:
+        """Request counts since the last call, summed over the actors."""
+        total = Counter()
+        for stats in self.ray.get([a.stats.remote() for a in self.actors]):
+            total.update(stats)
+        return total
+
+    def close(self) -> None:
+        for actor in self.actors:
+            self.ray.kill(actor)
+
+
+class _StageActor:
+    def __init__(self, stage: CaptionStage):
+        self.stage = stage
+        self.stage.setup()
+
+    def ready(self) -> bool:
+        return True
+
+    def process_batch(self, clips: list[Clip]) -> list[Clip]:
+        return self.stage.process_batch(clips)
+
+    def stats(self) -> Counter:
+        counts = Counter(self.stage.stats)
+        self.stage.stats.clear()
+        return counts
+
+
+def _replicas_that_fit(ray, resources) -> int:
+    available = ray.cluster_resources()
+    if resources.gpus:
+        gpus = int(available.get("GPU", 0) // resources.gpus)
+        if gpus < 1:
+            raise RuntimeError(f"the caption engine needs {resources.gpus} GPU(s) per replica; "
+                               f"the Ray cluster has {available.get('GPU', 0)}")
+        return gpus
+    return 1
+
+
+# ---- files ---------------------------------------------------------------------------------
+
+def _read_shard(path: Path) -> list[Clip]:
+    return [Clip.from_row(row) for row in pq.read_table(path).to_pylist()]
+
+
+def _rewrite_shard(path: Path, clips: list[Clip], shard_config: ShardConfig) -> None:
+    """Write the captioned rows aside with the shard writer, then rename over the old shard."""
+    aside = path.parent / _REWRITE_DIR
+    for stale in aside.glob("*") if aside.is_dir() else []:
+        stale.unlink()  # left by an interrupted rewrite; the shard itself was never touched
+    one_file = replace(shard_config, max_bytes=2 ** 62)  # the same rows must stay in one file
+    with ShardWriter(aside, path.stem, one_file) as writer:
+        writer.write_all(clips)
+    [written] = writer.paths
+    os.replace(written, path)
+    aside.rmdir()
+
+
+def _write_manifest(film_dir: Path) -> None:
+    table = read_table(film_dir / "shards", columns=MANIFEST_SCHEMA.names)
+    write_table_atomic(rows_to_table(table.to_pylist(), MANIFEST_SCHEMA), film_dir / "manifest.parquet")
+
+
+def _summary(stage: CaptionStage, counts: Counter, work: Counter, stats: Counter,
+             started: float) -> dict:
+    config = stage.config
+    return {
+        "model": config.model,
+        "engine": config.engine if config.model else None,
+        "prompt_version": stage.prompt_version if config.model else None,
+        "num_frames": config.num_frames,
+        "protagonists": [name for name, _ in stage.protagonists],
+        "clips": sum(counts.values()),
+        "by_status": dict(sorted(counts.items())),
+        "from_cache": work["cached"],
+        "sent_to_model": work["sent_to_model"],
+        "requests": stats["requests"],
+        "retried_requests": stats["retried_requests"],
+        "seconds": round(time.monotonic() - started, 2),
+        "pending": counts.get(CAPTION_PENDING, 0),
+    }
+
+
+def _update_summary(film_dir: Path, caption_summary: dict) -> None:
+    path = film_dir / "summary.json"
+    summary = {}
+    if path.exists():
+        try:
+            summary = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc}); fix or remove it") from None
+    summary["caption"] = caption_summary
+    summary["captions"] = _captions_state(caption_summary)
+    write_json_atomic(summary, path)
+
+
+def _captions_state(caption_summary: dict) -> str:
+    """The one-word state the film summary shows: pending, complete or incomplete."""
+    by_status = caption_summary["by_status"]
+    if not caption_summary["model"]:
+        return "pending"
+    return "incomplete" if by_status.get("caption_failed") or by_status.get(CAPTION_PENDING) else "complete"

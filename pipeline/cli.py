@@ -1,0 +1,54 @@
+"""The `animegamer` console script.
+
+Sub-commands are modules listed in COMMANDS, imported only when chosen (so `--help` stays fast and
+a command's heavy imports never slow another). Each module exposes `HELP`,
+`add_arguments(parser)` and `run(args) -> int`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "dataset": "pipeline.commands.dataset",
+    "caption": "pipeline.commands.caption",
+    "motion-calibrate": "pipeline.commands.motion_calibrate",
+    "motion-eval": "pipeline.commands.motion_eval",
+    "report": "pipeline.commands.report",
+    "train": "trainer.cli",
+    "play": "trainer.play",
+}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="animegamer",
+        description="Turn anime films into AnimeGamer training clips, inspect them, train on them.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, module_name in COMMANDS.items():
+        if chosen == name:
+            module = importlib.import_module(module_name)
+            command = sub.add_parser(name, help=module.HELP, description=module.HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+            module.add_arguments(command)
+            command.set_defaults(handler=module.run)
+        else:
+            sub.add_parser(name, help=f"(see: animegamer {name} --help)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    return int(args.handler(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

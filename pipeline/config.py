@@ -1,0 +1,183 @@
+"""Configuration, declared once.
+
+Each stage declares its own settings as a dataclass next to its code; `PipelineConfig` composes
+them into sections. The same field is reachable from a YAML file (`section: {field: value}`), from
+an IP manifest's per-film overrides, and from the command line (`--set section.field=value`), all
+through `apply_overrides`, so no option is ever declared a second time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from pipeline.shards import ShardConfig
+from stages.caption import CaptionConfig
+from stages.clips import ClipConfig
+from stages.crop import CropConfig
+from stages.motion import MotionConfig
+from stages.scenes import SceneConfig
+
+
+@dataclass
+class RunConfig:
+    executor: str = "ray"
+    """'ray' (a local Ray starts by itself; RAY_ADDRESS joins a cluster) or 'local' (one process)."""
+    segment_seconds: float = 180.0
+    """Films are cut into time segments of this length, processed in parallel. Each segment
+    boundary is a forced scene boundary (a scene tail under 2 s there is dropped and counted)."""
+    num_cpus: int | None = None
+    """CPUs for the embedded Ray; None lets Ray use the machine."""
+    progress: bool = True
+
+
+@dataclass
+class PipelineConfig:
+    crop: CropConfig = field(default_factory=CropConfig)
+    scenes: SceneConfig = field(default_factory=SceneConfig)
+    clips: ClipConfig = field(default_factory=ClipConfig)
+    motion: MotionConfig = field(default_factory=MotionConfig)
+    caption: CaptionConfig = field(default_factory=CaptionConfig)
+    shards: ShardConfig = field(default_factory=ShardConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """Settings that change clip content; resumed work with another fingerprint is redone."""
+        content = {k: v for k, v in self.to_dict().items() if k not in ("run", "caption")}
+        content["segment_seconds"] = self.run.segment_seconds
+        return json.dumps(content, sort_keys=True, default=str)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
+    config = PipelineConfig()
+    if path:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: configuration file not found")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of sections, got {type(data).__name__}")
+        apply_mapping(config, data, source=str(path))
+    apply_overrides(config, overrides or [])
+    return config
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def apply_mapping(config: PipelineConfig, data: dict, source: str) -> None:
+    """Apply `{section: {field: value}}` onto `config`, rejecting unknown names."""
+    for section_name, values in data.items():
+        section = _section(config, section_name, source)
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: section '{section_name}' must be a mapping")
+        for name, value in values.items():
+            _set_field(section, section_name, name, value, source)
+
+
+def apply_overrides(config: PipelineConfig, overrides: list[str]) -> None:
+    """Apply `section.field=value` strings; values are parsed as YAML scalars/lists."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        section_name, dot, name = key.strip().partition(".")
+        if not sep or not dot:
+            raise ConfigError(f"--set {item!r}: expected section.field=value")
+        section = _section(config, section_name, "--set")
+        _set_field(section, section_name, name, yaml.safe_load(raw), "--set")
+
+
+def describe_fields() -> list[tuple[str, object, str]]:
+    """(section.field, default, help) for every setting: the CLI's --help lists these."""
+    rows = []
+    for section in dataclasses.fields(PipelineConfig):
+        section_obj = section.default_factory()
+        docs = _field_docs(type(section_obj))
+        for f in dataclasses.fields(section_obj):
+            rows.append((f"{section.name}.{f.name}", getattr(section_obj, f.name), docs.get(f.name, "")))
+    return rows
+
+
+def _section(config: PipelineConfig, name: str, source: str):
+    if name not in {f.name for f in dataclasses.fields(config)}:
+        known = ", ".join(f.name for f in dataclasses.fields(config))
+        raise ConfigError(f"{source}: unknown section '{name}' (known: {known})")
+    return getattr(config, name)
+
+
+def _set_field(section, section_name: str, name: str, value, source: str) -> None:
+    hints = typing.get_type_hints(type(section))
+    if name not in hints:
+        known = ", ".join(f.name for f in dataclasses.fields(section))
+        raise ConfigError(f"{source}: unknown setting '{section_name}.{name}' (known: {known})")
+    try:
+        setattr(section, name, _coerce(value, hints[name]))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {section_name}.{name}={value!r}: {exc}") from None
+
+
+def _coerce(value, hint):
+    """Check and convert a YAML value to a field's declared type."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg)
+            except (TypeError, ValueError) as exc:
+                errors.append(str(exc))
+        raise ValueError("; ".join(errors))
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        inner = args[0] if args else None
+        items = [_coerce(v, inner) if inner else v for v in value]
+        return items if origin is list else tuple(items)
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a mapping, got {type(value).__name__}")
+        return dict(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"expected true or false, got {value!r}")
+        return value
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if hint is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    if hint is typing.Any:
+        return value
+    raise TypeError(f"expected {getattr(hint, '__name__', hint)}, got {type(value).__name__}")
+
+
+def _field_docs(cls) -> dict[str, str]:
+    """Read the string literal under each field (attribute docstrings) as its help text."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    docs, body = {}, tree.body[0].body
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant)
+                and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs

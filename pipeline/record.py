@@ -1,0 +1,110 @@
+"""The one record type that flows through the pipeline: a 2-second clip of a film.
+
+Every stage reads and fills fields of `Clip`; the shard schema (pipeline/schema.py) is derived from
+the persisted fields below, so a column exists exactly once. `frames` is the in-memory payload
+(16 x H x W x 3 uint8 RGB) and is never written: shards carry `video` (H.264 mp4) and `first_frame`
+instead, and stages drop `frames` as soon as the media bytes exist.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+# Changing the namespace changes every clip id: never do it.
+CLIP_NAMESPACE = uuid.UUID("6f3b8a52-9c1e-4c55-b0a7-1d2e63f0a9c4")
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+
+
+@dataclass(slots=True)
+class Clip:
+    # identity and position in the film
+    clip_id: str
+    film_id: str
+    film_name: str
+    ip: str
+    segment_index: int
+    scene_index: int
+    clip_index: int
+    start_frame: int
+    end_frame: int  # exclusive: the first source frame after the 2-second window
+    start_time: float
+    end_time: float  # exclusive, seconds
+    frame_indices: list[int]
+    # geometry: crop box in source pixels, then the output size
+    crop_x: int
+    crop_y: int
+    crop_w: int
+    crop_h: int
+    height: int
+    width: int
+    num_frames: int
+    fps: float  # of the clip (8.0 by default), not of the source
+    source_fps: float
+    # media
+    video: bytes | None = None
+    first_frame: bytes | None = None
+    # motion (stages/motion.py)
+    motion_scope: float | None = None
+    motion_level: int | None = None
+    motion_backend: str | None = None
+    motion_levels_version: str | None = None
+    # captions (stages/caption.py)
+    characters: list[str] | None = None
+    num_characters: int | None = None
+    subject: str | None = None
+    motion_description: str | None = None
+    environment: str | None = None
+    adverb: str | None = None
+    social: int | None = None
+    entertainment: int | None = None
+    stamina: int | None = None
+    instruction: str | None = None
+    caption_model: str | None = None
+    prompt_version: str | None = None
+    caption_status: str | None = None
+    caption_raw: str | None = None
+    # outcome
+    status: str = STATUS_OK
+    error: str | None = None
+    # in memory only
+    frames: np.ndarray | None = field(default=None, repr=False)
+
+    def to_row(self) -> dict:
+        """The persisted fields as a plain dict (one shard row)."""
+        return {name: getattr(self, name) for name in persisted_fields()}
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Clip":
+        known = set(persisted_fields())
+        return cls(**{k: _plain(v) for k, v in row.items() if k in known})
+
+    def fail(self, stage: str, message: str) -> None:
+        """Mark the clip as failed in `stage`; it is still written, with the reason."""
+        self.status = STATUS_ERROR
+        note = f"{stage}: {message}"
+        self.error = note if not self.error else f"{self.error}; {note}"
+
+
+def persisted_fields() -> list[str]:
+    return [f.name for f in fields(Clip) if f.name != "frames"]
+
+
+def make_clip_id(film_id: str, frame_indices: list[int], crop: tuple[int, int, int, int],
+                 size: tuple[int, int], resize_mode: str) -> str:
+    """Deterministic id: the same film content, frames and geometry always give the same id."""
+    key = f"{film_id}|{','.join(map(str, frame_indices))}|{crop}|{size}|{resize_mode}"
+    return uuid.uuid5(CLIP_NAMESPACE, key).hex
+
+
+def _plain(value):
+    """Arrow/pandas hand back numpy arrays and scalars; the record holds plain Python values."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,93 @@
+"""The explicit, versioned Arrow schema of a clip shard.
+
+Readers check `SCHEMA_VERSION` in the file metadata. Bump it when a column changes meaning or type;
+adding a nullable column is a minor bump. `tests/test_schema.py` keeps this list and
+`pipeline.record.Clip` in step.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = "1.0"
+
+_MEDIA_COLUMNS = ("video", "first_frame")
+
+CLIP_SCHEMA = pa.schema(
+    [
+        pa.field("clip_id", pa.string(), nullable=False),
+        pa.field("film_id", pa.string(), nullable=False),
+        pa.field("film_name", pa.string(), nullable=False),
+        pa.field("ip", pa.string(), nullable=False),
+        pa.field("segment_index", pa.int32(), nullable=False),
+        pa.field("scene_index", pa.int32(), nullable=False),
+        pa.field("clip_index", pa.int32(), nullable=False),
+        pa.field("start_frame", pa.int64(), nullable=False),
+        pa.field("end_frame", pa.int64(), nullable=False),
+        pa.field("start_time", pa.float64(), nullable=False),
+        pa.field("end_time", pa.float64(), nullable=False),
+        pa.field("frame_indices", pa.list_(pa.int64()), nullable=False),
+        pa.field("crop_x", pa.int32(), nullable=False),
+        pa.field("crop_y", pa.int32(), nullable=False),
+        pa.field("crop_w", pa.int32(), nullable=False),
+        pa.field("crop_h", pa.int32(), nullable=False),
+        pa.field("height", pa.int32(), nullable=False),
+        pa.field("width", pa.int32(), nullable=False),
+        pa.field("num_frames", pa.int32(), nullable=False),
+        pa.field("fps", pa.float64(), nullable=False),
+        pa.field("source_fps", pa.float64(), nullable=False),
+        pa.field("video", pa.binary()),
+        pa.field("first_frame", pa.binary()),
+        pa.field("motion_scope", pa.float64()),
+        pa.field("motion_level", pa.int8()),
+        pa.field("motion_backend", pa.string()),
+        pa.field("motion_levels_version", pa.string()),
+        pa.field("characters", pa.list_(pa.string())),
+        pa.field("num_characters", pa.int16()),
+        pa.field("subject", pa.string()),
+        pa.field("motion_description", pa.string()),
+        pa.field("environment", pa.string()),
+        pa.field("adverb", pa.string()),
+        pa.field("social", pa.int8()),
+        pa.field("entertainment", pa.int8()),
+        pa.field("stamina", pa.int8()),
+        pa.field("instruction", pa.string()),
+        pa.field("caption_model", pa.string()),
+        pa.field("prompt_version", pa.string()),
+        pa.field("caption_status", pa.string()),
+        pa.field("caption_raw", pa.string()),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),
+    ],
+    metadata={"animegamer.schema_version": SCHEMA_VERSION},
+)
+
+# The notebook-friendly manifest: every column but the media bytes.
+MANIFEST_SCHEMA = pa.schema(
+    [f for f in CLIP_SCHEMA if f.name not in _MEDIA_COLUMNS], metadata=CLIP_SCHEMA.metadata
+)
+
+# One row per 2-second window (or whole scene) that did not become a clip, with the reason.
+DROP_SCHEMA = pa.schema(
+    [
+        pa.field("film_id", pa.string(), nullable=False),
+        pa.field("segment_index", pa.int32(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("start_frame", pa.int64(), nullable=False),
+        pa.field("end_frame", pa.int64(), nullable=False),
+        pa.field("start_time", pa.float64(), nullable=False),
+        pa.field("end_time", pa.float64(), nullable=False),
+        pa.field("detail", pa.string()),
+    ],
+    metadata=CLIP_SCHEMA.metadata,
+)
+
+
+def rows_to_table(rows: list[dict], schema: pa.Schema = CLIP_SCHEMA) -> pa.Table:
+    """Build a table with exactly `schema` (missing keys become nulls, extra keys are an error)."""
+    names = set(schema.names)
+    extra = {k for row in rows for k in row} - names
+    if extra:
+        raise ValueError(f"rows carry columns the schema does not declare: {sorted(extra)}")
+    return pa.Table.from_pylist([{n: row.get(n) for n in schema.names} for row in rows],
+                                schema=schema)

@@ -1,0 +1,232 @@
+"""One time segment of a film, processed in a single decoding pass.
+
+Every frame of the segment is decoded once. A small BGR copy of it feeds scene detection; the
+frame itself waits in a short queue until the detector can no longer report a cut at or before it
+(its `lag`), then goes to the clip splitter, which converts only the frames it samples. Finished
+clips run through the per-clip stages (motion, encoding) while their pixels are still in memory and
+are written to part files. A `DONE.json` marker, written last, makes the segment skippable on rerun.
+
+Segment boundaries are forced scene boundaries: the decoder starts a little before the segment
+(warm-up, so a cut in the segment's first frames is still seen) and runs a little past its end
+(so the detector confirms cuts in its last frames), but only the segment's own frames become clips.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import av
+import numpy as np
+
+from pipeline.config import PipelineConfig
+from pipeline.record import STATUS_OK
+from pipeline.shards import ShardWriter, write_json_atomic
+from pipeline.video import FrameReader, rotate_frame
+from stages.base import ClipStage
+from stages.clips import ClipSplitter, Drop
+from stages.crop import CropBox
+from stages.encode import EncodeMedia
+from stages.motion import MotionConfig
+from stages.probe import FilmInfo
+from stages.scenes import SceneCuts
+
+DONE = "DONE.json"
+WARMUP_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Segment:
+    index: int
+    start: int  # first frame the segment owns
+    stop: int  # exclusive
+    is_last: bool
+
+
+@dataclass
+class SegmentJob:
+    film: FilmInfo
+    crop: CropBox
+    config: PipelineConfig
+    ip: str
+    segment: Segment
+    work_dir: Path
+
+    @property
+    def directory(self) -> Path:
+        return self.work_dir / f"segment-{self.segment.index:05d}"
+
+
+def plan_segments(film: FilmInfo, seconds: float) -> list[Segment]:
+    """Cut the film into segments of about `seconds` (the last one absorbs a short remainder)."""
+    per_segment = max(1, int(round(seconds * film.fps)))
+    count = max(1, film.num_frames // per_segment)
+    bounds = [i * per_segment for i in range(count)] + [film.num_frames]
+    return [Segment(i, bounds[i], bounds[i + 1], i == count - 1) for i in range(count)]
+
+
+def completed(job: SegmentJob, fingerprint: str) -> dict | None:
+    """The segment's stats if it finished under the same settings, else None."""
+    import json
+
+    marker = job.directory / DONE
+    if not marker.is_file():
+        return None
+    stats = json.loads(marker.read_text())
+    return stats if stats.get("fingerprint") == fingerprint else None
+
+
+def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None) -> dict:
+    """Process one segment and return its stats (the same dict `DONE.json` holds)."""
+    fingerprint = job.config.fingerprint()
+    done = completed(job, fingerprint)
+    if done is not None:
+        report(job.segment.stop - job.segment.start)
+        return done | {"skipped": True}
+    shutil.rmtree(job.directory, ignore_errors=True)  # leftovers of an interrupted attempt
+    job.directory.mkdir(parents=True)
+    stats = _SegmentRun(job, report).run()
+    stats["fingerprint"] = fingerprint
+    write_json_atomic(stats, job.directory / DONE)
+    return stats | {"skipped": False}
+
+
+def clip_stages(config: PipelineConfig) -> list[ClipStage]:
+    """The per-clip stages that run while a clip's pixels are in memory, in order."""
+    stages: list[ClipStage] = []
+    if config.motion.enabled:
+        stages.append(_motion_stage(config.motion))
+    stages.append(EncodeMedia(config.clips))
+    return stages
+
+
+def _motion_stage(config: MotionConfig) -> ClipStage:
+    from stages.motion import MotionScope
+
+    return MotionScope(config)
+
+
+class _SegmentRun:
+    def __init__(self, job: SegmentJob, report: Callable[[int], None]):
+        self.job = job
+        self.report = report
+        film, config, seg = job.film, job.config, job.segment
+        self.detector = SceneCuts(config.scenes, film.fps)
+        self.splitter = ClipSplitter(config.clips, film, job.crop, job.ip, seg.index, seg.is_last)
+        self.stages = clip_stages(config)
+        self.small_size = _small_size(film, config.scenes.width)
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.drops: list[Drop] = []
+        self.clips_written = 0
+        self.clips_failed = 0
+        self.frames_decoded = 0
+
+    def run(self) -> dict:
+        film, seg = self.job.film, self.job.segment
+        for stage in self.stages:
+            self._timed(stage.name, stage.setup)
+        lag = self.detector.lag
+        warmup = int(WARMUP_SECONDS * film.fps) + lag
+        reader = FrameReader(film.path, film.frame_pts)
+        cuts: set[int] = set()
+        waiting: deque = deque()
+        last = seg.start
+        with ShardWriter(self.job.directory, "part", self.job.config.shards) as writer:
+            self.writer = writer
+            frames = reader.frames(max(0, seg.start - warmup), min(film.num_frames, seg.stop + lag))
+            for index, frame in self._timed_iter("decode", frames):
+                last = index
+                cuts.update(self._timed("scenes", self.detector.process, index, self._small(frame)))
+                if seg.start <= index < seg.stop:
+                    waiting.append((index, frame))
+                while waiting and waiting[0][0] <= index - lag:
+                    self._settle(*waiting.popleft(), cuts)
+            cuts.update(self.detector.finish(last))
+            while waiting:
+                self._settle(*waiting.popleft(), cuts)
+            self._handle(self.splitter.finish(seg.stop))
+        return self._stats(reader.corrupt_packets)
+
+    def _settle(self, index: int, frame: av.VideoFrame, cuts: set[int]) -> None:
+        starts_scene = index == self.job.segment.start or index in cuts
+        self.frames_decoded += 1
+        if self.frames_decoded % 64 == 0:
+            self.report(64)
+        items = self._timed("split", self.splitter.process, index, starts_scene,
+                            lambda: self._rgb(frame))
+        self._handle(items)
+
+    def _handle(self, items: list) -> None:
+        for item in items:
+            if isinstance(item, Drop):
+                self.drops.append(item)
+                continue
+            clip = item
+            for stage in self.stages:
+                clip = self._timed(stage.name, stage.process_safely, clip)
+            clip.frames = None  # a failed stage may leave pixels behind: never hold them
+            self._timed("write", self.writer.write, clip)
+            self.clips_written += 1
+            self.clips_failed += clip.status != STATUS_OK
+
+    def _small(self, frame: av.VideoFrame) -> np.ndarray:
+        """The cropped picture at detection size, in BGR as PySceneDetect expects."""
+        width, height = self.small_size
+        small = rotate_frame(frame.reformat(width=width, height=height, format="bgr24").to_ndarray(),
+                        self.job.film.rotation)
+        crop, film = self.job.crop, self.job.film
+        sx, sy = small.shape[1] / film.width, small.shape[0] / film.height
+        x0, y0 = int(crop.x * sx), int(crop.y * sy)
+        x1, y1 = max(x0 + 2, int((crop.x + crop.w) * sx)), max(y0 + 2, int((crop.y + crop.h) * sy))
+        return np.ascontiguousarray(small[y0:y1, x0:x1])
+
+    def _rgb(self, frame: av.VideoFrame) -> np.ndarray:
+        return rotate_frame(frame.to_ndarray(format="rgb24"), self.job.film.rotation)
+
+    def _timed(self, name: str, fn, *args):
+        began = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.seconds[name] += time.perf_counter() - began
+
+    def _timed_iter(self, name: str, iterator):
+        while True:
+            began = time.perf_counter()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                self.seconds[name] += time.perf_counter() - began
+                return
+            self.seconds[name] += time.perf_counter() - began
+            yield item
+
+    def _stats(self, corrupt_packets: int) -> dict:
+        self.report(self.frames_decoded % 64)
+        drops: dict[str, int] = defaultdict(int)
+        for drop in self.drops:
+            drops[drop.reason] += 1
+        return {
+            "segment": asdict(self.job.segment),
+            "clips_written": self.clips_written,
+            "clips_failed": self.clips_failed,
+            "frames": self.frames_decoded,
+            "corrupt_packets": corrupt_packets,
+            "drops": dict(drops),
+            "drop_list": [asdict(d) for d in self.drops],
+            "scenes": self.splitter.scenes,
+            "parts": sorted(p.name for p in self.writer.paths),
+            "stage_seconds": {k: round(v, 4) for k, v in self.seconds.items()},
+        }
+
+
+def _small_size(film: FilmInfo, width: int) -> tuple[int, int]:
+    """Detection size in decoded (unrotated) orientation, scaled to `width` across the picture."""
+    coded_w, coded_h = ((film.height, film.width) if film.rotation in (90, 270)
+                        else (film.width, film.height))
+    scale = min(1.0, width / max(film.width, 1))
+    return max(2, int(coded_w * scale) // 2 * 2), max(2, int(coded_h * scale) // 2 * 2)

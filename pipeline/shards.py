@@ -1,0 +1,189 @@
+"""Writing and reading clip shards: Parquet files with the explicit schema, rotated by size.
+
+Every file is written under a temporary name and renamed into place, so a reader (or a resumed
+run) only ever sees complete files. `read_clips` / `read_table` are the one way back in; the
+trainer, the report and the captioning pass all read through them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.record import Clip
+from pipeline.schema import CLIP_SCHEMA, SCHEMA_VERSION, rows_to_table
+
+
+@dataclass
+class ShardConfig:
+    max_bytes: int = 256 * 1024 * 1024
+    """A shard is closed and a new one opened once this many bytes of rows were written to it."""
+    rows_per_group: int = 32
+    """Rows per Parquet row group: small groups let readers stream clips without loading a shard."""
+    compression: str = "zstd"
+    """Parquet compression of the non-media columns (media bytes are already compressed)."""
+
+
+class ShardWriter:
+    """Writes rows to `{directory}/{prefix}-{n:05d}.parquet`, opening a new file past max_bytes.
+
+    Use as a context manager; `paths` lists the finished files. A file appears under its final
+    name only once closed, so a crash leaves at most a `.tmp` file, never a truncated shard.
+    """
+
+    def __init__(self, directory: str | Path, prefix: str, config: ShardConfig | None = None,
+                 schema: pa.Schema = CLIP_SCHEMA):
+        self.directory = Path(directory)
+        self.prefix = prefix
+        self.config = config or ShardConfig()
+        self.schema = schema
+        self.paths: list[Path] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._tmp: Path | None = None
+        self._bytes = 0
+        self._pending: list[dict] = []
+
+    def write(self, clip: Clip | dict) -> None:
+        row = clip.to_row() if isinstance(clip, Clip) else clip
+        self._pending.append(row)
+        self._bytes += _row_bytes(row)
+        if len(self._pending) >= self.config.rows_per_group:
+            self._flush()
+        if self._bytes >= self.config.max_bytes:
+            self._close_file()
+
+    def write_all(self, clips: Iterable[Clip | dict]) -> None:
+        for clip in clips:
+            self.write(clip)
+
+    def close(self) -> list[Path]:
+        self._close_file()
+        return self.paths
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._abort()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        if self._writer is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.prefix}-", suffix=".tmp", dir=self.directory)
+            os.close(fd)
+            self._tmp = Path(tmp)
+            self._writer = pq.ParquetWriter(self._tmp, self.schema,
+                                            compression=self.config.compression)
+        self._writer.write_table(rows_to_table(self._pending, self.schema))
+        self._pending = []
+
+    def _close_file(self) -> None:
+        self._flush()
+        if self._writer is None:
+            return
+        self._writer.close()
+        final = self.directory / f"{self.prefix}-{len(self.paths):05d}.parquet"
+        os.replace(self._tmp, final)
+        self.paths.append(final)
+        self._writer, self._tmp, self._bytes = None, None, 0
+
+    def _abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._tmp.unlink(missing_ok=True)
+        self._writer, self._tmp, self._pending = None, None, []
+
+
+def write_table_atomic(table: pa.Table, path: str | Path, compression: str = "zstd") -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    pq.write_table(table, tmp, compression=compression)
+    os.replace(tmp, path)
+    return path
+
+
+def write_json_atomic(data, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True, default=str)
+        handle.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def shard_paths(location: str | Path) -> list[Path]:
+    """The shard files under a film folder, a dataset folder, or one file, in a stable order."""
+    location = Path(location)
+    if location.is_file():
+        return [location]
+    if not location.exists():
+        raise FileNotFoundError(f"{location}: no such shard file or folder")
+    return sorted(p for p in location.rglob("*.parquet")
+                  if p.parent.name == "shards" or p.parent == location and p.name.startswith("clips"))
+
+
+def read_table(location: str | Path, columns: list[str] | None = None) -> pa.Table:
+    paths = shard_paths(location)
+    if not paths:
+        return CLIP_SCHEMA.empty_table() if columns is None else CLIP_SCHEMA.empty_table().select(columns)
+    tables = [pq.read_table(p, columns=columns) for p in paths]
+    for path, table in zip(paths, tables):
+        check_schema_version(table.schema, path)
+    return pa.concat_tables(tables)
+
+
+def read_clips(location: str | Path, columns: list[str] | None = None) -> Iterator[Clip]:
+    """Stream clips row group by row group (memory stays flat in the number of shards)."""
+    for path in shard_paths(location):
+        parquet = pq.ParquetFile(path)
+        check_schema_version(parquet.schema_arrow, path)
+        for batch in parquet.iter_batches(columns=columns, batch_size=CLIP_BATCH_ROWS):
+            for row in batch.to_pylist():
+                yield Clip.from_row(_with_required_defaults(row))
+
+
+CLIP_BATCH_ROWS = 16
+
+
+def check_schema_version(schema: pa.Schema, path: Path) -> None:
+    found = (schema.metadata or {}).get(b"animegamer.schema_version", b"").decode()
+    if found.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+        raise ValueError(f"{path}: shard schema version {found or 'missing'} is not compatible "
+                         f"with this reader ({SCHEMA_VERSION})")
+
+
+def _with_required_defaults(row: dict) -> dict:
+    """A column subset still builds a Clip: required fields that were not read become neutral."""
+    defaults = {f.name: _neutral(f.type) for f in CLIP_SCHEMA if not f.nullable}
+    return {**defaults, **row}
+
+
+def _neutral(arrow_type: pa.DataType):
+    if pa.types.is_string(arrow_type):
+        return ""
+    if pa.types.is_list(arrow_type):
+        return []
+    if pa.types.is_floating(arrow_type):
+        return 0.0
+    return 0
+
+
+def _row_bytes(row: dict) -> int:
+    media = sum(len(row.get(k) or b"") for k in ("video", "first_frame"))
+    return media + 512  # the other columns are small; 512 bytes is a generous upper estimate

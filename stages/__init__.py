@@ -1,0 +1,1 @@
+"""Pipeline stages: one module each, each with one method, none of them aware of Ray."""

@@ -1,0 +1,351 @@
+"""Captioning with InternVL (issue 4): who is on screen, what they do, where, how, and the effects.
+
+Per clip, two prompts from the paper (prompts/): character matching shows the protagonists'
+reference sheet and the clip's frame grid and asks for the indices of those present; the state
+prompt shows the grid with the clip's motion level and asks for subject, motion, environment,
+adverb, social, entertainment and stamina. The two answers are independent, so both go to the
+engine in the same batch. Answers are parsed and domain-checked (pipeline/captioning/parsing.py);
+invalid ones are asked again with sampling, up to `max_retries` times, then the clip is recorded
+as caption_failed with the raw text kept.
+
+caption_status is one of: ok, caption_failed, pending (no model configured), or skipped_<why>
+(skipped_clip_error, skipped_no_video, skipped_no_motion_level, skipped_bad_video) for clips the
+prompts cannot be filled for. Every clip gets a status; counts per status land in the film's summary.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.captioning.parsing import ParseError, instruction_text, parse_characters, parse_state
+from pipeline.record import STATUS_OK, Clip
+from stages.base import ClipStage, Resources
+
+CAPTION_OK = "ok"
+CAPTION_FAILED = "caption_failed"
+CAPTION_PENDING = "pending"
+SKIPPED_CLIP_ERROR = "skipped_clip_error"
+SKIPPED_NO_VIDEO = "skipped_no_video"
+SKIPPED_NO_MOTION_LEVEL = "skipped_no_motion_level"
+SKIPPED_BAD_VIDEO = "skipped_bad_video"
+
+CHARACTERS, STATE = "characters", "state"
+# Consecutive engine errors (not invalid answers) after which the engine is taken to be down.
+ENGINE_ERRORS_BEFORE_STOP = 24
+
+
+@dataclass
+class CaptionConfig:
+    model: str | None = None
+    """InternVL checkpoint: a local folder (engines transformers, lmdeploy), a hub name where a
+    network exists, or the served model name (engine openai). None: captions stay pending."""
+    engine: str = "transformers"
+    """'transformers' (CPU or GPU), 'lmdeploy' (GPU, optional install, Ray actors) or 'openai'
+    (an OpenAI-compatible endpoint: lmdeploy api_server, vLLM)."""
+    endpoint: str | None = None
+    """Base URL of the OpenAI-compatible endpoint (engine openai), e.g. http://host:23333/v1."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the endpoint's API key, if it needs one."""
+    num_frames: int = 8
+    """Frames sampled evenly over the clip and shown to the model as one grid picture."""
+    frame_height: int = 240
+    """Height of each frame in the grid, in pixels (480x720 frames become 240x360)."""
+    grid_columns: int = 4
+    """Frames per row of the grid."""
+    character_prompt: str = "character_match"
+    """Prompt name under prompts/ (or a path to a prompt file) for character matching."""
+    state_prompt: str = "game_state"
+    """Prompt name under prompts/ (or a path to a prompt file) for the game state."""
+    max_retries: int = 2
+    """Times an invalid answer is asked again (with sampling) before the clip is caption_failed."""
+    retry_temperature: float = 0.7
+    """Sampling temperature of retries (the first answer is greedy, so a retry must sample)."""
+    max_new_tokens: int = 96
+    """Longest answer generated: a state answer is 40 to 60 tokens, and models add chatter."""
+    batch_size: int = 8
+    """Clips per engine call (two prompts each)."""
+    trust_remote_code: bool = False
+    """Let transformers run code shipped with the checkpoint. Off: only native classes load."""
+    device: str = "auto"
+    """Engine transformers: 'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:1'."""
+    dtype: str = "auto"
+    """Engine transformers: 'auto' (bfloat16 on CUDA, float32 on CPU) or a torch dtype name."""
+    lmdeploy_backend: str = "turbomind"
+    """Engine lmdeploy: 'turbomind' or 'pytorch'."""
+    tensor_parallel: int = 1
+    """Engine lmdeploy: GPUs per model replica (one Ray actor each)."""
+    session_len: int = 16384
+    """Engine lmdeploy: context length; a request takes under 3,000 tokens with InternVL."""
+    executor: str = "auto"
+    """'auto' (Ray GPU actors for lmdeploy, this process otherwise), 'ray' or 'local'."""
+    workers: int | None = None
+    """Ray actors (model replicas); None: as many as the cluster's GPUs allow."""
+    concurrency: int = 8
+    """Engine openai: requests in flight at once."""
+    request_timeout: float = 300.0
+    """Engine openai: seconds before a request is abandoned (and counted as a failed attempt)."""
+
+
+class CaptionStage(ClipStage):
+    name = "caption"
+
+    def __init__(self, config: CaptionConfig | None = None,
+                 protagonists: Sequence[tuple[str, Sequence[str | Path]]] | None = None,
+                 engine=None):
+        """`protagonists`: (name, [reference image paths]) in sheet order; None or empty skips
+        character matching. `engine`: an already-built CaptionEngine (else made from config)."""
+        self.config = config or CaptionConfig()
+        self.protagonists = [(name, [str(p) for p in paths]) for name, paths in (protagonists or [])]
+        self.stats: Counter = Counter()
+        self._engine = engine
+        self._engine_loaded = False
+        self._prompts = None
+        self._sheet = None
+        self._engine_errors_in_a_row = 0
+
+    @property
+    def resources(self) -> Resources:
+        if self.config.engine == "lmdeploy":
+            return Resources(cpus=1.0, gpus=float(self.config.tensor_parallel))
+        if self.config.engine == "transformers" and self.config.device.startswith("cuda"):
+            return Resources(cpus=1.0, gpus=1.0)
+        return Resources(cpus=1.0, gpus=0.0)
+
+    # ---- loading -----------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Prompts and reference sheet: cheap, and all a cache lookup needs."""
+        if self._prompts is not None:
+            return
+        from prompts import load_prompt
+
+        from pipeline.captioning.images import build_reference_sheet
+
+        self._prompts = {STATE: load_prompt(self.config.state_prompt)}
+        if self.protagonists:
+            self._prompts[CHARACTERS] = load_prompt(self.config.character_prompt)
+            self._sheet = build_reference_sheet(self.protagonists)
+
+    def setup(self) -> None:
+        self.prepare()
+        if not self.config.model or self._engine_loaded:
+            return
+        if self._engine is None:
+            from pipeline.captioning.engines import make_engine
+
+            self._engine = make_engine(self.config)
+        self._engine.load()
+        self._engine_loaded = True
+
+    @property
+    def prompt_version(self) -> str:
+        self.prepare()
+        return "+".join(self._prompts[k].fingerprint for k in (CHARACTERS, STATE) if k in self._prompts)
+
+    def cache_key(self, clip: Clip) -> str | None:
+        """Everything that changes the answer for this clip; None when it cannot be captioned."""
+        if self._skip_reason(clip) or not self.config.model:
+            return None
+        self.prepare()
+        parts = [clip.clip_id, self.config.model, self.prompt_version, str(clip.motion_level),
+                 f"{self.config.num_frames}x{self.config.frame_height}/{self.config.grid_columns}",
+                 self._sheet.digest if self._sheet else "no-sheet"]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+    # ---- captioning --------------------------------------------------------------------
+
+    def process(self, clip: Clip) -> Clip:
+        return self.process_batch([clip])[0]
+
+    def process_batch(self, clips: list[Clip]) -> list[Clip]:
+        if not self.config.model:
+            for clip in clips:
+                clip.caption_status = clip.caption_status or CAPTION_PENDING
+            return clips
+        self.setup()
+        ids = [clip.clip_id for clip in clips]
+        if len(set(ids)) != len(ids):  # answers are bound by clip id
+            raise ValueError(f"a caption batch holds a clip id twice: {ids}")
+        jobs = []
+        for clip in clips:
+            _clear_caption(clip)  # a failed re-caption must not keep an older caption's values
+            job = self._job(clip)
+            if job is not None:
+                jobs.append(job)
+        self._answer(jobs)
+        for job in jobs:
+            self._finish(job)
+        self.stats.update(c.caption_status for c in clips)
+        return clips
+
+    def _skip_reason(self, clip: Clip) -> str | None:
+        if clip.status != STATUS_OK:
+            return SKIPPED_CLIP_ERROR
+        if not clip.video:
+            return SKIPPED_NO_VIDEO
+        if clip.motion_level is None:
+            return SKIPPED_NO_MOTION_LEVEL
+        return None
+
+    def _job(self, clip: Clip) -> "_Job | None":
+        """The clip's questions, or None with the reason set as its caption_status."""
+        from pipeline.captioning.images import clip_frame_grid
+
+        clip.caption_status = self._skip_reason(clip)
+        if clip.caption_status:
+            return None
+        try:
+            grid = clip_frame_grid(clip.video, self.config.num_frames, self.config.frame_height,
+                                   self.config.grid_columns)
+        except Exception as exc:  # a corrupt video is this clip's problem, not the batch's
+            clip.caption_status = SKIPPED_BAD_VIDEO
+            clip.caption_raw = json.dumps({"problems": {"video": [f"{type(exc).__name__}: {exc}"]}})
+            return None
+        return _Job(clip, grid, needs_characters=self._sheet is not None)
+
+    def _answer(self, jobs: list["_Job"]) -> None:
+        """Ask every open question; ask again those answered invalidly, up to max_retries."""
+        from pipeline.captioning.engines import EngineError
+
+        open_questions = [(job, kind) for job in jobs for kind in job.kinds()]
+        for attempt in range(1 + self.config.max_retries):
+            if not open_questions:
+                return
+            built = [self._request(job, kind, attempt) for job, kind in open_questions]
+            requests = {r.key: question for r, question in zip(built, open_questions)}
+            completions = self._engine.generate(built)
+            self.stats["requests"] += len(built)
+            self.stats["retried_requests"] += len(built) if attempt else 0
+            by_key = _index_completions(completions, requests)
+            self._watch_engine_errors(by_key.values(), EngineError)
+            open_questions = [(job, kind) for key, (job, kind) in requests.items()
+                              if not job.take(kind, by_key.get(key), self._sheet)]
+
+    def _watch_engine_errors(self, completions, error_type) -> None:
+        """A dead engine (server down, broken checkpoint) fails every request: stop the run with
+        its error instead of recording a whole film as caption_failed."""
+        for completion in completions:
+            if completion.error is None:
+                self._engine_errors_in_a_row = 0
+                continue
+            self._engine_errors_in_a_row += 1
+            if self._engine_errors_in_a_row >= ENGINE_ERRORS_BEFORE_STOP:
+                raise error_type(f"the caption engine failed on {self._engine_errors_in_a_row} "
+                                 f"requests in a row; last error: {completion.error}")
+
+    def _request(self, job: "_Job", kind: str, attempt: int):
+        from pipeline.captioning.engines import Request
+
+        prompt = self._prompts[kind]
+        if kind == CHARACTERS:
+            text = prompt.fill(num_frames=self._frames_shown(job))
+            images = (self._sheet.image, job.grid)
+        else:
+            text = prompt.fill(motion_level=job.clip.motion_level)
+            images = (job.grid,)
+        return Request(key=f"{job.clip.clip_id}/{kind}/{attempt}", text=text, images=images,
+                       temperature=0.0 if attempt == 0 else self.config.retry_temperature,
+                       max_new_tokens=self.config.max_new_tokens)
+
+    def _frames_shown(self, job: "_Job") -> int:
+        return min(self.config.num_frames, job.clip.num_frames or self.config.num_frames)
+
+    def _finish(self, job: "_Job") -> None:
+        clip = job.clip
+        clip.caption_model = self.config.model
+        clip.prompt_version = self.prompt_version
+        clip.caption_raw = json.dumps(job.raw_record(), ensure_ascii=False)
+        if not job.complete():
+            clip.caption_status = CAPTION_FAILED
+            return
+        state = job.state
+        characters = list(job.characters.names) if job.characters is not None else None
+        clip.characters = characters
+        clip.num_characters = len(characters) if characters is not None else None
+        clip.subject, clip.motion_description = state.subject, state.motion_description
+        clip.environment, clip.adverb = state.environment, state.adverb
+        clip.social, clip.entertainment, clip.stamina = state.social, state.entertainment, state.stamina
+        clip.instruction = instruction_text(characters, state)
+        clip.caption_status = CAPTION_OK
+
+
+CAPTION_FIELDS = ("characters", "num_characters", "subject", "motion_description", "environment",
+                  "adverb", "social", "entertainment", "stamina", "instruction", "caption_model",
+                  "prompt_version", "caption_status", "caption_raw")  # the columns this stage owns
+
+
+def _clear_caption(clip: Clip) -> None:
+    for name in CAPTION_FIELDS:
+        setattr(clip, name, None)
+
+
+def _index_completions(completions, requests: dict) -> dict:
+    """Completions by key. An answer to a request never made, or two answers to one request,
+    means answers can no longer be bound to clips: stop rather than guess."""
+    from pipeline.captioning.engines import EngineError
+
+    by_key = {}
+    for completion in completions:
+        if completion.key not in requests:
+            raise EngineError(f"engine answered unknown request {completion.key!r}")
+        if completion.key in by_key:
+            raise EngineError(f"engine answered request {completion.key!r} twice")
+        by_key[completion.key] = completion
+    return by_key
+
+
+class _Job:
+    """One clip's questions, answers and attempts while it is being captioned."""
+
+    def __init__(self, clip: Clip, grid, needs_characters: bool):
+        self.clip = clip
+        self.grid = grid
+        self.needs_characters = needs_characters
+        self.characters = None
+        self.state = None
+        self.raw: dict[str, str | None] = {}
+        self.problems: dict[str, list[str]] = {}
+
+    def kinds(self) -> list[str]:
+        return [CHARACTERS, STATE] if self.needs_characters else [STATE]
+
+    def take(self, kind: str, completion, sheet) -> bool:
+        """Record an answer; True when it was valid."""
+        problems = self.problems.setdefault(kind, [])
+        if completion is None:
+            problems.append("no answer from the engine")
+            return False
+        self.raw[kind] = completion.text
+        if completion.error:
+            problems.append(f"engine error: {completion.error}")
+            return False
+        try:
+            if kind == CHARACTERS:
+                self.characters = parse_characters(completion.text, list(sheet.names))
+            else:
+                self.state = parse_state(completion.text)
+        except ParseError as exc:
+            problems.append(str(exc))
+            return False
+        return True
+
+    def complete(self) -> bool:
+        return self.state is not None and (self.characters is not None or not self.needs_characters)
+
+    def raw_record(self) -> dict:
+        """The last raw answer per prompt, and every problem met on the way (for caption_failed)."""
+        record = {kind: self.raw.get(kind) for kind in self.kinds()}
+        record["attempts"] = {kind: len(self.problems.get(kind, [])) + (1 if self._valid(kind) else 0)
+                              for kind in self.kinds()}
+        problems = {k: v for k, v in self.problems.items() if v}
+        if problems:
+            record["problems"] = problems
+        return record
+
+    def _valid(self, kind: str) -> bool:
+        return (self.characters if kind == CHARACTERS else self.state) is not None

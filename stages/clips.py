@@ -1,0 +1,228 @@
+"""Clip splitting: consecutive 2-second windows from each scene's start, 16 frames each.
+
+Frames arrive in display order, each flagged when it starts a scene (the detector's cuts, and the
+segment's first frame). Window k of a scene starting at time t_s covers [t_s + 2k, t_s + 2k + 2);
+its 16 samples are the frames shown at t_s + 2k + m/8 (m = 0..15), i.e. the last frame whose start
+time is not after that instant. Times come from the probe's timeline, so this is exact for any
+source frame rate, variable ones included. A window is emitted only once its last frame arrived
+with no scene start inside it, so a clip never holds frames from both sides of a cut. Windows cut
+short (a scene's tail under 2 s, the end of a segment or film) are dropped and reported.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+
+from pipeline.record import Clip, make_clip_id
+from stages.crop import CropBox
+from stages.probe import FilmInfo
+
+EPS = 1e-6
+RESIZE_MODES = ("center_crop", "pad", "stretch")
+
+
+@dataclass
+class ClipConfig:
+    seconds: float = 2.0
+    """Length of a clip window in seconds (paper: 2 s)."""
+    num_frames: int = 16
+    """Frames sampled uniformly in a window (paper: 16, so 8 fps)."""
+    height: int = 480
+    width: int = 720
+    resize: str = "center_crop"
+    """How the cropped picture becomes height x width: center_crop (to the target aspect, then
+    resize), pad (letterbox with black), or stretch (distorts; for comparison only)."""
+    crf: int = 20
+    """x264 constant rate factor of the stored clip video (lower is better and larger)."""
+    preset: str = "veryfast"
+    """x264 preset of the stored clip video."""
+    image_format: str = "jpeg"
+    """Encoding of first_frame: jpeg or png."""
+
+    @property
+    def clip_fps(self) -> float:
+        return self.num_frames / self.seconds
+
+
+@dataclass
+class Drop:
+    """A window (or a whole short scene) that did not become a clip, and why."""
+    reason: str
+    start_frame: int
+    end_frame: int
+    start_time: float
+    end_time: float
+    detail: str = ""
+
+
+@dataclass
+class _Window:
+    start_time: float
+    start_frame: int
+    end_frame: int  # exclusive
+    sample_indices: list[int]
+    fits: bool  # False when the source ends inside the window: it can only become a drop
+    samples: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+def output_region(crop: CropBox, config: ClipConfig) -> tuple[int, int, int, int]:
+    """The source rectangle (x, y, w, h) whose pixels a clip shows."""
+    if config.resize not in RESIZE_MODES:
+        raise ValueError(f"unknown resize mode {config.resize!r} (choose from {RESIZE_MODES})")
+    if config.resize != "center_crop":
+        return crop.x, crop.y, crop.w, crop.h
+    target = config.width / config.height
+    if crop.w / crop.h > target:
+        w = min(crop.w, int(round(crop.h * target / 2)) * 2)
+        return crop.x + (crop.w - w) // 2, crop.y, w, crop.h
+    h = min(crop.h, int(round(crop.w / target / 2)) * 2)
+    return crop.x, crop.y + (crop.h - h) // 2, crop.w, h
+
+
+def fit_frame(rgb: np.ndarray, region: tuple[int, int, int, int], config: ClipConfig) -> np.ndarray:
+    """Cut `region` out of a source frame and bring it to height x width."""
+    x, y, w, h = region
+    picture = rgb[y:y + h, x:x + w]
+    if config.resize != "pad":
+        return _resize(picture, config.width, config.height)
+    scale = min(config.width / w, config.height / h)
+    inner_w, inner_h = int(round(w * scale)), int(round(h * scale))
+    out = np.zeros((config.height, config.width, 3), np.uint8)
+    top, left = (config.height - inner_h) // 2, (config.width - inner_w) // 2
+    out[top:top + inner_h, left:left + inner_w] = _resize(picture, inner_w, inner_h)
+    return out
+
+
+def _resize(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    if image.shape[1] == width and image.shape[0] == height:
+        return np.ascontiguousarray(image)
+    shrinking = width * height < image.shape[0] * image.shape[1]
+    return cv2.resize(image, (width, height),
+                      interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC)
+
+
+class ClipSplitter:
+    """`process(index, starts_scene, load_rgb) -> list of Clip and Drop` for one film segment.
+
+    `load_rgb()` returns the decoded source frame as H x W x 3 RGB; it is called only for sampled
+    frames, so the other two thirds of the frames are never converted. Call `finish()` at the end.
+    """
+
+    def __init__(self, config: ClipConfig, film: FilmInfo, crop: CropBox, ip: str,
+                 segment_index: int, is_last_segment: bool):
+        self.config, self.film, self.crop, self.ip = config, film, crop, ip
+        self.segment_index = segment_index
+        self.is_last_segment = is_last_segment
+        self.region = output_region(crop, config)
+        # start time of every frame, plus the end of the last one, so a window that ends exactly
+        # with the film still fits
+        self.times = film.frame_times() + [film.duration]
+        self.scene_index = -1
+        self.scene_start_time = 0.0
+        self.scene_clips = 0
+        self.clip_count = 0
+        self.window: _Window | None = None
+        self.scenes: list[list[int]] = []  # [start_frame, end_frame_exclusive]
+
+    def process(self, index: int, starts_scene: bool, load_rgb) -> list:
+        out = []
+        if starts_scene or self.scene_index < 0:
+            out += self._close_scene(index)
+            self._open_scene(index)
+        out += self._close_passed_windows(index)
+        window = self.window
+        if window is None:
+            return out
+        wanted = [m for m, i in enumerate(window.sample_indices) if i == index]
+        if wanted and window.fits:
+            frame = fit_frame(load_rgb(), self.region, self.config)
+            for m in wanted:
+                window.samples[m] = frame
+        if index == window.end_frame - 1 and window.fits:
+            out += self._close_window()
+        return out
+
+    def finish(self, stop_index: int) -> list:
+        """End of the segment (`stop_index` is its exclusive end frame)."""
+        reason = "scene_tail" if self.is_last_segment else "segment_tail"
+        return self._close_scene(stop_index, reason)
+
+    # -- windows -------------------------------------------------------------------------------
+
+    def _open_scene(self, index: int) -> None:
+        self.scene_index += 1
+        self.scene_clips = 0
+        self.scene_start_time = self.times[index]
+        self.scenes.append([index, index])
+        self._open_window(self.scene_start_time)
+
+    def _open_window(self, start_time: float) -> None:
+        end_time = start_time + self.config.seconds
+        step = self.config.seconds / self.config.num_frames
+        samples = [bisect.bisect_right(self.times, start_time + m * step + EPS) - 1
+                   for m in range(self.config.num_frames)]
+        self.window = _Window(
+            start_time=start_time,
+            start_frame=bisect.bisect_left(self.times, start_time - EPS),
+            end_frame=bisect.bisect_left(self.times, end_time - EPS),
+            sample_indices=samples, fits=end_time <= self.times[-1] + EPS)
+
+    def _close_passed_windows(self, index: int) -> list:
+        """Frames skipped by the decoder can jump past a window's last frame: drop it then."""
+        out = []
+        while self.window is not None and index >= self.window.end_frame:
+            out.append(self._drop(self.window, "decode_gap", "frames missing from the decoder"))
+            self._open_window(self.window.start_time + self.config.seconds)
+        return out
+
+    def _close_window(self) -> list:
+        window = self.window
+        if len(window.samples) < self.config.num_frames:
+            out = [self._drop(window, "decode_gap", f"{len(window.samples)} of "
+                              f"{self.config.num_frames} sampled frames decoded")]
+        else:
+            out = [self._make_clip(window)]
+        self.scenes[-1][1] = window.end_frame
+        self._open_window(window.start_time + self.config.seconds)
+        return out
+
+    def _close_scene(self, stop_index: int, reason: str = "scene_tail") -> list:
+        if self.scene_index < 0:
+            return []
+        self.scenes[-1][1] = stop_index
+        window, self.window = self.window, None
+        if window is None or window.start_frame >= stop_index:
+            return []
+        if self.scene_clips == 0 and reason == "scene_tail":
+            reason = "short_scene"
+        drop = self._drop(window, reason, "")
+        drop.end_frame = stop_index
+        drop.end_time = self.times[stop_index]
+        return [drop]
+
+    def _drop(self, window: _Window, reason: str, detail: str) -> Drop:
+        return Drop(reason, window.start_frame, window.end_frame, window.start_time,
+                    window.start_time + self.config.seconds, detail)
+
+    def _make_clip(self, window: _Window) -> Clip:
+        cfg, film = self.config, self.film
+        frames = np.stack([window.samples[m] for m in range(cfg.num_frames)])
+        indices = list(window.sample_indices)
+        clip = Clip(
+            clip_id=make_clip_id(film.film_id, indices, self.region, (cfg.height, cfg.width),
+                                 cfg.resize),
+            film_id=film.film_id, film_name=film.film_name, ip=self.ip,
+            segment_index=self.segment_index, scene_index=self.scene_index,
+            clip_index=self.clip_count, start_frame=window.start_frame,
+            end_frame=window.end_frame, start_time=window.start_time,
+            end_time=window.start_time + cfg.seconds, frame_indices=indices,
+            crop_x=self.region[0], crop_y=self.region[1], crop_w=self.region[2],
+            crop_h=self.region[3], height=cfg.height, width=cfg.width,
+            num_frames=cfg.num_frames, fps=cfg.clip_fps, source_fps=film.fps, frames=frames)
+        self.clip_count += 1
+        self.scene_clips += 1
+        return clip

@@ -1,0 +1,108 @@
+"""Border crop: find the letterbox / pillarbox bars of a whole film from frames sampled across it.
+
+Rule: in each sampled frame, a row (column) holds picture when its 98th-percentile luma exceeds
+`threshold`; the frame's picture box runs from the first to the last such row and column. Bars are
+black in every frame, while picture content reaches the frame's true edges only in some frames, so
+the film's box is the union over frames. A dark scene, a fade or a title card only shrinks its own
+frame's box and cannot shrink the union; to resist a single glitched frame, the union edge is the
+`agree`-th most extreme value rather than the extreme itself. Frames with no picture at all (black)
+are ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.video import FrameReader, rotate_frame
+from stages.probe import FilmInfo
+
+
+@dataclass
+class CropConfig:
+    box: list[int] | None = None
+    """Override: [x, y, w, h] in source pixels; detection is skipped. Usually set per film in the
+    IP manifest."""
+    samples: int = 48
+    """Frames sampled evenly across the film for detection."""
+    threshold: int = 24
+    """Luma (0-255) above which a row or column counts as picture."""
+    min_bar: int = 4
+    """Bars thinner than this many pixels are ignored (encoders leave thin dark edges)."""
+    agree: int = 2
+    """A box edge must be reached by at least this many sampled frames."""
+
+
+@dataclass(frozen=True)
+class CropBox:
+    x: int
+    y: int
+    w: int
+    h: int
+    source: str  # "detected", "manifest", or "full" (nothing to crop / nothing detectable)
+
+    def as_list(self) -> list[int]:
+        return [self.x, self.y, self.w, self.h]
+
+
+class BorderCrop:
+    """`process(film) -> CropBox` in the film's displayed (rotated) pixel coordinates."""
+
+    def __init__(self, config: CropConfig | None = None):
+        self.config = config or CropConfig()
+
+    def process(self, film: FilmInfo) -> CropBox:
+        if self.config.box is not None:
+            return self._manifest_box(film)
+        frames = sample_luma_frames(film, self.config.samples)
+        return self.detect(frames, film.width, film.height)
+
+    def detect(self, luma_frames: list[np.ndarray], width: int, height: int) -> CropBox:
+        boxes = [b for b in (self._picture_box(f) for f in luma_frames) if b is not None]
+        if not boxes:
+            return CropBox(0, 0, width, height, "full")
+        agree = min(self.config.agree, len(boxes))
+        top = sorted(b[0] for b in boxes)[agree - 1]
+        bottom = sorted((b[1] for b in boxes), reverse=True)[agree - 1]
+        left = sorted(b[2] for b in boxes)[agree - 1]
+        right = sorted((b[3] for b in boxes), reverse=True)[agree - 1]
+        top, bottom = self._ignore_thin(top, bottom, height)
+        left, right = self._ignore_thin(left, right, width)
+        # Even offsets and sizes keep chroma planes aligned for any later encoding.
+        x, y = left + left % 2, top + top % 2
+        w, h = (right - x) // 2 * 2, (bottom - y) // 2 * 2
+        if (x, y, w, h) == (0, 0, width // 2 * 2, height // 2 * 2):
+            return CropBox(0, 0, width, height, "full")
+        return CropBox(x, y, w, h, "detected")
+
+    def _picture_box(self, luma: np.ndarray) -> tuple[int, int, int, int] | None:
+        """(top, bottom_exclusive, left, right_exclusive) of one frame, None if it is black."""
+        rows = np.flatnonzero(np.percentile(luma, 98, axis=1) > self.config.threshold)
+        cols = np.flatnonzero(np.percentile(luma, 98, axis=0) > self.config.threshold)
+        if rows.size == 0 or cols.size == 0:
+            return None
+        return int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+
+    def _ignore_thin(self, start: int, stop: int, size: int) -> tuple[int, int]:
+        if start < self.config.min_bar:
+            start = 0
+        if size - stop < self.config.min_bar:
+            stop = size
+        return start, stop
+
+    def _manifest_box(self, film: FilmInfo) -> CropBox:
+        x, y, w, h = (int(v) for v in self.config.box)
+        if w <= 0 or h <= 0 or x < 0 or y < 0 or x + w > film.width or y + h > film.height:
+            raise ValueError(f"{film.path}: crop box {self.config.box} does not fit inside the "
+                             f"{film.width}x{film.height} picture")
+        return CropBox(x, y, w, h, "manifest")
+
+
+def sample_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
+    """Upright luma planes of about `count` frames spread evenly over the film."""
+    count = max(1, min(count, film.num_frames))
+    targets = sorted({int(i * film.num_frames / count) for i in range(count)})
+    reader = FrameReader(film.path, film.frame_pts)
+    return [rotate_frame(frame.to_ndarray(format="gray"), film.rotation)
+            for _, frame in reader.sample(targets, film.keyframes)]

@@ -1,0 +1,339 @@
+"""Motion scope of a clip (issue 3): optical flow, background filtered, one number and a level.
+
+The rule (docs/motion.md has the reasons and the measurements):
+1. Flow between consecutive frames (15 pairs for 16 frames), expressed in pixels of a 480x720
+   frame whatever size it was computed at, so scopes compare across films and backends.
+2. Held pairs (the same drawing twice, common in anime) are found from the pixels, not the flow,
+   and left out: they say how often the animators drew, not how far things move.
+3. Each remaining pair: speed = |flow| per pixel; background = pixels slower than r = 0.2 times
+   the pair's 99th-percentile speed; the pair's value is the mean speed of the rest.
+4. Motion scope = mean of the pair values (0.0 when every pair is held: a still shot).
+The level comes from versioned edges (stages/motion_levels/); the raw scope, the level, the
+backend (with the rule's parameters) and the edges' version are stored with every clip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from pipeline.record import Clip
+from stages.base import ClipStage, Resources
+from stages.motion_levels import DEFAULT_LEVELS, MotionLevels, load_levels
+
+UNIT_HEIGHT, UNIT_WIDTH = 480, 720  # the unit every scope is expressed in (the paper's clip size)
+HELD_CHECK_SIZE = (120, 180)  # (h, w) the held-drawing test looks at: small enough to blur noise
+
+BACKENDS = ("dis", "memflow")
+MEMFLOW_MIN_SIDE = 128
+DIS_PRESETS = {"ultrafast": cv2.DISOPTICAL_FLOW_PRESET_ULTRAFAST,
+               "fast": cv2.DISOPTICAL_FLOW_PRESET_FAST,
+               "medium": cv2.DISOPTICAL_FLOW_PRESET_MEDIUM}
+
+
+@dataclass
+class MotionConfig:
+    enabled: bool = True
+    """Measure motion scope while clips are cut (the frames are already in memory)."""
+    backend: str = "dis"
+    """Optical flow: 'dis' (OpenCV DIS, CPU, no weights) or 'memflow' (ptlflow MemFlow, GPU where
+    present, needs memflow_checkpoint)."""
+    level_edges: str = DEFAULT_LEVELS
+    """Level edges: a name in stages/motion_levels/ or a path to a JSON file (see motion-calibrate)."""
+    background_ratio: float = 0.2
+    """r: pixels slower than r x the pair's reference speed are background (the paper's r = 0.2)."""
+    reference_percentile: float = 99.0
+    """Percentile of a pair's speeds used as its reference speed (robust stand-in for the maximum)."""
+    held_pixel_delta: float = 8.0
+    """A pixel changed between two frames when its grey level (0-255, at 120x180) moved more than this."""
+    held_max_fraction: float = 0.002
+    """A pair is a held drawing when at most this fraction of pixels changed."""
+    dis_preset: str = "ultrafast"
+    """OpenCV DIS preset: ultrafast, fast or medium."""
+    dis_scale: float = 0.25
+    """DIS works on frames resized to this fraction of 480x720 (flow is scaled back to 480x720)."""
+    dis_patch_stride: int = 8
+    """DIS patch stride in pixels at the working size; 0 keeps the preset's own."""
+    memflow_model: str = "memflow"
+    """ptlflow model name: memflow or memflow_t."""
+    memflow_checkpoint: str | None = None
+    """Path to a MemFlow checkpoint file (ptlflow format); required with backend 'memflow'."""
+    memflow_device: str = "auto"
+    """'auto' (CUDA when available), 'cuda', 'cuda:N' or 'cpu'."""
+    memflow_scale: float = 1.0
+    """MemFlow works on frames resized to this fraction of 480x720."""
+    memflow_random_weights: bool = False
+    """TEST ONLY: build MemFlow with random weights instead of a checkpoint (exercises the code
+    path; the scopes it gives are meaningless)."""
+
+
+class MotionError(ValueError):
+    """A clip cannot be measured, or the motion configuration is unusable."""
+
+
+# ----------------------------------------------------------------------------- the rule
+
+@dataclass(frozen=True)
+class MotionMeasurement:
+    scope: float
+    moving_pairs: int
+    held_pairs: int
+
+
+def grey_frames(frames: np.ndarray, size: tuple[int, int]) -> list[np.ndarray]:
+    return [_resize(cv2.cvtColor(f, cv2.COLOR_RGB2GRAY), size) for f in frames]
+
+
+def held_pairs(small_grey: list[np.ndarray], pixel_delta: float, max_fraction: float) -> list[bool]:
+    """For each consecutive pair of small grey frames: is it the same drawing?
+
+    Judged at HELD_CHECK_SIZE, where shrinking averages compression noise away but a real
+    movement of a pixel or more still changes many pixels by far more than `pixel_delta`.
+    """
+    changed = [cv2.absdiff(a, b) > pixel_delta for a, b in zip(small_grey[:-1], small_grey[1:])]
+    return [float(np.mean(c)) <= max_fraction for c in changed]
+
+
+def pair_scope(speed: np.ndarray, background_ratio: float, reference_percentile: float) -> float:
+    """Mean speed of the pixels that move at least r x the pair's reference speed."""
+    if not np.isfinite(speed).all():
+        raise MotionError("the flow backend returned non-finite values (NaN or inf)")
+    reference = float(np.percentile(speed, reference_percentile))
+    if reference <= 0.0:
+        return 0.0
+    moving = speed[speed >= background_ratio * reference]
+    return float(moving.mean())
+
+
+def measure_motion(frames: np.ndarray, backend, config: MotionConfig) -> MotionMeasurement:
+    """Motion scope of N >= 2 RGB frames (any size) with a flow backend (see DisFlow)."""
+    frames = _checked_frames(frames)
+    small_grey = grey_frames(frames, HELD_CHECK_SIZE)
+    held = held_pairs(small_grey, config.held_pixel_delta, config.held_max_fraction)
+    moving = [i for i, is_held in enumerate(held) if not is_held]
+    if not moving:
+        return MotionMeasurement(scope=0.0, moving_pairs=0, held_pairs=len(held))
+    values = [pair_scope(speed, config.background_ratio, config.reference_percentile)
+              for speed in backend.speeds(frames, moving, small_grey)]
+    return MotionMeasurement(scope=float(np.mean(values)), moving_pairs=len(moving),
+                             held_pairs=len(held) - len(moving))
+
+
+def rule_descriptor(config: MotionConfig) -> str:
+    return (f"r{config.background_ratio:g}/p{config.reference_percentile:g}"
+            f"/held{config.held_pixel_delta:g}:{config.held_max_fraction:g}")
+
+
+def _checked_frames(frames) -> np.ndarray:
+    frames = np.asarray(frames)
+    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or len(frames) < 2:
+        raise MotionError(f"motion needs N >= 2 frames of H x W x 3 uint8 RGB, "
+                          f"got {frames.shape} {frames.dtype}")
+    return frames
+
+
+def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    height, width = size
+    if image.shape[:2] == (height, width):
+        return image
+    # INTER_AREA when shrinking (averages, no aliasing), linear when enlarging.
+    shrinking = image.shape[0] * image.shape[1] > height * width
+    return cv2.resize(image, (width, height),
+                      interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
+
+
+def working_size(scale: float) -> tuple[int, int]:
+    if not 0 < scale <= 1:
+        raise MotionError(f"flow scale must be in (0, 1], got {scale}")
+    return max(8, round(UNIT_HEIGHT * scale)), max(8, round(UNIT_WIDTH * scale))
+
+
+def speed_in_unit_pixels(flow_x: np.ndarray, flow_y: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """|flow| measured at `size`, converted to pixels of a 480x720 frame."""
+    height, width = size
+    return np.hypot(flow_x * (UNIT_WIDTH / width), flow_y * (UNIT_HEIGHT / height))
+
+
+# ----------------------------------------------------------------------------- backends
+
+class DisFlow:
+    """OpenCV DIS optical flow on small grey frames: the CPU default (no weights).
+
+    The finest pyramid level is the working size itself: we already shrank the frames, so a
+    coarser finest level would only throw resolution away again. A patch stride equal to the
+    patch size (8) keeps the cost near 2 ms per pair while small objects stay resolved.
+    """
+
+    def __init__(self, preset: str = "ultrafast", scale: float = 0.25, patch_stride: int = 8):
+        if preset not in DIS_PRESETS:
+            raise MotionError(f"motion.dis_preset={preset!r}: choose one of {sorted(DIS_PRESETS)}")
+        self.preset, self.size, self.patch_stride = preset, working_size(scale), patch_stride
+        self.name = (f"opencv-dis:{preset}:stride{patch_stride or 'preset'}"
+                     f"@{self.size[0]}x{self.size[1]}")
+        self._dis = None
+
+    def load(self) -> None:
+        self._dis = cv2.DISOpticalFlow_create(DIS_PRESETS[self.preset])
+        self._dis.setFinestScale(0)
+        if self.patch_stride:
+            self._dis.setPatchStride(self.patch_stride)
+
+    def speeds(self, frames: np.ndarray, pairs: list[int], small_grey: list[np.ndarray] | None = None):
+        """Yield the speed map (480x720 pixel units) of each pair (i, i + 1) in `pairs`.
+
+        `small_grey` (the frames as grey at HELD_CHECK_SIZE) is reused when it is our size.
+        """
+        if self._dis is None:
+            self.load()
+        if small_grey is not None and small_grey[0].shape == self.size:
+            grey = small_grey
+        else:
+            grey = grey_frames(frames, self.size)
+        for i in pairs:
+            flow = self._dis.calc(grey[i], grey[i + 1], None)
+            yield speed_in_unit_pixels(flow[..., 0], flow[..., 1], self.size)
+
+
+class MemFlowBackend:
+    """MemFlow (Dong & Fu, CVPR 2024) through ptlflow: the paper's flow model, for GPU machines.
+
+    Pairs of one clip run in order as one sequence, so MemFlow's memory of earlier motion and
+    the warm start from the previous pair's flow work as the model was trained to use them.
+    """
+
+    def __init__(self, model: str = "memflow", checkpoint: str | None = None, device: str = "auto",
+                 scale: float = 1.0, random_weights: bool = False):
+        if not random_weights:
+            _check_checkpoint(checkpoint)
+        self.model_name, self.checkpoint, self.device_name = model, checkpoint, device
+        self.random_weights, self.size = random_weights, working_size(scale)
+        if min(self.size) < MEMFLOW_MIN_SIDE:
+            raise MotionError(f"motion.memflow_scale={scale} gives {self.size[0]}x{self.size[1]}: MemFlow "
+                              f"needs at least {MEMFLOW_MIN_SIDE} pixels a side (its 4-level "
+                              f"correlation pyramid at 1/8 resolution degenerates below that)")
+        weights = "random-weights-TEST-ONLY" if random_weights else Path(checkpoint).stem
+        self.name = f"ptlflow-{model}:{weights}@{self.size[0]}x{self.size[1]}"
+        self._model = None
+        self._device = None
+
+    def load(self) -> None:
+        from pipeline.compat import ensure_torchvision_importable
+
+        ensure_torchvision_importable()  # before ptlflow: it imports torchvision
+        import ptlflow
+        import torch
+
+        self._device = torch.device(_pick_device(self.device_name))
+        checkpoint = None if self.random_weights else str(self.checkpoint)
+        try:
+            model = ptlflow.get_model(self.model_name, ckpt_path=checkpoint)
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise MotionError(f"{checkpoint or self.model_name}: cannot build {self.model_name} "
+                              f"from it ({type(exc).__name__}: {exc})") from None
+        self._model = model.to(self._device).eval()
+
+    def speeds(self, frames: np.ndarray, pairs: list[int], small_grey=None):
+        if self._model is None:
+            self.load()
+        import torch
+
+        with torch.inference_mode():
+            previous = None
+            for n, i in enumerate(pairs):
+                inputs = {"images": self._tensor(frames[i:i + 2]),
+                          "meta": {"is_seq_start": n == 0, "is_seq_end": n == len(pairs) - 1}}
+                if previous is not None and pairs[n - 1] == i - 1:
+                    inputs["prev_preds"] = {"flow_small": previous}  # warm start: adjacent pairs only
+                outputs = self._model(inputs)
+                previous = outputs["flow_small"]
+                flow = outputs["flows"][0, 0].float().cpu().numpy()
+                yield speed_in_unit_pixels(flow[0], flow[1], self.size)
+
+    def _tensor(self, pair: np.ndarray):
+        import torch
+
+        # ptlflow models take BGR in [0, 1], shaped batch x frames x 3 x H x W.
+        resized = np.stack([_resize(f, self.size)[..., ::-1] for f in pair])
+        tensor = torch.from_numpy(np.ascontiguousarray(resized)).permute(0, 3, 1, 2)
+        return (tensor.float() / 255.0)[None].to(self._device)
+
+
+def _check_checkpoint(checkpoint: str | None) -> None:
+    # ptlflow would treat a bare name such as 'things' as a URL to download: we only take files.
+    if not checkpoint:
+        raise MotionError("motion.backend=memflow needs motion.memflow_checkpoint: the path to a "
+                          "MemFlow checkpoint file (for example memflow-things-90d0b74c.ckpt from "
+                          "ptlflow's release page); weights are never downloaded at run time")
+    if not Path(checkpoint).is_file():
+        raise MotionError(f"motion.memflow_checkpoint={checkpoint}: no such file")
+
+
+def _pick_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise MotionError(f"motion.memflow_device={name}: no CUDA device on this machine")
+    return name
+
+
+def make_backend(config: MotionConfig):
+    if config.backend == "dis":
+        return DisFlow(config.dis_preset, config.dis_scale, config.dis_patch_stride)
+    if config.backend == "memflow":
+        return MemFlowBackend(config.memflow_model, config.memflow_checkpoint,
+                              config.memflow_device, config.memflow_scale,
+                              config.memflow_random_weights)
+    raise MotionError(f"motion.backend={config.backend!r}: choose one of {list(BACKENDS)}")
+
+
+# ----------------------------------------------------------------------------- the stage
+
+class MotionScope(ClipStage):
+    """Fills motion_scope, motion_level, motion_backend and motion_levels_version of a clip.
+
+    Needs `clip.frames` (the 16 in-memory RGB frames), so it runs where clips are cut, before
+    the frames are dropped. Build it from `config.motion`; `setup()` loads the backend once per
+    worker (it also runs on the first `process` call if nobody called it).
+    """
+
+    name = "motion"
+
+    def __init__(self, config: MotionConfig | None = None):
+        self.config = config or MotionConfig()
+        self.backend = make_backend(self.config)  # cheap: checks settings, loads nothing
+        uses_gpu = self.config.backend == "memflow" and self.config.memflow_device != "cpu"
+        self.resources = Resources(cpus=1.0, gpus=1.0 if uses_gpu else 0.0)
+        self.levels: MotionLevels | None = None
+
+    def setup(self) -> None:
+        cv2.setNumThreads(1)  # one worker per core already: OpenCV's own threads would oversubscribe
+        self.levels = load_levels(self.config.level_edges)
+        self.backend.load()
+
+    def process(self, clip: Clip) -> Clip:
+        if not self.config.enabled:
+            return clip
+        if clip.frames is None:
+            raise MotionError(f"clip {clip.clip_id}: motion needs the in-memory frames "
+                              f"(clip.frames is None); run the motion stage before frames are dropped")
+        if self.levels is None:
+            self.setup()
+        measured = self.measure(clip.frames)
+        clip.motion_scope = measured.scope
+        clip.motion_level = self.levels.level(measured.scope)
+        clip.motion_backend = self.backend_descriptor
+        clip.motion_levels_version = self.levels.version
+        return clip
+
+    def measure(self, frames: np.ndarray) -> MotionMeasurement:
+        return measure_motion(frames, self.backend, self.config)
+
+    @property
+    def backend_descriptor(self) -> str:
+        """What motion_backend stores: the flow backend and the rule's parameters."""
+        return f"{self.backend.name};{rule_descriptor(self.config)}"

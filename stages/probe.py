@@ -1,0 +1,157 @@
+"""Probe: the container and stream facts of a film, and its exact frame timeline.
+
+The timeline (every frame's presentation timestamp, in display order) comes from demuxing packets,
+which reads the file without decoding it. It makes frame indices exact across seeks, B-frames and
+variable frame rates, and it exposes truncated files (fewer packets than the container claims).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import av
+
+HASH_CHUNK = 8 * 1024 * 1024
+
+
+class FilmError(Exception):
+    """An expected problem with an input film: the message names the file and says what is wrong."""
+
+
+@dataclass
+class FilmInfo:
+    path: str
+    film_id: str
+    film_name: str
+    width: int  # as displayed (after rotation)
+    height: int
+    fps: float  # average frame rate
+    time_base: str  # the stream's, as "num/den"
+    frame_pts: list[int] = field(repr=False)
+    num_frames: int
+    duration: float  # seconds, from the first frame's start to the last frame's end
+    vfr: bool
+    rotation: int  # degrees, counter-clockwise, to apply to decoded frames
+    codec: str
+    keyframes: int
+    container_duration: float | None
+    has_audio: bool
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def slug(self) -> str:
+        """Folder name of the film's outputs: readable, and unique per content."""
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.film_name).strip("_.") or "film"
+        return f"{stem}-{self.film_id[:8]}"
+
+    def frame_times(self) -> list[float]:
+        """Start time of every frame in seconds, relative to the first frame."""
+        tb, first = Fraction(self.time_base), self.frame_pts[0]
+        return [float((pts - first) * tb) for pts in self.frame_pts]
+
+    def facts(self) -> dict:
+        """What summary.json and the report show (everything but the long timeline)."""
+        return {k: v for k, v in self.__dict__.items() if k != "frame_pts"} | {"slug": self.slug}
+
+
+class Probe:
+    """`process(path) -> FilmInfo`, or a FilmError naming the file and the problem."""
+
+    def process(self, path: str | Path) -> FilmInfo:
+        path = Path(path)
+        _check_file(path)
+        try:
+            container = av.open(str(path))
+        except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as exc:
+            raise FilmError(f"{path}: not a readable video ({_reason(exc)})") from None
+        with container:
+            if not container.streams.video:
+                raise FilmError(f"{path}: the file has no video stream")
+            stream = container.streams.video[0]
+            rotation = _first_frame_rotation(container, stream, path)
+            pts, keyframes = _demux_timeline(container, stream, path)
+            info = _build_info(path, container, stream, pts, keyframes, rotation)
+        return info
+
+
+def content_id(path: Path) -> str:
+    """A hash of the file's bytes: the same film content gives the same id wherever it lies."""
+    digest = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise FilmError(f"{path}: no such file")
+    if path.is_dir():
+        raise FilmError(f"{path}: is a directory, not a video file")
+    if path.stat().st_size == 0:
+        raise FilmError(f"{path}: the file is empty")
+
+
+def _first_frame_rotation(container, stream, path: Path) -> int:
+    """Decode one frame: proves the codec is decodable here and reads the display rotation."""
+    try:
+        for frame in container.decode(stream):
+            container.seek(0)
+            return int(round(frame.rotation or 0)) % 360
+    except av.error.FFmpegError as exc:
+        raise FilmError(f"{path}: cannot decode its {stream.codec_context.name} video "
+                        f"({_reason(exc)})") from None
+    raise FilmError(f"{path}: the video stream has no decodable frame")
+
+
+def _demux_timeline(container, stream, path: Path) -> tuple[list[int], int]:
+    pts, keyframes = [], 0
+    try:
+        for packet in container.demux(stream):
+            if packet.pts is None or packet.size == 0:
+                continue  # flush packets carry no frame
+            pts.append(packet.pts)
+            keyframes += bool(packet.is_keyframe)
+    except av.error.FFmpegError as exc:
+        if not pts:
+            raise FilmError(f"{path}: cannot read its packets ({_reason(exc)})") from None
+    if not pts:
+        raise FilmError(f"{path}: the video stream holds no timestamped frames")
+    return sorted(set(pts)), keyframes
+
+
+def _build_info(path, container, stream, pts, keyframes, rotation) -> FilmInfo:
+    tb = stream.time_base
+    deltas = [b - a for a, b in zip(pts, pts[1:])]
+    typical = sorted(deltas)[len(deltas) // 2] if deltas else 0
+    rate = stream.average_rate or stream.guessed_rate
+    if typical:
+        fps = float(1 / (typical * tb)) if not rate else float(rate)
+    else:
+        fps = float(rate or 25)
+    last_duration = typical or (1 / fps) / tb
+    duration = float((pts[-1] - pts[0] + last_duration) * tb)
+    width, height = stream.codec_context.width, stream.codec_context.height
+    if rotation in (90, 270):
+        width, height = height, width
+    container_duration = container.duration / av.time_base if container.duration else None
+    info = FilmInfo(
+        path=str(path.resolve()), film_id=content_id(path), film_name=path.stem,
+        width=width, height=height, fps=fps, time_base=f"{tb.numerator}/{tb.denominator}",
+        frame_pts=pts, num_frames=len(pts), duration=duration,
+        vfr=bool(deltas) and (max(deltas) - min(deltas)) > 0.1 * typical,
+        rotation=rotation, codec=stream.codec_context.name, keyframes=keyframes,
+        container_duration=container_duration, has_audio=bool(container.streams.audio))
+    if container_duration and duration < 0.9 * container_duration - 0.5:
+        info.warnings.append(f"the video stream ends at {duration:.2f} s but the container "
+                             f"claims {container_duration:.2f} s: the file looks truncated")
+    return info
+
+
+def _reason(exc: Exception) -> str:
+    text = getattr(exc, "strerror", None) or str(exc)
+    return text.split(":")[-1].strip() if text else type(exc).__name__

@@ -1,0 +1,71 @@
+"""Scene detection with PySceneDetect, fed one frame at a time.
+
+The pipeline decodes each frame once and hands this stage a small BGR copy of the cropped picture,
+so detection never decodes the film itself. Detectors report a cut a few frames after it happened
+(`lag`); the segment worker holds that many frames back before cutting clips.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scenedetect import FrameTimecode
+from scenedetect.detectors import (AdaptiveDetector, ContentDetector, HashDetector,
+                                   HistogramDetector, ThresholdDetector)
+
+# name -> (detector class, name of its main threshold argument)
+DETECTORS = {
+    "adaptive": (AdaptiveDetector, "adaptive_threshold"),
+    "content": (ContentDetector, "threshold"),
+    "hash": (HashDetector, "threshold"),
+    "histogram": (HistogramDetector, "threshold"),
+    "threshold": (ThresholdDetector, "threshold"),
+}
+
+
+@dataclass
+class SceneConfig:
+    detector: str = "adaptive"
+    """PySceneDetect detector: adaptive, content, hash, histogram or threshold."""
+    threshold: float | None = None
+    """The detector's main threshold (adaptive_threshold for adaptive); None keeps its default."""
+    min_scene_len: int = 15
+    """Frames that must pass after a cut before another can be reported (PySceneDetect's)."""
+    options: dict | None = None
+    """Further keyword arguments for the detector class, e.g. {window_width: 3}."""
+    width: int = 256
+    """Frames are scaled to this width for detection (PySceneDetect's own default effective width)."""
+
+
+class SceneCuts:
+    """`process(index, small_bgr) -> cut frame indices confirmed by this frame`.
+
+    A cut at index c means frame c starts a new scene. Call `finish(last_index)` after the last
+    frame to flush cuts the detector still holds.
+    """
+
+    def __init__(self, config: SceneConfig, fps: float):
+        if config.detector not in DETECTORS:
+            raise ValueError(f"unknown scene detector {config.detector!r} "
+                             f"(choose from {', '.join(DETECTORS)})")
+        cls, threshold_name = DETECTORS[config.detector]
+        kwargs = dict(config.options or {})
+        kwargs["min_scene_len"] = config.min_scene_len
+        if config.threshold is not None:
+            kwargs[threshold_name] = config.threshold
+        self.detector = cls(**kwargs)
+        self.fps = fps
+
+    @property
+    def lag(self) -> int:
+        """Frames a cut can be reported after the frame that starts the new scene."""
+        return int(getattr(self.detector, "event_buffer_length", 0)) + 1
+
+    def process(self, index: int, small_bgr: np.ndarray) -> list[int]:
+        found = self.detector.process_frame(FrameTimecode(index, self.fps), small_bgr)
+        return [tc.frame_num for tc in found]
+
+    def finish(self, last_index: int) -> list[int]:
+        found = self.detector.post_process(FrameTimecode(last_index, self.fps))
+        return [tc.frame_num for tc in found or []]

@@ -1,0 +1,160 @@
+"""The clip contract on real and synthetic video: cuts, windows, frame accuracy, geometry."""
+
+from __future__ import annotations
+
+import json
+
+import av
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import BIKES, BIKES_CUTS, SINTEL, local_config, make_video
+from pipeline.ip import load_ip
+from pipeline.runner import run_film
+from pipeline.shards import read_clips
+from pipeline.video import decode_image, decode_mp4
+from stages.clips import ClipConfig, fit_frame, output_region
+from stages.crop import CropBox
+
+
+def _manifest(film_dir):
+    return pd.read_parquet(film_dir / "manifest.parquet")
+
+
+def _summary(film_dir):
+    return json.loads((film_dir / "summary.json").read_text())
+
+
+def _assert_no_clip_spans_a_cut(manifest, scenes):
+    starts = [s for s, _ in scenes]
+    for row in manifest.itertuples():
+        inside = [c for c in starts if row.start_frame < c < row.end_frame]
+        assert not inside, f"clip {row.clip_id} [{row.start_frame}, {row.end_frame}) spans {inside}"
+        assert all(row.start_frame <= i < row.end_frame for i in row.frame_indices)
+
+
+def test_bikes_cuts_found_exactly_and_three_clips(bikes_dataset):
+    summary = _summary(bikes_dataset)
+    assert [s for s, _ in summary["scenes"]] == [0, *BIKES_CUTS]
+    manifest = _manifest(bikes_dataset)
+    # scenes of 61, 50 and 55 frames at 25 fps hold one 2-s window each; the others are shorter
+    assert manifest.start_frame.tolist() == [76, 137, 187]
+    assert manifest.end_frame.tolist() == [126, 187, 237]
+    assert manifest.clip_index.tolist() == [0, 1, 2]
+    _assert_no_clip_spans_a_cut(manifest, summary["scenes"])
+    assert summary["drops"] == {"short_scene": 3, "scene_tail": 2}
+
+
+def test_bikes_clips_sample_16_frames_at_8_fps(bikes_dataset):
+    manifest = _manifest(bikes_dataset)
+    for row in manifest.itertuples():
+        indices = list(row.frame_indices)
+        assert len(indices) == 16 and indices == sorted(indices)
+        # 25 fps source, 8 fps samples: frame shown at t0 + m/8 is floor(m * 25/8) after start
+        assert indices == [row.start_frame + int(m * 25 / 8 + 1e-9) for m in range(16)]
+        assert (row.height, row.width, row.num_frames, row.fps) == (480, 720, 16, 8.0)
+        assert row.end_time - row.start_time == pytest.approx(2.0)
+
+
+def test_clip_frames_match_the_source_frames(bikes_dataset):
+    """Frame accuracy: each stored frame is the recorded source frame, cropped and resized."""
+    source = {}
+    with av.open(str(BIKES)) as container:
+        for i, frame in enumerate(container.decode(video=0)):
+            source[i] = frame.to_ndarray(format="rgb24")
+    config = ClipConfig()
+    for clip in read_clips(bikes_dataset):
+        frames = decode_mp4(clip.video)
+        assert frames.shape == (16, 480, 720, 3)
+        region = (clip.crop_x, clip.crop_y, clip.crop_w, clip.crop_h)
+        for k, index in enumerate(clip.frame_indices):
+            expected = fit_frame(source[index], region, config).astype(int)
+            error = np.abs(frames[k].astype(int) - expected).mean()
+            neighbour = np.abs(frames[k].astype(int)
+                               - fit_frame(source[index + 1], region, config).astype(int)).mean()
+            assert error < 6, f"frame {k} of {clip.clip_id} differs from source {index}"
+            assert error < neighbour, "the stored frame is closer to the next source frame"
+        first = decode_image(clip.first_frame)
+        assert np.abs(first.astype(int) - frames[0].astype(int)).mean() < 6
+
+
+def test_synthetic_cuts_and_segment_boundaries(tmp_path):
+    film = make_video(tmp_path / "cuts.mp4", cuts=(30, 100, 150), num_frames=260, fps=24)
+    result = run_film(film, tmp_path / "out", local_config(run__segment_seconds=5),
+                      load_ip(None))
+    summary = result.summary
+    boundaries = summary["segment_boundaries"]
+    assert boundaries == [120]  # 260 frames in segments of 120 frames; the remainder joins the last
+    starts = sorted({s for s, _ in summary["scenes"]})
+    assert starts == [0, 30, 100, 120, 150]  # the detector's cuts plus the forced boundary
+    manifest = _manifest(result.film_dir)
+    _assert_no_clip_spans_a_cut(manifest, summary["scenes"])
+    # scene [30,100): 70 frames = one 48-frame window; [100,120): none (segment tail);
+    # [120,150): none; [150,260): 110 frames = two windows
+    assert manifest.start_frame.tolist() == [30, 150, 198]
+    assert summary["drops"]["segment_tail"] == 1
+    assert manifest.scene_index.is_monotonic_increasing and manifest.clip_index.tolist() == [0, 1, 2]
+
+
+def test_output_is_deterministic(tmp_path):
+    film = make_video(tmp_path / "det.mp4", cuts=(50,), num_frames=120, fps=24)
+    first = run_film(film, tmp_path / "a", local_config(), load_ip(None))
+    second = run_film(film, tmp_path / "b", local_config(), load_ip(None))
+    rows_a = [c.to_row() for c in read_clips(first.film_dir)]
+    rows_b = [c.to_row() for c in read_clips(second.film_dir)]
+    assert rows_a and len(rows_a) == len(rows_b)
+    for a, b in zip(rows_a, rows_b):  # ids, geometry, motion and the media bytes themselves
+        assert [k for k in a if a[k] != b[k]] == []
+
+
+def test_sintel_letterbox_is_cropped(sintel_dataset):
+    crop = _summary(sintel_dataset)["crop"]
+    assert crop["source"] == "detected"
+    assert (crop["x"], crop["w"]) == (0, 854)  # no pillarbox
+    assert 50 <= crop["y"] <= 64 and 352 <= crop["h"] <= 380  # about 58 px bars top and bottom
+    manifest = _manifest(sintel_dataset)
+    assert len(manifest) >= 15
+    _assert_no_clip_spans_a_cut(manifest, _summary(sintel_dataset)["scenes"])
+
+
+@pytest.mark.parametrize("mode,expected", [
+    ("center_crop", (154, 20, 546, 364)),  # 854x364 picture cut to 3:2: (854 - 546) / 2 = 154
+    ("pad", (0, 20, 854, 364)),
+    ("stretch", (0, 20, 854, 364)),
+])
+def test_output_region_per_resize_mode(mode, expected):
+    assert output_region(CropBox(0, 20, 854, 364, "detected"), ClipConfig(resize=mode)) == expected
+
+
+def test_pad_mode_keeps_aspect_with_black_bars():
+    frame = np.full((364, 854, 3), 200, np.uint8)
+    out = fit_frame(frame, (0, 0, 854, 364), ClipConfig(resize="pad"))
+    assert out.shape == (480, 720, 3)
+    assert out[:80].max() == 0 and out[-80:].max() == 0  # bars above and below the picture
+    assert out[240, 360].tolist() == [200, 200, 200]
+
+
+def test_rotated_video_is_turned_upright(tmp_path):
+    film = make_video(tmp_path / "rot.mp4", size=(240, 320), cuts=(), num_frames=60, rotation=90)
+    result = run_film(film, tmp_path / "out", local_config(), load_ip(None))
+    facts = result.summary["film"]
+    assert (facts["width"], facts["height"], facts["rotation"]) == (240, 320, 90)
+    clip = next(read_clips(result.film_dir))
+    assert clip.crop_w / clip.crop_h == pytest.approx(1.5, abs=0.02)
+    assert clip.crop_w <= 240  # the portrait picture was cut, not the landscape coded frame
+
+
+def test_variable_frame_rate_clips_follow_timestamps(tmp_path):
+    # alternating 1/24 s and 1/12 s frame durations: 16 fps on average
+    durations = np.where(np.arange(119) % 2 == 0, 1 / 24, 1 / 12)
+    times = np.concatenate([[0.0], np.cumsum(durations)])
+    film = make_video(tmp_path / "vfr.mp4", cuts=(), num_frames=120, frame_times=times)
+    result = run_film(film, tmp_path / "out", local_config(), load_ip(None))
+    assert result.summary["film"]["vfr"] is True
+    for clip in read_clips(result.film_dir):
+        for m, index in enumerate(clip.frame_indices):
+            instant = clip.start_time + m / 8
+            # the sampled frame is the one on screen at that instant
+            assert times[index] <= instant + 1e-3
+            assert index + 1 >= len(times) or times[index + 1] > instant - 1e-3

@@ -1,0 +1,61 @@
+"""Reruns after a crash: completed work is skipped and the output equals an uninterrupted run's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import ROOT, make_video
+from pipeline.shards import read_clips
+
+
+def _cli(film, out, *extra):
+    return [sys.executable, "-m", "pipeline.cli", "dataset", str(film), "--out", str(out),
+            "--executor", "local", "--quiet", "--set", "run.segment_seconds=2", *extra]
+
+
+def _rows(film_dir):
+    return [c.to_row() for c in read_clips(film_dir)]
+
+
+def test_kill_9_then_rerun_gives_the_uninterrupted_output(tmp_path):
+    film = make_video(tmp_path / "long.mp4", cuts=(70, 200, 330), num_frames=480, fps=24, seed=7)
+    reference = subprocess.run(_cli(film, tmp_path / "reference"), cwd=ROOT, capture_output=True,
+                               text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr
+
+    out = tmp_path / "crashed"
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    victim = subprocess.Popen(_cli(film, out), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not list(out.glob("*/work/segment-*/DONE.json")):  # kill once a segment is done
+        assert victim.poll() is None, "the run finished before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    film_dir = next(out.glob("long-*"))
+    assert not (film_dir / "summary.json").exists()
+
+    rerun = subprocess.run(_cli(film, out), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "segments already done" in rerun.stdout
+    reference_dir = next((tmp_path / "reference").glob("long-*"))
+    expected, got = _rows(reference_dir), _rows(film_dir)
+    assert len(got) == len(expected) > 0
+    assert len({r["clip_id"] for r in got}) == len(got)  # no duplicates
+    for want, have in zip(expected, got):  # same ids, order, values and media bytes
+        assert [k for k in want if want[k] != have[k]] == []
+    for name in ("manifest.parquet", "drops.parquet"):
+        assert (film_dir / name).read_bytes() == (reference_dir / name).read_bytes()
+    assert not (film_dir / "work").exists()
+
+    again = subprocess.run(_cli(film, out), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "already complete" in again.stdout
+    summary = json.loads((film_dir / "summary.json").read_text())
+    assert summary["complete"] and summary["clips_written"] == len(expected)
