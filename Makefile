@@ -9,7 +9,7 @@ TORCH         ?= torch==2.13.0
 PIP           := $(PY) -m pip install --quiet --disable-pip-version-check
 
 FILM  ?=
-IP    ?= generic
+IP    ?=
 OUT   ?= data
 MODEL ?=
 ARGS  ?=
@@ -19,7 +19,7 @@ ARGS  ?=
 help:
 	@echo "make dataset [FILM=path] [IP=name] [OUT=data] [MODEL=internvl-path]  films -> clip shards"
 	@echo "make caption FILM=<film folder> MODEL=<internvl-path> [IP=name]       caption existing shards"
-	@echo "make report FILM=<film or dataset folder>                             HTML report"
+	@echo "make report FILM=<film or dataset folder> [REPORT=file.html]         HTML report"
 	@echo "make motion-calibrate SHARDS=<dataset folder>                          recalibrate motion levels"
 	@echo "make motion-eval CLIPS=<folder of mp4> LEVELS=<levels file>            ACC-F / MAE-F"
 	@echo "make train PHASE=encoder|mllm|adapt SHARDS=<folder> [CONFIG=yaml]      train AnimeGamer"
@@ -35,13 +35,13 @@ $(STAMP): requirements.lock constraints.txt pyproject.toml
 	touch $(STAMP)
 
 dataset: venv
-	$(PY) -m pipeline.cli dataset $(FILM) --ip $(IP) --out $(OUT) $(if $(MODEL),--model $(MODEL)) $(ARGS)
+	$(PY) -m pipeline.cli dataset $(FILM) $(if $(IP),--ip $(IP)) --out $(OUT) $(if $(MODEL),--model $(MODEL)) $(ARGS)
 
 caption: venv
-	$(PY) -m pipeline.cli caption $(FILM) $(if $(MODEL),--model $(MODEL)) --ip $(IP) $(ARGS)
+	$(PY) -m pipeline.cli caption $(FILM) $(if $(MODEL),--model $(MODEL)) $(if $(IP),--ip $(IP)) $(ARGS)
 
 report: venv
-	$(PY) -m pipeline.cli report $(or $(FILM),$(OUT)) $(ARGS)
+	$(PY) -m pipeline.cli report $(or $(FILM),$(OUT)) $(if $(REPORT),--out $(REPORT)) $(ARGS)
 
 motion-calibrate: venv
 	$(PY) -m pipeline.cli motion-calibrate $(or $(SHARDS),$(OUT)) $(ARGS)

@@ -1,4 +1,4 @@
-"""Where work runs: in this process, or as Ray tasks. The only module that imports Ray.
+"""Where work runs: in this process, as Ray tasks, or on Ray actors. The only module that uses Ray.
 
 `map(fn, jobs, total, desc)` calls `fn(job, report)` for each job and returns the results in job
 order; `report(n)` advances a progress bar by n units of work from wherever the job runs. A job
@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from tqdm import tqdm
@@ -59,19 +60,118 @@ class RayExecutor:
         return [_result(ray, f) for f in futures]
 
     def _ray(self):
-        import ray
+        return init_ray(self.num_cpus)
 
-        if not ray.is_initialized():
-            address = os.environ.get("RAY_ADDRESS")
-            began = time.perf_counter()
-            ray.init(address=address or None,
-                     num_cpus=None if address else self.num_cpus,
-                     include_dashboard=False, logging_level=logging.WARNING,
-                     log_to_driver=True,
-                     runtime_env={"env_vars": {"PYTHONPATH": _project_root()}})
-            log.info("ray started in %.1f s (%s)", time.perf_counter() - began,
-                     address or "embedded local cluster")
-        return ray
+
+def init_ray(num_cpus: int | None = None):
+    """Connect to RAY_ADDRESS if set, else start the embedded local Ray (once per process)."""
+    import ray
+
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        began = time.perf_counter()
+        ray.init(address=address or None, num_cpus=None if address else num_cpus,
+                 include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
+                 runtime_env={"env_vars": {"PYTHONPATH": _project_root()}})
+        log.info("ray started in %.1f s (%s)", time.perf_counter() - began,
+                 address or "embedded local cluster")
+    return ray
+
+
+class LocalStageRunner:
+    """A batched stage in this process, with the same interface as StageActorPool."""
+
+    def __init__(self, stage: CaptionStage):
+        self.stage = stage
+        stage.setup()
+
+    def map(self, batches):
+        for batch in batches:
+            yield batch, self.stage.process_batch(list(batch))
+
+    def take_stats(self) -> Counter:
+        """Request counts since the last call (one film's)."""
+        stats = Counter(getattr(self.stage, "stats", {}))
+        getattr(self.stage, "stats", {}).clear()
+        return stats
+
+    def close(self) -> None:
+        pass
+
+
+class StageActorPool:
+    """A batched stage on Ray actors: one actor per replica (a loaded model), each placed with the
+    stage's declared `resources`. Batches go to whichever actor is free; results come back in
+    submission order, each with the batch it answers."""
+
+    def __init__(self, stage: CaptionStage, workers: int | None):
+        ray = init_ray()
+        self.ray, self.stage = ray, stage
+        resources = stage.resources
+        count = workers or _replicas_that_fit(ray, resources)
+        actor_class = ray.remote(num_cpus=resources.cpus, num_gpus=resources.gpus)(_StageActor)
+        self.actors = [actor_class.remote(stage) for _ in range(count)]
+        ray.get([a.ready.remote() for a in self.actors])  # load errors surface here, named
+        log.info("%s: %d Ray actor(s), %s GPU(s) each", stage.name, count, resources.gpus)
+
+    def map(self, batches):
+        free, in_flight, results, next_out = list(self.actors), {}, {}, 0
+        for index, batch in enumerate(batches):
+            if not free:
+                next_out = yield from self._drain_one(in_flight, free, results, batches, next_out)
+            actor = free.pop()
+            in_flight[actor.process_batch.remote(batch)] = (index, actor)
+        while in_flight:
+            next_out = yield from self._drain_one(in_flight, free, results, batches, next_out)
+
+    def _drain_one(self, in_flight, free, results, batches, next_out):
+        [ref], _ = self.ray.wait(list(in_flight), num_returns=1)
+        index, actor = in_flight.pop(ref)
+        results[index] = self.ray.get(ref)
+        free.append(actor)
+        while next_out in results:  # hand results out in batch order
+            yield batches[next_out], results.pop(next_out)
+            next_out += 1
+        return next_out
+
+    def take_stats(self) -> Counter:
+        """Request counts since the last call, summed over the actors."""
+        total = Counter()
+        for stats in self.ray.get([a.stats.remote() for a in self.actors]):
+            total.update(stats)
+        return total
+
+    def close(self) -> None:
+        for actor in self.actors:
+            self.ray.kill(actor)
+
+
+class _StageActor:
+    def __init__(self, stage: CaptionStage):
+        self.stage = stage
+        self.stage.setup()
+
+    def ready(self) -> bool:
+        return True
+
+    def process_batch(self, clips: list) -> list:
+        return self.stage.process_batch(clips)
+
+    def stats(self) -> Counter:
+        counts = Counter(getattr(self.stage, "stats", {}))
+        getattr(self.stage, "stats", {}).clear()
+        return counts
+
+
+def _replicas_that_fit(ray, resources) -> int:
+    available = ray.cluster_resources()
+    if resources.gpus:
+        gpus = int(available.get("GPU", 0) // resources.gpus)
+        if gpus < 1:
+            raise RuntimeError(f"the stage needs {resources.gpus} GPU(s) per replica; "
+                               f"the Ray cluster has {available.get('GPU', 0)}")
+        return gpus
+    return 1
 
 
 def make_executor(name: str, num_cpus: int | None = None, progress: bool = True):
@@ -99,7 +199,7 @@ def _run_with_counter(fn, job, counter):
 
 def _progress_counter(ray):
     @ray.remote(num_cpus=0)
-    class Counter:
+    class ProgressCounter:
         def __init__(self):
             self.count = 0
 
@@ -110,7 +210,7 @@ def _progress_counter(ray):
             taken, self.count = self.count, 0
             return taken
 
-    return Counter.remote()
+    return ProgressCounter.remote()
 
 
 def _result(ray, future):

@@ -66,7 +66,7 @@ class Clip:
     instruction: str | None = None
     caption_model: str | None = None
     prompt_version: str | None = None
-    caption_status: str | None = None
+    caption_status: str | None = "pending"  # a clip is born uncaptioned
     caption_raw: str | None = None
     # outcome
     status: str = STATUS_OK

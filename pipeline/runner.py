@@ -69,8 +69,20 @@ def run_films(paths: list[str | Path], out_dir: str | Path, config: PipelineConf
             results.append(run_film(path, out_dir, film_config(config, ip, path), ip, executor))
         except FilmError as exc:
             results.append(FilmResult(str(path), None, False, str(exc)))
-        log.info("%s", results[-1].message)
+    if config.caption.model:
+        _caption(results, config, ip)
     return results
+
+
+def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
+    """Caption every film that was cut, with one model load for all of them."""
+    from pipeline.captioning.film import caption_films
+
+    film_dirs = [r.film_dir for r in results if r.ok]
+    for result, stats in zip([r for r in results if r.ok], caption_films(film_dirs, config, ip)):
+        result.summary = json.loads((result.film_dir / SUMMARY).read_text())
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("by_status", {}).items()))
+        result.message += f"; captions: {counts or 'none'}"
 
 
 def run_film(path: str | Path, out_dir: str | Path, config: PipelineConfig, ip: IP,
@@ -173,10 +185,21 @@ def _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seco
         "corrupt_packets": sum(s["corrupt_packets"] for s in done),
         "drops": drops,
         "stage_seconds": {k: round(v, 3) for k, v in seconds.items()},
-        "captions": "pending" if not config.caption.model else "requested",
+        "captions": "pending",
+        "motion_levels": _motion_levels(config),
         "fingerprint": config.fingerprint(),
         "config": config.to_dict(),
     }
+
+
+def _motion_levels(config: PipelineConfig) -> dict | None:
+    if not config.motion.enabled:
+        return None
+    from stages.motion_levels import load_levels
+
+    levels = load_levels(config.motion.level_edges)
+    return {"version": levels.version, "edges": list(levels.edges),
+            "representative": list(levels.representative or [])}
 
 
 def _complete_summary(film_dir: Path, config: PipelineConfig, ip: IP) -> dict | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from pipeline.captioning.cache import CaptionCache
+from pipeline.executor import LocalStageRunner, StageActorPool
 from pipeline.record import Clip
 from pipeline.schema import MANIFEST_SCHEMA, rows_to_table
 from pipeline.shards import ShardConfig, ShardWriter, read_table, shard_paths, write_json_atomic, \
@@ -170,111 +171,12 @@ def _make_runner(stage: CaptionStage, config: CaptionConfig, engine):
     if executor == "auto":
         executor = "ray" if config.engine == "lmdeploy" else "local"
     if executor == "local":
-        return LocalRunner(stage)
+        return LocalStageRunner(stage)
     if executor != "ray":
         raise ValueError(f"caption.executor={config.executor!r}: choose auto, ray or local")
     if engine is not None:
         raise ValueError("an engine object cannot be shipped to Ray actors; use executor local")
-    return RayActorPool(stage, config.workers)
-
-
-class LocalRunner:
-    def __init__(self, stage: CaptionStage):
-        self.stage = stage
-        stage.setup()
-
-    def map(self, batches):
-        for batch in batches:
-            yield batch, self.stage.process_batch(list(batch))
-
-    def take_stats(self) -> Counter:
-        """Request counts since the last call (one film's)."""
-        stats = Counter(self.stage.stats)
-        self.stage.stats.clear()
-        return stats
-
-    def close(self) -> None:
-        pass
-
-
-class RayActorPool:
-    """One actor per model replica, each placed with the stage's declared resources (GPUs for
-    lmdeploy). Batches go to whichever actor is free; results come back in submission order."""
-
-    def __init__(self, stage: CaptionStage, workers: int | None):
-        import ray
-
-        if not ray.is_initialized():  # the same settings as pipeline/executor.py
-            root = str(Path(__file__).resolve().parents[2])
-            ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False,
-                     logging_level=logging.WARNING,
-                     runtime_env={"env_vars": {"PYTHONPATH": root}})
-        self.ray, self.stage = ray, stage
-        resources = stage.resources
-        count = workers or _replicas_that_fit(ray, resources)
-        actor_class = ray.remote(num_cpus=resources.cpus, num_gpus=resources.gpus)(_StageActor)
-        self.actors = [actor_class.remote(stage) for _ in range(count)]
-        ray.get([a.ready.remote() for a in self.actors])  # load errors surface here, named
-        log.info("caption: %d Ray actor(s), %s GPU(s) each", count, resources.gpus)
-
-    def map(self, batches):
-        free, in_flight, results, next_out = list(self.actors), {}, {}, 0
-        for index, batch in enumerate(batches):
-            if not free:
-                next_out = yield from self._drain_one(in_flight, free, results, batches, next_out)
-            actor = free.pop()
-            in_flight[actor.process_batch.remote(batch)] = (index, actor)
-        while in_flight:
-            next_out = yield from self._drain_one(in_flight, free, results, batches, next_out)
-
-    def _drain_one(self, in_flight, free, results, batches, next_out):
-        [ref], _ = self.ray.wait(list(in_flight), num_returns=1)
-        index, actor = in_flight.pop(ref)
-        results[index] = self.ray.get(ref)
-        free.append(actor)
-        while next_out in results:  # hand results out in batch order
-            yield batches[next_out], results.pop(next_out)
-            next_out += 1
-        return next_out
-
-    def take_stats(self) -> Counter:
-        """Request counts since the last call, summed over the actors."""
-        total = Counter()
-        for stats in self.ray.get([a.stats.remote() for a in self.actors]):
-            total.update(stats)
-        return total
-
-    def close(self) -> None:
-        for actor in self.actors:
-            self.ray.kill(actor)
-
-
-class _StageActor:
-    def __init__(self, stage: CaptionStage):
-        self.stage = stage
-        self.stage.setup()
-
-    def ready(self) -> bool:
-        return True
-
-    def process_batch(self, clips: list[Clip]) -> list[Clip]:
-        return self.stage.process_batch(clips)
-
-    def stats(self) -> Counter:
-        counts = Counter(self.stage.stats)
-        self.stage.stats.clear()
-        return counts
-
-
-def _replicas_that_fit(ray, resources) -> int:
-    available = ray.cluster_resources()
-    if resources.gpus:
-        gpus = int(available.get("GPU", 0) // resources.gpus)
-        if gpus < 1:
-            raise RuntimeError(f"the caption engine needs {resources.gpus} GPU(s) per replica; "
-                               f"the Ray cluster has {available.get('GPU', 0)}")
-        return gpus
-    return 1
+    return StageActorPool(stage, config.workers)
 
 
 # ---- files ---------------------------------------------------------------------------------

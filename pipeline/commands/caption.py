@@ -1,0 +1,101 @@
+"""`animegamer caption`: fill the caption columns of film folders the pipeline already wrote."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from pipeline.captioning.film import caption_film, caption_films, caption_later_hint, protagonists_of
+from pipeline.config import ConfigError, describe_fields, load_config
+from pipeline.ip import GENERIC, ManifestError, load_ip
+
+__all__ = ["HELP", "add_arguments", "run", "caption_film", "caption_films"]
+
+HELP = ("Caption clips with InternVL (character matching and game-state prompts) and rewrite the "
+        "film's shards, manifest.parquet and summary.json with the caption columns filled.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("film_dirs", nargs="+", type=Path, metavar="film_dir",
+                        help="a film folder (OUT/<film>/ holding shards/), or a dataset folder "
+                             "holding several")
+    parser.add_argument("--model", help="InternVL checkpoint folder, hub name (needs a network), "
+                                        "or served model name (engine openai)")
+    parser.add_argument("--engine", choices=("transformers", "lmdeploy", "openai"),
+                        help="shorthand for --set caption.engine=...")
+    parser.add_argument("--endpoint", help="OpenAI-compatible base URL (engine openai)")
+    parser.add_argument("--ip", help="IP name (manifests/<ip>.yaml) or manifest path; default: the "
+                                     "clips' own IP. 'generic': no character matching")
+    parser.add_argument("--config", type=Path, help="YAML file of settings, {section: {field: value}}")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
+    parser.epilog = "caption settings (--set caption.FIELD=VALUE):\n" + "\n".join(
+        f"  {name} = {default!r}\n      {text}" for name, default, text in describe_fields()
+        if name.startswith("caption."))
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        config = load_config(args.config, _shorthand_overrides(args))
+        films = [film for path in args.film_dirs for film in film_folders(path)]
+    except (ConfigError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    failed = 0
+    for ip_name, group in _by_ip(films, args.ip):
+        try:
+            ip = load_ip(ip_name)
+            summaries = caption_films(group, config, ip if protagonists_of(ip) else None)
+        except (ManifestError, FileNotFoundError, ValueError, RuntimeError) as exc:
+            print(f"error: {', '.join(map(str, group))}: {exc}", file=sys.stderr)
+            failed += len(group)
+            continue
+        for film_dir, summary in zip(group, summaries):
+            print(f"{film_dir}: {json.dumps(summary['by_status'])} "
+                  f"({summary['from_cache']} from cache, {summary['seconds']} s)")
+            if summary.get("hint"):
+                print(caption_later_hint(film_dir))
+    return 1 if failed else 0
+
+
+def _by_ip(films: list[Path], ip: str | None) -> list[tuple[str, list[Path]]]:
+    """Films grouped by IP, so that each group shares one loaded model and reference sheet."""
+    groups: dict[str, list[Path]] = {}
+    for film_dir in films:
+        groups.setdefault(ip or _clips_ip(film_dir), []).append(film_dir)
+    return list(groups.items())
+
+
+def film_folders(path: Path) -> list[Path]:
+    """The film folder itself, or the film folders directly inside a dataset folder."""
+    if (path / "shards").is_dir():
+        return [path]
+    inside = sorted(p for p in path.iterdir() if (p / "shards").is_dir()) if path.is_dir() else []
+    if not inside:
+        raise FileNotFoundError(f"{path}: neither a film folder (with shards/) nor a folder of them")
+    return inside
+
+
+def _shorthand_overrides(args: argparse.Namespace) -> list[str]:
+    overrides = list(args.overrides)
+    for name in ("model", "engine", "endpoint"):
+        value = getattr(args, name)
+        if value:
+            overrides.append(f"caption.{name}={json.dumps(value)}")  # quoted: YAML keeps a string
+    return overrides
+
+
+def _clips_ip(film_dir: Path) -> str:
+    """The IP the clips were cut for (their `ip` column), if its manifest is known."""
+    from pipeline.ip import MANIFEST_DIR
+    from pipeline.shards import read_table
+
+    names = set(read_table(film_dir / "shards", columns=["ip"]).column("ip").to_pylist())
+    names.discard(GENERIC)
+    if len(names) == 1 and (MANIFEST_DIR / f"{next(iter(names))}.yaml").is_file():
+        return next(iter(names))
+    return GENERIC
