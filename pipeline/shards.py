@@ -95,7 +95,7 @@ class ShardWriter:
             return
         self._writer.close()
         final = self.directory / f"{self.prefix}-{len(self.paths):05d}.parquet"
-        os.replace(self._tmp, final)
+        publish(self._tmp, final)
         self.paths.append(final)
         self._writer, self._tmp, self._bytes = None, None, 0
 
@@ -112,19 +112,31 @@ def write_table_atomic(table: pa.Table, path: str | Path, compression: str = "zs
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
     os.close(fd)
     pq.write_table(table, tmp, compression=compression)
-    os.replace(tmp, path)
+    publish(Path(tmp), path)
     return path
 
 
 def write_json_atomic(data, path: str | Path) -> Path:
+    return write_text_atomic(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", path)
+
+
+def write_text_atomic(text: str, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True, default=str)
-        handle.write("\n")
-    os.replace(tmp, path)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    publish(Path(tmp), path)
     return path
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Rename a finished temporary file into place, with the permissions a plain open() gives
+    (mkstemp makes files readable by their owner only, which would hide outputs from others)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, final)
 
 
 def shard_paths(location: str | Path) -> list[Path]:

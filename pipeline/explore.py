@@ -1,0 +1,312 @@
+"""Look at a dataset from a notebook: the manifest as a pandas frame, one clip's frames, previews.
+
+    from pipeline.explore import open_dataset
+    ds = open_dataset("data/")            # a dataset folder (one sub-folder per film) or one film
+    ds.manifest                           # one row per clip, every column but the media bytes
+    ds.frames(clip_id)                    # 16 x 480 x 720 x 3 uint8, decoded from the shard
+    ds.show(clip_id)                      # animated preview inline in Jupyter
+
+Everything is read from what `animegamer dataset` wrote (OUT/<film>/shards, manifest.parquet,
+drops.parquet, summary.json); nothing here writes. The HTML report (pipeline/report.py) is built
+on the same reader, so a notebook and the report never disagree about a clip.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.schema import DROP_SCHEMA, MANIFEST_SCHEMA
+from pipeline.shards import check_schema_version, shard_paths
+from pipeline.video import decode_image, decode_mp4
+
+MANIFEST_FILE = "manifest.parquet"
+DROPS_FILE = "drops.parquet"
+SUMMARY_FILE = "summary.json"
+SHARDS_DIR = "shards"
+
+# Nullable Arrow integers become pandas' nullable integers, not floats with NaN: a motion level
+# of 3 stays 3, and a clip without one shows <NA>.
+_PANDAS_INTEGERS = {
+    pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(),
+    pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),
+}
+
+
+class DatasetError(ValueError):
+    """A folder is not what `animegamer dataset` writes; the message names the folder."""
+
+
+@dataclass(frozen=True)
+class ClipLocation:
+    """Where one clip's row lives: reading its media touches one row group, not a whole shard."""
+    shard: Path
+    row_group: int
+    row: int
+
+
+@dataclass
+class Film:
+    """One film folder: OUT/<slug>/ with shards/, manifest.parquet, drops.parquet, summary.json."""
+    path: Path
+
+    @property
+    def slug(self) -> str:
+        return self.path.name
+
+    @cached_property
+    def summary(self) -> dict:
+        """summary.json as written by the pipeline, or {} when the film has none yet."""
+        path = self.path / SUMMARY_FILE
+        if not path.is_file():
+            return {}
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise DatasetError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        return data
+
+    @cached_property
+    def shards(self) -> list[Path]:
+        folder = self.path / SHARDS_DIR
+        return shard_paths(folder) if folder.is_dir() else []
+
+    @cached_property
+    def manifest_table(self) -> pa.Table:
+        path = self.path / MANIFEST_FILE
+        if path.is_file():
+            table = pq.read_table(path)
+            check_schema_version(table.schema, path)
+            return table
+        if not self.shards:
+            raise DatasetError(f"{self.path}: no clips found: neither {MANIFEST_FILE} nor "
+                               f"{SHARDS_DIR}/clips-*.parquet exists")
+        # An interrupted run may have shards but no manifest yet: the shards hold the same rows.
+        columns = MANIFEST_SCHEMA.names
+        tables = []
+        for shard in self.shards:
+            table = pq.read_table(shard, columns=columns)
+            check_schema_version(table.schema, shard)
+            tables.append(table)
+        return pa.concat_tables(tables)
+
+    @cached_property
+    def drops_table(self) -> pa.Table:
+        path = self.path / DROPS_FILE
+        return pq.read_table(path) if path.is_file() else DROP_SCHEMA.empty_table()
+
+    @cached_property
+    def manifest(self) -> pd.DataFrame:
+        """This film's clips in time order (see Dataset.manifest)."""
+        return _to_pandas(self.manifest_table.sort_by("clip_index"))
+
+    @cached_property
+    def drops(self) -> pd.DataFrame:
+        return _to_pandas(self.drops_table)
+
+
+def open_dataset(path: str | Path) -> "Dataset":
+    """Open a film folder (OUT/<film>) or a dataset folder (OUT, one sub-folder per film)."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise DatasetError(f"{root}: no such folder")
+    if not root.is_dir():
+        raise DatasetError(f"{root}: not a folder (give a film folder or a dataset folder)")
+    films = [Film(root)] if is_film_folder(root) else [
+        Film(child) for child in sorted(root.iterdir()) if child.is_dir() and is_film_folder(child)]
+    if not films:
+        raise DatasetError(f"{root}: no film folders found (expected {root}/<film>/{SHARDS_DIR}/"
+                           f"clips-*.parquet or {root}/<film>/{MANIFEST_FILE}, as written by "
+                           "`animegamer dataset`)")
+    return Dataset(root, films)
+
+
+def is_film_folder(path: Path) -> bool:
+    return (path / SHARDS_DIR).is_dir() or (path / MANIFEST_FILE).is_file()
+
+
+class Dataset:
+    """The films under one folder, read lazily; see the module docstring for a tour."""
+
+    def __init__(self, root: Path, films: list[Film]):
+        self.root = root
+        self.films = films
+        self._locations: dict[str, ClipLocation] | None = None
+
+    def __repr__(self) -> str:
+        return f"Dataset({str(self.root)!r}, films={[f.slug for f in self.films]}, " \
+               f"clips={len(self.manifest)})"
+
+    def film(self, slug: str) -> Film:
+        for film in self.films:
+            if film.slug == slug:
+                return film
+        raise KeyError(f"no film folder {slug!r} in {self.root} "
+                       f"(films: {', '.join(f.slug for f in self.films)})")
+
+    @cached_property
+    def manifest(self) -> pd.DataFrame:
+        """One row per clip of every film, in film then clip order; media bytes left out."""
+        # Segments finish in any order on a cluster; the clip index is the film's time order.
+        tables = [film.manifest_table.sort_by("clip_index") for film in self.films]
+        return _to_pandas(pa.concat_tables(tables, promote_options="default"))
+
+    @cached_property
+    def drops(self) -> pd.DataFrame:
+        """One row per window that did not become a clip, with its reason."""
+        tables = [film.drops_table for film in self.films]
+        return _to_pandas(pa.concat_tables(tables, promote_options="default"))
+
+    @property
+    def summaries(self) -> dict[str, dict]:
+        """summary.json of every film, keyed by the film folder's name."""
+        return {film.slug: film.summary for film in self.films}
+
+    @property
+    def summary(self) -> dict:
+        """summary.json of the one film in this dataset (use `summaries` when there are several)."""
+        if len(self.films) != 1:
+            raise DatasetError(f"{self.root} holds {len(self.films)} films: use "
+                               "`.summaries[film]` or open one film folder")
+        return self.films[0].summary
+
+    def clip(self, clip_id: str) -> pd.Series:
+        """The manifest row of one clip."""
+        rows = self.manifest[self.manifest["clip_id"] == clip_id]
+        if rows.empty:
+            raise KeyError(f"clip {clip_id!r} is not in the manifest of {self.root}")
+        return rows.iloc[0]
+
+    def video_bytes(self, clip_id: str) -> bytes:
+        """The clip's H.264 mp4 exactly as stored in its shard."""
+        return self._media(clip_id, "video")
+
+    def frames(self, clip_id: str) -> np.ndarray:
+        """The clip's frames, N x H x W x 3 uint8 RGB (16 x 480 x 720 x 3 by default)."""
+        return decode_mp4(self.video_bytes(clip_id))
+
+    def first_frame(self, clip_id: str) -> np.ndarray:
+        """The stored first-frame image (the CLIP encoder's visual reference), H x W x 3 uint8."""
+        return decode_image(self._media(clip_id, "first_frame"))
+
+    def preview(self, clip_id: str, width: int = 360) -> "ClipPreview":
+        """An animated preview of the clip that renders itself in Jupyter."""
+        row = self.clip(clip_id)
+        data, mime = animated_preview(self.frames(clip_id), fps=float(row["fps"]), width=width)
+        return ClipPreview(clip_id=clip_id, data=data, mime=mime, caption=describe_clip(row))
+
+    def show(self, clip_id: str, width: int = 360) -> None:
+        """Display the clip's animated preview in the running notebook."""
+        try:
+            from IPython.display import display
+        except ImportError:
+            raise RuntimeError("show() needs IPython (run it in Jupyter); "
+                               "preview(clip_id).data holds the animated image bytes") from None
+        display(self.preview(clip_id, width))
+
+    def _media(self, clip_id: str, column: str) -> bytes:
+        location = self._location(clip_id)
+        group = pq.ParquetFile(location.shard).read_row_group(location.row_group, columns=[column])
+        data = group.column(column)[location.row].as_py()
+        if data is None:
+            error = self.clip(clip_id).get("error")
+            raise ValueError(f"clip {clip_id} in {location.shard} has no {column} bytes"
+                             + (f" (it failed: {error})" if isinstance(error, str) else ""))
+        return data
+
+    def _location(self, clip_id: str) -> ClipLocation:
+        if self._locations is None:
+            self._locations = {}
+            for film in self.films:
+                for shard in film.shards:
+                    self._locations.update(_index_shard(shard))
+        try:
+            return self._locations[clip_id]
+        except KeyError:
+            raise KeyError(f"clip {clip_id!r} is in no shard under {self.root}") from None
+
+
+@dataclass
+class ClipPreview:
+    """Animated image bytes of one clip; Jupyter shows it through `_repr_html_`."""
+    clip_id: str
+    data: bytes = field(repr=False)
+    mime: str
+    caption: str
+
+    def data_uri(self) -> str:
+        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+    def _repr_html_(self) -> str:
+        return (f'<figure style="margin:0"><img src="{self.data_uri()}" '
+                f'alt="clip {html.escape(self.clip_id)}"><figcaption>'
+                f'{html.escape(self.caption)}</figcaption></figure>')
+
+
+def animated_preview(frames: np.ndarray, fps: float, width: int | None = None,
+                     quality: int = 70) -> tuple[bytes, str]:
+    """Encode frames as a looping animated WebP (GIF where Pillow lacks WebP): (bytes, mime)."""
+    from PIL import Image, features
+
+    images = [Image.fromarray(frame) for frame in _resized(frames, width)]
+    duration_ms = max(1, round(1000 / fps)) if fps > 0 else 125
+    buffer = io.BytesIO()
+    if features.check("webp"):
+        images[0].save(buffer, format="WEBP", save_all=True, append_images=images[1:],
+                       duration=duration_ms, loop=0, quality=quality, method=4)
+        return buffer.getvalue(), "image/webp"
+    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:],
+                   duration=duration_ms, loop=0)
+    return buffer.getvalue(), "image/gif"
+
+
+def describe_clip(row: pd.Series) -> str:
+    """One line a person can check a clip against: where it is, how it moves, what it says."""
+    parts = [f"clip {row['clip_id'][:8]}",
+             f"{row['start_time']:.2f}-{row['end_time']:.2f} s "
+             f"(frames {row['start_frame']}-{row['end_frame']})",
+             f"motion level {_shown(row.get('motion_level'), 'not measured')}",
+             _shown(row.get("instruction"), "no instruction yet")]
+    return " | ".join(parts)
+
+
+def _shown(value, missing: str) -> str:
+    return missing if value is None or value is pd.NA or (isinstance(value, float)
+                                                         and np.isnan(value)) else str(value)
+
+
+def _resized(frames: np.ndarray, width: int | None) -> np.ndarray:
+    if not width or width >= frames.shape[2]:
+        return frames
+    import cv2
+
+    height = max(2, round(frames.shape[1] * width / frames.shape[2]))
+    # INTER_AREA averages source pixels: no aliasing shimmer in a downscaled animation.
+    return np.stack([cv2.resize(f, (width, height), interpolation=cv2.INTER_AREA) for f in frames])
+
+
+def _index_shard(shard: Path) -> dict[str, ClipLocation]:
+    parquet = pq.ParquetFile(shard)
+    check_schema_version(parquet.schema_arrow, shard)
+    locations = {}
+    for group in range(parquet.num_row_groups):
+        ids = parquet.read_row_group(group, columns=["clip_id"]).column("clip_id").to_pylist()
+        for row, clip_id in enumerate(ids):
+            locations[clip_id] = ClipLocation(shard, group, row)
+    return locations
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    return table.to_pandas(types_mapper=_PANDAS_INTEGERS.get)

@@ -1,0 +1,653 @@
+"""A self-contained static HTML report of a film folder, or of several films of a dataset folder.
+
+It answers the questions asked before GPU-days go into training: do clips start and end on the
+right frames (timeline, previews with frame ranges), is the crop right (the box drawn on a source
+frame next to the stored clip frame), are motion levels spread sensibly (motion-scope histogram
+with the level edges), do captions name the right characters (caption histograms, instruction
+under each preview), why were windows dropped (drop reasons), and where the time went (stage
+timings). Columns a stage has not filled yet are reported as "not available", with the reason.
+
+Every image is generated here from the shards (and the source film, for the crop box) and
+embedded as a data URI; the page has no script and no external resource, so it opens from disk,
+mailed or archived, with no server. Plots use matplotlib's object API with the Agg canvas: no
+pyplot, so building a report from a notebook leaves the notebook's plotting backend alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import io
+import json
+from collections import Counter
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import av
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator, NullLocator
+
+from pipeline import __version__
+from pipeline.explore import Dataset, DatasetError, Film, animated_preview, open_dataset
+from pipeline.shards import write_text_atomic
+from pipeline.video import rotate_frame
+
+NOT_AVAILABLE = "not available"
+# Drop reasons on the timeline: no green or red, which mark good and failed clips.
+_DROP_COLORS = ["#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+TOP_VALUES = 12  # bars per caption histogram: the long tail is read in the notebook
+
+
+@dataclass
+class ReportOptions:
+    max_previews: int = 48
+    """Animated previews per film, evenly spaced over the film (a 2-hour film has ~3,600 clips)."""
+    preview_width: int = 288
+    """Preview width in pixels (a 720-pixel clip is shown at 288x192 by default)."""
+    ip: str | None = None
+    """Only films of this IP (from summary.json or the manifest's ip column)."""
+
+
+# ---------------------------------------------------------------- entry points
+
+def write_report(path: str | Path, out: str | Path | None = None,
+                 options: ReportOptions | None = None) -> Path:
+    """Write the report of a film or dataset folder; returns the HTML file's path."""
+    options = options or ReportOptions()
+    dataset = select_films(open_dataset(path), options.ip)
+    out = Path(out) if out else default_report_path(dataset.root, options.ip)
+    write_text_atomic(build_report(dataset, options), out)
+    return out
+
+
+def default_report_path(root: Path, ip: str | None = None) -> Path:
+    return root / (f"report-{_slug(ip)}.html" if ip else "report.html")
+
+
+def select_films(dataset: Dataset, ip: str | None) -> Dataset:
+    if ip is None:
+        return dataset
+    films = [film for film in dataset.films if film_ip(film) == ip]
+    if not films:
+        known = sorted({film_ip(f) or NOT_AVAILABLE for f in dataset.films})
+        raise DatasetError(f"{dataset.root}: no film of IP {ip!r} (IPs here: {', '.join(known)})")
+    return Dataset(dataset.root, films)
+
+
+def build_report(dataset: Dataset, options: ReportOptions | None = None) -> str:
+    options = options or ReportOptions()
+    title = _report_title(dataset, options.ip)
+    sections = []
+    if len(dataset.films) > 1:
+        sections.append(_overview_section(dataset))
+    sections += [_film_section(dataset, film, options) for film in dataset.films]
+    sections.append(_distributions_section(dataset))
+    return _page(title, _contents(dataset), "\n".join(sections))
+
+
+def film_ip(film: Film) -> str | None:
+    ip = film.summary.get("film", {}).get("ip") or film.summary.get("ip")
+    if ip:
+        return ip
+    ips = film.manifest_table.column("ip").unique().to_pylist()
+    return ips[0] if ips else None
+
+
+# ---------------------------------------------------------------- one film
+
+def _film_section(dataset: Dataset, film: Film, options: ReportOptions) -> str:
+    manifest, drops = film.manifest, film.drops
+    parts = [
+        f"<h2>{html.escape(_film_name(film, manifest))} "
+        f"<small>{html.escape(film.slug)}</small></h2>",
+        "<h3>Film</h3>", _facts_table(film, manifest, drops),
+        "<h3>Crop box</h3>", _crop_figure(dataset, film, manifest),
+        "<h3>Timeline</h3>", _timeline(film, manifest, drops),
+        "<h3>Clips</h3>", _preview_grid(dataset, manifest, options),
+        "<h3>Failed clips</h3>", _failed_clips(manifest),
+        "<h3>Stage timings</h3>", _timings(film.summary),
+        "<h3>Configuration</h3>", _config(film.summary),
+    ]
+    return f'<section class="film" id="{_anchor(film)}">{"".join(parts)}</section>'
+
+
+def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str:
+    facts = film.summary.get("film", {})
+    crop = film.summary.get("crop")
+    ok = manifest[manifest["status"] == "ok"]
+    rows = [
+        ("Film name", facts.get("film_name")), ("IP", film_ip(film)),
+        ("Film id", facts.get("film_id")), ("Source file", facts.get("path")),
+        ("Source size", _size(facts.get("width"), facts.get("height"))),
+        ("Source frame rate", _number(facts.get("fps"), "{:.3f} fps")),
+        ("Variable frame rate", facts.get("vfr")), ("Rotation", facts.get("rotation")),
+        ("Codec", facts.get("codec")), ("Source frames", facts.get("num_frames")),
+        ("Duration", _duration(facts.get("duration"))),
+        ("Crop box (x, y, w, h)", _crop_text(crop)),
+        ("Scenes", len(film.summary["scenes"]) if "scenes" in film.summary else None),
+        ("Clips written (summary)", film.summary.get("clips_written")),
+        ("Clips failed (summary)", film.summary.get("clips_failed")),
+        ("Clips in the manifest", f"{len(manifest)} ({len(ok)} ok)"),
+        ("Clip geometry", _clip_geometry(manifest)),
+        ("Captions (summary)", film.summary.get("captions")),
+        ("Windows dropped", len(drops) if len(drops) else _summary_drop_total(film.summary)),
+        ("Folder", str(film.path)),
+    ]
+    return _table(["", ""], [(name, _shown(value)) for name, value in rows], show_header=False)
+
+
+def _crop_figure(dataset: Dataset, film: Film, manifest: pd.DataFrame) -> str:
+    box = _crop_box(film.summary, manifest)
+    clip = _middle_clip(manifest)
+    if box is None or clip is None:
+        return _not_available("no crop box in summary.json and no clip to take one from")
+    stored = dataset.first_frame(clip["clip_id"])
+    source_path = film.summary.get("film", {}).get("path")
+    source = source_frame_at(source_path, float(clip["start_time"])) if source_path else None
+    shown = _shown_region(film.summary, box)
+    label = f"clip {clip['clip_id'][:8]} at {clip['start_time']:.2f} s"
+    figure = _crop_plot(source, stored, box, shown, label)
+    return figure + f'<p class="note">{html.escape(_crop_note(film, box, shown, source))}</p>'
+
+
+def _crop_note(film: Film, box: tuple, shown: tuple | None, source: np.ndarray | None) -> str:
+    if source is None:
+        path = film.summary.get("film", {}).get("path")
+        where = f"at {path}" if path else "(summary.json names no source file)"
+        return (f"The source film is not reachable {where}: shown is the stored first frame of "
+                "the clip, already cropped and resized, without the box.")
+    x, y, w, h = box
+    origin = (film.summary.get("crop") or {}).get("source", "taken from the clip rows")
+    note = (f"Left: the source frame where the clip starts, with the crop box {w}x{h} at "
+            f"({x}, {y}) (solid; {origin})")
+    if shown and tuple(shown) != tuple(box):
+        sx, sy, sw, sh = shown
+        note += (f"; the clips show its {sw}x{sh} part at ({sx}, {sy}) (dashed: the resize mode "
+                 "cuts the box to the clips' aspect)")
+    return note + ". Right: the clip's stored first frame."
+
+
+def _crop_plot(source: np.ndarray | None, stored: np.ndarray, box: tuple,
+               shown: tuple | None, label: str) -> str:
+    panels = [source, stored] if source is not None else [stored]
+    figure = _new_figure(6.0 * len(panels), 3.6)
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for ax, image in zip(axes, panels):
+        ax.imshow(image)
+        ax.set_xticks([]), ax.set_yticks([])
+    if source is not None:
+        x, y, w, h = box
+        axes[0].add_patch(Rectangle((x, y), w, h, fill=False, edgecolor="#ff2d55", linewidth=2))
+        title = f"source {source.shape[1]}x{source.shape[0]}, crop {w}x{h} at ({x}, {y})"
+        if shown and tuple(shown) != tuple(box):
+            sx, sy, sw, sh = shown
+            axes[0].add_patch(Rectangle((sx, sy), sw, sh, fill=False, edgecolor="#ffd60a",
+                                        linewidth=2, linestyle="--"))
+            title += f"; clips show {sw}x{sh} at ({sx}, {sy})"
+        axes[0].set_title(title, fontsize=9)
+    axes[-1].set_title(f"stored {stored.shape[1]}x{stored.shape[0]}, {label}", fontsize=9)
+    return _plot_img(figure, "crop", "crop box drawn on a source frame")
+
+
+def _shown_region(summary: dict, box: tuple) -> tuple[int, int, int, int] | None:
+    """The part of the crop box the clips show, by the clip stage's own rule (center_crop cuts
+    the box to the clip's aspect); None when the run's clip settings cannot be read."""
+    try:
+        from stages.clips import ClipConfig, output_region
+        from stages.crop import CropBox
+
+        settings = (summary.get("config") or {}).get("clips") or {}
+        known = {f.name for f in fields(ClipConfig)}
+        config = ClipConfig(**{k: v for k, v in settings.items() if k in known})
+        return tuple(output_region(CropBox(*box, source=""), config))
+    except (ImportError, TypeError, ValueError):
+        return None
+
+
+def _timeline(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str:
+    fps = film.summary.get("film", {}).get("fps") or _first(manifest, "source_fps")
+    scenes = film.summary.get("scenes")
+    if manifest.empty and drops.empty and not scenes:
+        return _not_available("no scenes, clips or drops recorded")
+    figure = _new_figure(12, 2.6)
+    ax = figure.add_subplot()
+    rows = ["drops", "clips", "scenes"]
+    if scenes and fps:
+        spans = [(s / fps, (e - s) / fps) for s, e in scenes]
+        ax.broken_barh(spans, (2.1, 0.8), facecolors=["#6c8ebf", "#a9c4eb"] * len(spans))
+    clips = [(r.start_time, r.end_time - r.start_time) for r in manifest.itertuples()]
+    colors = ["#2e9e5b" if s == "ok" else "#d62728" for s in manifest["status"]]
+    ax.broken_barh(clips, (1.1, 0.8), facecolors=colors, edgecolor="white", linewidth=0.3)
+    for index, (reason, group) in enumerate(drops.groupby("reason")):
+        spans = [(r.start_time, r.end_time - r.start_time) for r in group.itertuples()]
+        color = _DROP_COLORS[index % len(_DROP_COLORS)]
+        ax.broken_barh(spans, (0.1, 0.8), facecolors=color, label=reason)
+    if not drops.empty:
+        ax.legend(title="dropped", loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+                  title_fontsize=8, frameon=False)
+    ax.set_yticks([0.5, 1.5, 2.5], rows)
+    ax.set_xlabel("time (s)")
+    ax.set_ylim(0, 3)
+    duration = film.summary.get("film", {}).get("duration")
+    if duration:
+        ax.set_xlim(0, duration)
+    note = "" if scenes else _not_available("no scene list in summary.json")
+    return _plot_img(figure, "timeline", "timeline of scenes, clips and drops") + note
+
+
+def _preview_grid(dataset: Dataset, manifest: pd.DataFrame, options: ReportOptions) -> str:
+    playable = manifest[manifest["status"] == "ok"]
+    if playable.empty:
+        return _not_available("no clip with status ok")
+    chosen = _evenly_spaced(playable, options.max_previews)
+    if chosen.empty:
+        return f'<p class="note">{len(playable)} clips; previews switched off.</p>'
+    cards = [_preview_card(dataset, row, options.preview_width) for _, row in chosen.iterrows()]
+    shown = (f"All {len(chosen)} clips." if len(chosen) == len(playable) else
+             f"{len(chosen)} of {len(playable)} clips, evenly spaced over the film.")
+    loop = (f"Each preview loops the clip's {_first(manifest, 'num_frames')} frames at "
+            f"{_first(manifest, 'fps')} fps.")
+    return f'<p class="note">{shown} {loop}</p><div class="grid">{"".join(cards)}</div>'
+
+
+def _preview_card(dataset: Dataset, row: pd.Series, width: int) -> str:
+    data, mime = animated_preview(dataset.frames(row["clip_id"]), float(row["fps"]), width)
+    height = round(width * row["height"] / row["width"])
+    motion = ("motion: not measured" if pd.isna(row["motion_level"]) else
+              f"motion level {row['motion_level']} (scope {row['motion_scope']:.2f})")
+    instruction = row["instruction"]
+    text = (f"<q>{html.escape(instruction)}</q>" if isinstance(instruction, str) and instruction
+            else '<span class="na">no instruction yet (captions not run)</span>')
+    return (f'<figure class="clip" title="{html.escape(row["clip_id"])}">'
+            f'<img class="preview" src="{_data_uri(data, mime)}" width="{width}" height="{height}" '
+            f'alt="clip {html.escape(row["clip_id"])}">'
+            f'<figcaption><b>{html.escape(row["clip_id"][:8])}</b> #{row["clip_index"]} '
+            f'&middot; scene {row["scene_index"]}<br>'
+            f'{row["start_time"]:.2f}&ndash;{row["end_time"]:.2f} s &middot; frames '
+            f'{row["start_frame"]}&ndash;{row["end_frame"]}<br>{html.escape(motion)}<br>{text}'
+            '</figcaption></figure>')
+
+
+def _failed_clips(manifest: pd.DataFrame) -> str:
+    failed = manifest[manifest["status"] != "ok"]
+    if failed.empty:
+        return '<p class="note">No clip failed.</p>'
+    rows = [(r.clip_id[:8], f"{r.start_time:.2f}-{r.end_time:.2f} s", _shown(r.error))
+            for r in failed.itertuples()]
+    return _table(["clip", "time", "error"], rows)
+
+
+def _timings(summary: dict) -> str:
+    seconds = summary.get("stage_seconds")
+    if not seconds:
+        return _not_available("no stage_seconds in summary.json")
+    stages = list(seconds)
+    figure = _new_figure(7, 0.4 * len(stages) + 1.0)
+    ax = figure.add_subplot()
+    bars = ax.barh(stages, [seconds[s] for s in stages], color="#6c8ebf")
+    ax.bar_label(bars, labels=[f"{seconds[s]:.1f} s" for s in stages], fontsize=8, padding=3)
+    ax.invert_yaxis()
+    ax.margins(x=0.15)  # room for the labels right of the longest bar
+    ax.set_xlabel("seconds")
+    ax.set_title(f"total {sum(seconds.values()):.1f} s", fontsize=9)
+    return _plot_img(figure, "timings", "stage timings")
+
+
+def _config(summary: dict) -> str:
+    if "config" not in summary:
+        return _not_available("no config in summary.json")
+    text = json.dumps(summary["config"], indent=2, sort_keys=True, default=str)
+    return (f"<details><summary>resolved configuration</summary>"
+            f"<pre>{html.escape(text)}</pre></details>")
+
+
+# ---------------------------------------------------------------- across the selected films
+
+def _overview_section(dataset: Dataset) -> str:
+    rows = []
+    for film in dataset.films:
+        manifest, drops = film.manifest, film.drops
+        link = f'<a href="#{_anchor(film)}">{html.escape(film.slug)}</a>'
+        rows.append((link, film_ip(film) or NOT_AVAILABLE,
+                     _duration(film.summary.get("film", {}).get("duration")),
+                     len(manifest), int((manifest["status"] != "ok").sum()), len(drops)))
+    table = _table(["film", "IP", "duration", "clips", "failed", "windows dropped"], rows,
+                   escape=False)
+    return f'<section id="overview"><h2>Films</h2>{table}</section>'
+
+
+def _distributions_section(dataset: Dataset) -> str:
+    scope = "all films" if len(dataset.films) > 1 else "this film"
+    manifest = dataset.manifest
+    parts = [f"<h2>Distributions ({scope})</h2>",
+             "<h3>Motion scope</h3>", _motion_plot(manifest, _motion_levels(dataset)),
+             "<h3>Captions</h3>", _caption_plots(manifest),
+             "<h3>Drop reasons</h3>", _drop_plot(dataset)]
+    return f'<section id="distributions">{"".join(parts)}</section>'
+
+
+def _motion_plot(manifest: pd.DataFrame, levels: dict | None) -> str:
+    scopes = manifest["motion_scope"].dropna().astype(float)
+    if scopes.empty:
+        return _not_available("no clip has a motion_scope value yet (the motion stage has not "
+                              "run on these clips)")
+    edges = [float(e) for e in (levels or {}).get("edges", []) if np.isfinite(float(e))]
+    figure = _new_figure(11, 3.2)
+    left, right = figure.subplots(1, 2, width_ratios=[2.2, 1])
+    left.hist(scopes, bins=_scope_bins(left, scopes, edges), color="#6c8ebf")
+    for edge in edges:
+        left.axvline(edge, color="#d62728", linestyle="--", linewidth=1)
+    _label_levels(left, edges, scopes)
+    left.set_xlabel("motion scope (mean flow magnitude, px)")
+    left.set_ylabel("clips")
+    for ax in (left, right):
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    version = (levels or {}).get("version")
+    left.set_title("level edges " + (f"(version {version})" if edges else NOT_AVAILABLE),
+                   fontsize=9, pad=14)
+    counts = manifest["motion_level"].dropna().astype(int).value_counts()
+    level_range = range(1, 6)
+    bars = right.bar([str(k) for k in level_range], [counts.get(k, 0) for k in level_range],
+                     color="#2e9e5b")
+    right.bar_label(bars, fontsize=8)
+    right.set_xlabel("motion level")
+    right.set_title(f"{len(scopes)} of {len(manifest)} clips measured", fontsize=9)
+    edges_text = (f"Level edges, version {version}: {', '.join(f'{e:g}' for e in edges)}."
+                  if edges else "Level edges: not available (no motion_levels in summary.json "
+                                "and no edges file for the clips' motion_levels_version).")
+    return (_plot_img(figure, "motion", "histogram of motion scope with the level edges")
+            + f'<p class="note">{html.escape(edges_text)}</p>')
+
+
+def _scope_bins(ax, scopes: pd.Series, edges: list[float]):
+    """Logarithmic bins when the scopes span more than a decade: the level edges are roughly
+    geometric (1.1, 5, 12, 24 px) and a linear axis crushes the low levels. The axis is symlog,
+    linear below 1 px, so still clips (scope 0) keep their bin."""
+    high = max([scopes.max(), *edges])
+    if high < 10:
+        return 30
+    ax.set_xscale("symlog", linthresh=1.0, linscale=0.5)
+    ticks = [t for t in (0, 1, 2, 5, 10, 20, 50, 100, 200, 500) if t <= high * 1.05]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    return np.concatenate([np.linspace(0, 1, 5, endpoint=False), np.geomspace(1, high * 1.05, 26)])
+
+
+def _label_levels(ax, edges: list[float], scopes: pd.Series) -> None:
+    """Write L1..L5 over the histogram, centred between the level edges that are in view."""
+    if len(edges) != 4:  # five levels have four inner edges; anything else is not labelled
+        return
+    low, high = ax.get_xlim()
+    bounds = [min(low, scopes.min())] + edges + [max(high, scopes.max())]
+    for level, (start, stop) in enumerate(zip(bounds, bounds[1:]), start=1):
+        start, stop = max(start, low), min(stop, high)
+        if stop > start:
+            geometric = ax.get_xscale() != "linear" and start >= 1
+            centre = np.sqrt(start * stop) if geometric else (start + stop) / 2
+            ax.text(centre, 1.0, f"L{level}", transform=ax.get_xaxis_transform(),
+                    ha="center", va="bottom", fontsize=8, color="#d62728")
+
+
+def _caption_plots(manifest: pd.DataFrame) -> str:
+    columns = {"subject": manifest["subject"].dropna(),
+               "environment": manifest["environment"].dropna(),
+               "characters": manifest["characters"].dropna().explode().dropna()}
+    status = Counter(manifest["caption_status"].fillna("pending"))
+    status_text = ", ".join(f"{k}: {v}" for k, v in sorted(status.items()))
+    note = f'<p class="note">Caption status: {html.escape(status_text)}.</p>'
+    if all(values.empty for values in columns.values()):
+        return _not_available("no clip has caption fields yet (the captioning pass has not run "
+                              "on these clips)") + note
+    figure = _new_figure(12, 3.6)
+    for ax, (name, values) in zip(figure.subplots(1, 3), columns.items()):
+        counts = Counter(values).most_common(TOP_VALUES)
+        if not counts:
+            ax.text(0.5, 0.5, NOT_AVAILABLE, ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+        else:
+            ax.barh([str(k) for k, _ in counts], [v for _, v in counts], color="#9467bd")
+            ax.invert_yaxis()
+        ax.set_title(name, fontsize=10)
+    return _plot_img(figure, "captions", "histograms of subject, environment and characters") + note
+
+
+def _drop_plot(dataset: Dataset) -> str:
+    counts, lost = _drop_counts(dataset)
+    if counts is None:
+        return _not_available("no drops.parquet rows and no drop counts in summary.json")
+    figure = _new_figure(7, 0.45 * len(counts) + 1.0)
+    ax = figure.add_subplot()
+    bars = ax.barh(list(counts.index), list(counts.values), color="#ff7f0e")
+    ax.bar_label(bars, fontsize=8, padding=3)
+    ax.invert_yaxis()
+    ax.margins(x=0.2)
+    ax.set_xlabel("windows dropped")
+    rows = [(reason, count, NOT_AVAILABLE if lost is None else f"{lost[reason]:.1f} s")
+            for reason, count in counts.items()]
+    return (_plot_img(figure, "drops", "histogram of drop reasons")
+            + _table(["reason", "windows", "film time lost"], rows))
+
+
+def _drop_counts(dataset: Dataset) -> tuple[pd.Series | None, pd.Series | None]:
+    """Windows dropped per reason, and the seconds they covered (from drops.parquet rows, else
+    the counts in summary.json, which carry no durations)."""
+    drops = dataset.drops
+    if not drops.empty:
+        lost = (drops["end_time"] - drops["start_time"]).groupby(drops["reason"]).sum()
+        return drops["reason"].value_counts(), lost
+    totals = Counter()
+    for summary in dataset.summaries.values():
+        totals.update(summary.get("drops") or {})
+    return (pd.Series(dict(totals.most_common())), None) if totals else (None, None)
+
+
+def _motion_levels(dataset: Dataset) -> dict | None:
+    """The level edges the clips were measured against: summary.json's, else the bundled edges
+    file named by the clips' motion_levels_version."""
+    for summary in dataset.summaries.values():
+        if summary.get("motion_levels"):
+            return summary["motion_levels"]
+    versions = dataset.manifest["motion_levels_version"].dropna().unique()
+    if len(versions) == 0:
+        return None
+    try:
+        from stages.motion_levels import LevelsError, load_levels
+
+        return load_levels(str(versions[0])).to_dict()
+    except (ImportError, LevelsError):
+        return None  # edges made elsewhere (a recalibration file not at hand): shown as missing
+
+
+# ---------------------------------------------------------------- data helpers
+
+def _crop_box(summary: dict, manifest: pd.DataFrame) -> tuple[int, int, int, int] | None:
+    crop = summary.get("crop")
+    if crop and all(k in crop for k in "xywh"):
+        return tuple(int(crop[k]) for k in "xywh")
+    if manifest.empty:
+        return None
+    row = manifest.iloc[0]
+    return tuple(int(row[k]) for k in ("crop_x", "crop_y", "crop_w", "crop_h"))
+
+
+def _middle_clip(manifest: pd.DataFrame) -> pd.Series | None:
+    ok = manifest[manifest["status"] == "ok"]
+    return None if ok.empty else ok.iloc[len(ok) // 2]
+
+
+def source_frame_at(path: str, seconds: float) -> np.ndarray | None:
+    """The source film's frame shown at `seconds` after its first frame, or None when the film
+    cannot be read."""
+    if not Path(path).is_file():
+        return None
+    try:
+        with av.open(path) as container:
+            stream = container.streams.video[0]
+            # Clip times count from the first frame; a stream's timestamps may start later.
+            start = float(stream.start_time * stream.time_base) if stream.start_time else 0.0
+            target = start + seconds
+            container.seek(int(target / stream.time_base), stream=stream, backward=True)
+            half_frame = 0.5 / float(stream.average_rate or 25)
+            for frame in container.decode(stream):
+                if frame.time is not None and frame.time >= target - half_frame:
+                    # the crop box is in displayed pixels: turn the frame upright as the
+                    # pipeline does
+                    rotation = int(round(frame.rotation or 0)) % 360
+                    return rotate_frame(frame.to_ndarray(format="rgb24"), rotation)
+    except (av.error.FFmpegError, IndexError):
+        return None
+    return None
+
+
+def _evenly_spaced(rows: pd.DataFrame, limit: int) -> pd.DataFrame:
+    if limit <= 0:
+        return rows.iloc[:0]
+    if len(rows) <= limit:
+        return rows
+    picks = np.unique(np.linspace(0, len(rows) - 1, limit).round().astype(int))
+    return rows.iloc[picks]
+
+
+def _first(frame: pd.DataFrame, column: str):
+    return frame[column].iloc[0] if not frame.empty else None
+
+
+def _film_name(film: Film, manifest: pd.DataFrame) -> str:
+    name = film.summary.get("film", {}).get("film_name") or _first(manifest, "film_name")
+    return name or film.slug
+
+
+def _summary_drop_total(summary: dict):
+    drops = summary.get("drops")
+    return sum(drops.values()) if isinstance(drops, dict) else None
+
+
+def _clip_geometry(manifest: pd.DataFrame) -> str | None:
+    if manifest.empty:
+        return None
+    row = manifest.iloc[0]
+    return f"{row['num_frames']} frames, {row['width']}x{row['height']}, {row['fps']:g} fps"
+
+
+def _report_title(dataset: Dataset, ip: str | None) -> str:
+    if len(dataset.films) == 1:
+        film = dataset.films[0]
+        return _film_name(film, film.manifest)
+    return f"{ip or dataset.root.name}: {len(dataset.films)} films"
+
+
+# ---------------------------------------------------------------- formatting
+
+def _shown(value) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return NOT_AVAILABLE
+    return str(value)
+
+
+def _number(value, pattern: str):
+    return pattern.format(value) if isinstance(value, (int, float)) else None
+
+
+def _size(width, height):
+    return f"{width}x{height}" if width and height else None
+
+
+def _duration(seconds):
+    if not isinstance(seconds, (int, float)):
+        return None
+    minutes, rest = divmod(float(seconds), 60)
+    hours, minutes = divmod(int(minutes), 60)
+    return f"{hours}:{minutes:02d}:{rest:05.2f} ({seconds:.2f} s)"
+
+
+def _crop_text(crop) -> str | None:
+    if not crop or not all(k in crop for k in "xywh"):
+        return None
+    source = crop.get("source", "source unknown")
+    return f"{crop['x']}, {crop['y']}, {crop['w']}, {crop['h']} ({source})"
+
+
+def _anchor(film: Film) -> str:
+    return f"film-{_slug(film.slug)}"
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
+
+
+def _not_available(reason: str) -> str:
+    return f'<p class="na">Not available: {html.escape(reason)}.</p>'
+
+
+def _table(header: list[str], rows: list[tuple], show_header: bool = True,
+           escape: bool = True) -> str:
+    cell = (lambda v: html.escape(str(v))) if escape else str
+    head = ("<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
+            if show_header else "")
+    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table>{head}{body}</table>"
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _plot_img(figure, name: str, alt: str) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    return (f'<img class="plot" data-plot="{name}" alt="{html.escape(alt)}" '
+            f'src="{_data_uri(buffer.getvalue(), "image/png")}">')
+
+
+def _data_uri(data: bytes, mime: str) -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _contents(dataset: Dataset) -> str:
+    links = ['<a href="#overview">Films</a>'] if len(dataset.films) > 1 else []
+    links += [f'<a href="#{_anchor(f)}">{html.escape(f.slug)}</a>' for f in dataset.films]
+    links.append('<a href="#distributions">Distributions</a>')
+    return " &middot; ".join(links)
+
+
+def _page(title: str, contents: str, body: str) -> str:
+    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>Dataset report: {html.escape(title)}</title>
+<style>{_STYLE}</style></head>
+<body><header><h1>Dataset report: {html.escape(title)}</h1>
+<p class="note">Generated {generated} by animegamer {__version__}. Every image below was rendered
+from the clip shards (and the source film, for the crop box).</p>
+<nav>{contents}</nav></header>
+{body}
+</body></html>
+"""
+
+
+_STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; color: #1d1d1f;
+       margin: 0 auto; max-width: 1320px; padding: 0 20px 40px; }
+h1 { font-size: 24px; }
+h2 { border-bottom: 2px solid #ddd; padding-top: 16px; }
+h2 small { color: #888; font-weight: normal; }
+table { border-collapse: collapse; }
+td, th { border-bottom: 1px solid #eee; padding: 3px 10px; text-align: left; vertical-align: top; }
+.note { color: #555; }
+.na { color: #a15c00; background: #fff6e5; padding: 6px 10px; border-radius: 4px;
+      display: inline-block; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr)); gap: 14px; }
+figure.clip { margin: 0; background: #f6f6f8; border-radius: 6px; padding: 6px; font-size: 12px; }
+figure.clip img { display: block; max-width: 100%; height: auto; border-radius: 3px; }
+img.plot { display: block; max-width: 100%; height: auto; margin: 6px 0; }
+q { font-style: italic; }
+pre { background: #f6f6f8; padding: 10px; overflow: auto; }
+"""
+
+
