@@ -109,25 +109,24 @@ class FrameReader:
                     break
                 yield index, frame
 
-    def sample(self, indices: list[int], keyframes: int) -> Iterator[tuple[int, av.VideoFrame]]:
-        """The frames at `indices` (sorted), or the nearest decodable ones after them.
+    def keyframes(self, count: int) -> list[tuple[int, av.VideoFrame]]:
+        """About `count` key frames spread evenly over the film, decoding nothing else.
 
-        Few samples over a long film are reached by seeking (at most one group of pictures is
-        decoded per sample); when the samples are as dense as the key frames, one straight pass
-        is cheaper.
+        The decoder skips every non-key frame, so sampling costs one decoded picture per key
+        frame however long the film is, and no frame is decoded for a second time.
         """
-        frames_per_keyframe = len(self.frame_pts) / max(1, keyframes)
-        if frames_per_keyframe * len(indices) >= len(self.frame_pts):
-            wanted = set(indices)
-            yield from ((i, f) for i, f in self.frames(0, len(self.frame_pts)) if i in wanted)
-            return
-        for index in indices:
-            yield from self._first_at_or_after(index)
-
-    def _first_at_or_after(self, index: int) -> Iterator[tuple[int, av.VideoFrame]]:
-        for found, frame in self.frames(index, len(self.frame_pts)):
-            yield found, frame
-            return
+        index_of = {pts: i for i, pts in enumerate(self.frame_pts)}
+        found = []
+        with av.open(self.path) as container:
+            stream = container.streams.video[0]
+            stream.codec_context.skip_frame = "NONKEY"
+            for frame in self._decode(container, stream):
+                if frame.pts in index_of:
+                    found.append((index_of[frame.pts], frame))
+        if len(found) <= count:
+            return found
+        step = len(found) / count
+        return [found[int(i * step)] for i in range(count)]
 
     def _decode(self, container, stream) -> Iterator[av.VideoFrame]:
         for packet in container.demux(stream):

@@ -25,7 +25,7 @@ class CropConfig:
     """Override: [x, y, w, h] in source pixels; detection is skipped. Usually set per film in the
     IP manifest."""
     samples: int = 48
-    """Frames sampled evenly across the film for detection."""
+    """Key frames sampled evenly across the film for detection."""
     threshold: int = 24
     """Luma (0-255) above which a row or column counts as picture."""
     min_bar: int = 4
@@ -100,9 +100,11 @@ class BorderCrop:
 
 
 def sample_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
-    """Upright luma planes of about `count` frames spread evenly over the film."""
-    count = max(1, min(count, film.num_frames))
-    targets = sorted({int(i * film.num_frames / count) for i in range(count)})
+    """Upright luma planes of up to `count` key frames spread evenly over the film.
+
+    Key frames only: they decode on their own, so sampling never decodes the film a second time
+    (the segments decode every frame once). Encoders place key frames at scene changes too, so
+    they cover the film's variety of shots well."""
     reader = FrameReader(film.path, film.frame_pts)
     return [rotate_frame(frame.to_ndarray(format="gray"), film.rotation)
-            for _, frame in reader.sample(targets, film.keyframes)]
+            for _, frame in reader.keyframes(max(1, count))]
