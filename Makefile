@@ -56,7 +56,7 @@ play: venv
 	$(PY) -m pipeline.cli play $(ARGS)
 
 test: venv
-	@if [ -x scripts/install-chromium.sh ]; then scripts/install-chromium.sh; fi
+	@scripts/install-chromium.sh || echo "warning: Chromium could not be installed; the report's browser test will fail (ANIMEGAMER_SKIP_BROWSER=1 skips it)"
 	$(PY) -m pytest $(ARGS)
 
 bench: venv
