@@ -197,9 +197,7 @@ def _motion_levels(config: PipelineConfig) -> dict | None:
         return None
     from stages.motion_levels import load_levels
 
-    levels = load_levels(config.motion.level_edges)
-    return {"version": levels.version, "edges": list(levels.edges),
-            "representative": list(levels.representative or [])}
+    return load_levels(config.motion.level_edges).to_dict()
 
 
 def _complete_summary(film_dir: Path, config: PipelineConfig, ip: IP) -> dict | None:

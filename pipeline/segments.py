@@ -13,6 +13,7 @@ Segment boundaries are forced scene boundaries: the decoder starts a little befo
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections import defaultdict, deque
@@ -31,7 +32,7 @@ from stages.base import ClipStage
 from stages.clips import ClipSplitter, Drop
 from stages.crop import CropBox
 from stages.encode import EncodeMedia
-from stages.motion import MotionConfig
+from stages.motion import MotionScope
 from stages.probe import FilmInfo
 from stages.scenes import SceneCuts
 
@@ -71,8 +72,6 @@ def plan_segments(film: FilmInfo, seconds: float) -> list[Segment]:
 
 def completed(job: SegmentJob, fingerprint: str) -> dict | None:
     """The segment's stats if it finished under the same settings, else None."""
-    import json
-
     marker = job.directory / DONE
     if not marker.is_file():
         return None
@@ -99,15 +98,9 @@ def clip_stages(config: PipelineConfig) -> list[ClipStage]:
     """The per-clip stages that run while a clip's pixels are in memory, in order."""
     stages: list[ClipStage] = []
     if config.motion.enabled:
-        stages.append(_motion_stage(config.motion))
+        stages.append(MotionScope(config.motion))
     stages.append(EncodeMedia(config.clips))
     return stages
-
-
-def _motion_stage(config: MotionConfig) -> ClipStage:
-    from stages.motion import MotionScope
-
-    return MotionScope(config)
 
 
 class _SegmentRun:

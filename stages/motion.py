@@ -14,6 +14,9 @@ backend (with the rule's parameters) and the edges' version are stored with ever
 
 from __future__ import annotations
 
+import contextlib
+import io
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,9 +51,10 @@ class MotionConfig:
     reference_percentile: float = 99.0
     """Percentile of a pair's speeds used as its reference speed (robust stand-in for the maximum)."""
     held_pixel_delta: float = 8.0
-    """A pixel changed between two frames when its grey level (0-255, at 120x180) moved more than this."""
+    """A pixel changed between two frames when its grey level (0-255, at 120x180) moved more
+    than this."""
     held_max_fraction: float = 0.002
-    """A pair is a held drawing when at most this fraction of pixels changed."""
+    """A pair is a held drawing when at most this fraction of pixels changed (negative: never)."""
     dis_preset: str = "ultrafast"
     """OpenCV DIS preset: ultrafast, fast or medium."""
     dis_scale: float = 0.25
@@ -171,8 +175,8 @@ class DisFlow:
         if preset not in DIS_PRESETS:
             raise MotionError(f"motion.dis_preset={preset!r}: choose one of {sorted(DIS_PRESETS)}")
         self.preset, self.size, self.patch_stride = preset, working_size(scale), patch_stride
-        self.name = (f"opencv-dis:{preset}:stride{patch_stride or 'preset'}"
-                     f"@{self.size[0]}x{self.size[1]}")
+        stride = f":stride{patch_stride}" if patch_stride else ""
+        self.name = f"opencv-dis:{preset}{stride}@{self.size[0]}x{self.size[1]}"
         self._dis = None
 
     def load(self) -> None:
@@ -211,8 +215,8 @@ class MemFlowBackend:
         self.model_name, self.checkpoint, self.device_name = model, checkpoint, device
         self.random_weights, self.size = random_weights, working_size(scale)
         if min(self.size) < MEMFLOW_MIN_SIDE:
-            raise MotionError(f"motion.memflow_scale={scale} gives {self.size[0]}x{self.size[1]}: MemFlow "
-                              f"needs at least {MEMFLOW_MIN_SIDE} pixels a side (its 4-level "
+            raise MotionError(f"motion.memflow_scale={scale} gives {self.size[0]}x{self.size[1]}: "
+                              f"MemFlow needs at least {MEMFLOW_MIN_SIDE} pixels a side (its 4-level "
                               f"correlation pyramid at 1/8 resolution degenerates below that)")
         weights = "random-weights-TEST-ONLY" if random_weights else Path(checkpoint).stem
         self.name = f"ptlflow-{model}:{weights}@{self.size[0]}x{self.size[1]}"
@@ -229,8 +233,11 @@ class MemFlowBackend:
         self._device = torch.device(_pick_device(self.device_name))
         checkpoint = None if self.random_weights else str(self.checkpoint)
         try:
-            model = ptlflow.get_model(self.model_name, ckpt_path=checkpoint)
-        except (RuntimeError, KeyError, ValueError) as exc:
+            # MemFlow prints its layer choices and a train_avg_length warning that a checkpoint
+            # then overrides: keep the pipeline's output readable.
+            with contextlib.redirect_stdout(io.StringIO()):
+                model = ptlflow.get_model(self.model_name, ckpt_path=checkpoint)
+        except (RuntimeError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as exc:
             raise MotionError(f"{checkpoint or self.model_name}: cannot build {self.model_name} "
                               f"from it ({type(exc).__name__}: {exc})") from None
         self._model = model.to(self._device).eval()
@@ -281,6 +288,16 @@ def _pick_device(name: str) -> str:
     return name
 
 
+def _wants_gpu(config: MotionConfig) -> bool:
+    if config.backend != "memflow" or config.memflow_device == "cpu":
+        return False
+    if config.memflow_device == "auto":
+        import torch  # only for MemFlow, which needs torch anyway
+
+        return torch.cuda.is_available()
+    return True
+
+
 def make_backend(config: MotionConfig):
     if config.backend == "dis":
         return DisFlow(config.dis_preset, config.dis_scale, config.dis_patch_stride)
@@ -306,8 +323,7 @@ class MotionScope(ClipStage):
     def __init__(self, config: MotionConfig | None = None):
         self.config = config or MotionConfig()
         self.backend = make_backend(self.config)  # cheap: checks settings, loads nothing
-        uses_gpu = self.config.backend == "memflow" and self.config.memflow_device != "cpu"
-        self.resources = Resources(cpus=1.0, gpus=1.0 if uses_gpu else 0.0)
+        self.resources = Resources(cpus=1.0, gpus=1.0 if _wants_gpu(self.config) else 0.0)
         self.levels: MotionLevels | None = None
 
     def setup(self) -> None:

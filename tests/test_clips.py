@@ -158,3 +158,15 @@ def test_variable_frame_rate_clips_follow_timestamps(tmp_path):
             # the sampled frame is the one on screen at that instant
             assert times[index] <= instant + 1e-3
             assert index + 1 >= len(times) or times[index + 1] > instant - 1e-3
+
+
+def test_motion_columns_and_level_edges_are_filled(bikes_dataset):
+    summary = _summary(bikes_dataset)
+    levels = summary["motion_levels"]
+    assert levels["version"] == "decoder-midpoints-v1" and len(levels["edges"]) == 4
+    manifest = _manifest(bikes_dataset)
+    assert manifest.motion_scope.notna().all() and (manifest.motion_scope > 0).all()
+    assert manifest.motion_level.between(1, 5).all()
+    assert set(manifest.motion_levels_version) == {levels["version"]}
+    assert manifest.motion_backend.str.startswith("dis").all()
+    assert summary["stage_seconds"]["motion"] > 0

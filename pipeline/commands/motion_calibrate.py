@@ -1,0 +1,172 @@
+"""`animegamer motion-calibrate`: new level edges from the stored motion scopes, no flow recomputed.
+
+Reads `motion_scope` from the shards under one or more dataset (or film) folders, puts the edges
+at quantiles of those scopes (equal population by default), writes them as a new versioned JSON
+file, then rewrites `motion_level` and `motion_levels_version` in every shard, every film's
+manifest.parquet and the `motion_levels` entry of its summary.json. Each file is replaced
+atomically; the rewrite is a pure function of the stored scope and the edges file, so a run
+that was interrupted is completed by running it again with `--apply` on the written file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.shards import check_schema_version, publish, shard_paths, write_json_atomic, write_table_atomic
+from stages.motion_levels import (EQUAL_POPULATION, NUM_LEVELS, LevelsError, MotionLevels,
+                                  calibrate_levels, load_levels, write_levels)
+
+HELP = ("Recalibrate the five motion levels from the clips' stored motion scopes (no flow is "
+        "recomputed) and rewrite the levels in the shards and manifests.")
+
+MANIFEST_NAME = "manifest.parquet"
+SUMMARY_NAME = "summary.json"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("datasets", nargs="+", type=Path,
+                        help="dataset or film folders (OUT or OUT/<film>) whose shards are read "
+                             "and rewritten")
+    parser.add_argument("--quantiles", default=",".join(f"{q:g}" for q in EQUAL_POPULATION),
+                        help="four increasing quantiles of the scopes that become the edges "
+                             "(default: equal population, 0.2,0.4,0.6,0.8)")
+    parser.add_argument("--apply", metavar="EDGES",
+                        help="skip calibration: rewrite the levels with this edges file "
+                             "(or bundled name)")
+    parser.add_argument("--output", type=Path,
+                        help="where to write the new edges file "
+                             "(default: <first folder>/motion_levels/<version>.json)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the edges and the level counts, write nothing")
+
+
+def run(args) -> int:
+    try:
+        shards, manifests = find_tables(args.datasets)
+        scopes, backends = read_scopes(shards)
+        levels = (load_levels(args.apply) if args.apply
+                  else calibrate_levels(scopes, parse_quantiles(args.quantiles),
+                                        note=", ".join(str(d) for d in args.datasets)))
+    except (LevelsError, FileNotFoundError, ValueError) as exc:
+        print(f"motion-calibrate: {exc}")
+        return 1
+    print_report(levels, scopes, backends, len(shards), len(manifests))
+    if args.dry_run:
+        return 0
+    if not args.apply:
+        path = args.output or args.datasets[0] / "motion_levels" / f"{levels.version}.json"
+        write_levels(levels, path)
+        print(f"wrote {path}\n  use it for new films with: --set motion.level_edges={path}")
+    for path in shards:
+        rewrite_shard(path, levels)
+    for path in manifests:
+        rewrite_manifest(path, levels)
+        update_summary(path.parent / SUMMARY_NAME, levels)
+    print(f"rewrote levels in {len(shards)} shard(s) and {len(manifests)} manifest(s) "
+          f"to version {levels.version}")
+    return 0
+
+
+def parse_quantiles(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(q) for q in text.split(","))
+    except ValueError:
+        raise LevelsError(f"--quantiles {text!r}: expected numbers separated by commas") from None
+
+
+def find_tables(folders: list[Path]) -> tuple[list[Path], list[Path]]:
+    shards, manifests = [], []
+    for folder in folders:
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{folder}: not a dataset or film folder")
+        shards += [p for p in shard_paths(folder) if p not in shards]
+        manifests += [p for p in sorted(folder.rglob(MANIFEST_NAME)) if p not in manifests]
+    if not shards:
+        where = ", ".join(map(str, folders))
+        raise FileNotFoundError(f"no clip shards (*/shards/*.parquet) under {where}")
+    return shards, manifests
+
+
+def read_scopes(shards: list[Path]) -> tuple[np.ndarray, Counter]:
+    scopes, backends = [], Counter()
+    for path in shards:
+        check_schema_version(pq.read_schema(path), path)
+        table = pq.read_table(path, columns=["motion_scope", "motion_backend"])
+        values = table.column("motion_scope").to_numpy(zero_copy_only=False)
+        measured = ~np.isnan(values.astype(float))
+        scopes.append(values[measured].astype(float))
+        backends.update(b for b, m in zip(table.column("motion_backend").to_pylist(), measured) if m)
+    return np.concatenate(scopes), backends
+
+
+def print_report(levels: MotionLevels, scopes: np.ndarray, backends: Counter, num_shards: int,
+                 num_manifests: int) -> None:
+    counts = Counter(levels.levels(scopes).tolist())
+    print(f"{len(scopes)} clips with a motion scope in {num_shards} shard(s), "
+          f"{num_manifests} manifest(s)")
+    if len(backends) > 1:
+        print("warning: the scopes come from different flow backends or rules, which are not "
+              "strictly comparable: " + "; ".join(f"{b} ({n})" for b, n in backends.items()))
+    print(f"levels {levels.version}: edges {list(levels.edges)}")
+    for level in range(1, NUM_LEVELS + 1):
+        share = counts.get(level, 0) / max(len(scopes), 1)
+        print(f"  level {level}: {counts.get(level, 0):6d} clips ({share:6.1%})")
+
+
+def relevel(table: pa.Table, levels: MotionLevels) -> pa.Table:
+    """The table with motion_level and motion_levels_version recomputed from motion_scope."""
+    scope = table.column("motion_scope").to_numpy(zero_copy_only=False).astype(float)
+    measured = ~np.isnan(scope)
+    level = np.zeros(len(scope), dtype=np.int8)
+    level[measured] = levels.levels(scope[measured])
+    old_version = table.column("motion_levels_version").to_pylist()
+    version = [levels.version if m else v for m, v in zip(measured, old_version)]
+    table = _replace(table, "motion_level", pa.array(level, pa.int8(), mask=~measured))
+    return _replace(table, "motion_levels_version", pa.array(version, pa.string()))
+
+
+def _replace(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    index = table.schema.get_field_index(name)
+    return table.set_column(index, table.schema.field(index), values)
+
+
+def rewrite_shard(path: Path, levels: MotionLevels) -> None:
+    """Rewrite one shard row group by row group: memory stays at one group, groups keep their size."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        with pq.ParquetFile(path) as source:
+            check_schema_version(source.schema_arrow, path)
+            groups = source.num_row_groups
+            compression = source.metadata.row_group(0).column(0).compression if groups else "ZSTD"
+            with pq.ParquetWriter(tmp, source.schema_arrow, compression=compression.lower()) as writer:
+                for group in range(groups):
+                    writer.write_table(relevel(source.read_row_group(group), levels))
+        publish(Path(tmp), path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def rewrite_manifest(path: Path, levels: MotionLevels) -> None:
+    table = pq.read_table(path)
+    check_schema_version(table.schema, path)
+    write_table_atomic(relevel(table, levels), path)
+
+
+def update_summary(path: Path, levels: MotionLevels) -> None:
+    """Keep summary.json's `motion_levels` (read by the report) in step with the shards."""
+    if not path.is_file():
+        return
+    import json
+
+    summary = json.loads(path.read_text())
+    summary["motion_levels"] = levels.to_dict()
+    write_json_atomic(summary, path)
