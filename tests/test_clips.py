@@ -168,5 +168,5 @@ def test_motion_columns_and_level_edges_are_filled(bikes_dataset):
     assert manifest.motion_scope.notna().all() and (manifest.motion_scope > 0).all()
     assert manifest.motion_level.between(1, 5).all()
     assert set(manifest.motion_levels_version) == {levels["version"]}
-    assert manifest.motion_backend.str.startswith("dis").all()
+    assert manifest.motion_backend.str.startswith("opencv-dis:").all()
     assert summary["stage_seconds"]["motion"] > 0
