@@ -6,7 +6,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from pipeline.explore import open_dataset
-from test_explore import REPO, film_dir  # noqa: F401  (film_dir is a fixture)
+from test_explore import REPO
 
 NOTEBOOK = REPO / "examples" / "explore_dataset.ipynb"
 ARTIFACTS = REPO / "test-artifacts"
@@ -19,7 +19,9 @@ def test_example_notebook_is_committed_without_outputs():
     assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
 
 
-def test_example_notebook_runs_on_a_film_folder(film_dir, tmp_path, monkeypatch):
+def test_example_notebook_runs_on_the_sample_films_output(sintel_dataset, tmp_path, monkeypatch):
+    """The bundled sample film (the Sintel trailer) through `make dataset`, then the notebook."""
+    film_dir = sintel_dataset
     monkeypatch.setenv("ANIMEGAMER_DATASET", str(film_dir))
     monkeypatch.setenv("ANIMEGAMER_REPORT", str(tmp_path / "report.html"))
     notebook = nbformat.read(NOTEBOOK, as_version=4)
