@@ -62,21 +62,30 @@ class SegmentJob:
         return self.work_dir / f"segment-{self.segment.index:05d}"
 
 
-def plan_segments(film: FilmInfo, seconds: float) -> list[Segment]:
-    """Cut the film into segments of about `seconds` (the last one absorbs a short remainder)."""
-    per_segment = max(1, int(round(seconds * film.fps)))
-    count = max(1, film.num_frames // per_segment)
-    bounds = [i * per_segment for i in range(count)] + [film.num_frames]
+def plan_segments(film: FilmInfo, seconds: float, workers: int = 1,
+                  min_seconds: float = 30.0) -> list[Segment]:
+    """Cut the film into equal segments of about `seconds`, as many as keep `workers` busy.
+
+    The count is rounded up to a multiple of the workers (a last lone segment would leave the
+    others idle), but no segment is shorter than `min_seconds`: every boundary is a forced scene
+    boundary, which costs up to one clip.
+    """
+    count = max(1, round(film.duration / seconds))
+    count = -(-count // workers) * workers
+    count = max(1, min(count, int(film.duration // min_seconds)))
+    bounds = [round(i * film.num_frames / count) for i in range(count)] + [film.num_frames]
     return [Segment(i, bounds[i], bounds[i + 1], i == count - 1) for i in range(count)]
 
 
 def completed(job: SegmentJob, fingerprint: str) -> dict | None:
-    """The segment's stats if it finished under the same settings, else None."""
+    """The segment's stats if it finished under the same settings and bounds, else None (a plan
+    made for another number of workers cuts different segments)."""
     marker = job.directory / DONE
     if not marker.is_file():
         return None
     stats = json.loads(marker.read_text())
-    return stats if stats.get("fingerprint") == fingerprint else None
+    same = stats.get("fingerprint") == fingerprint and stats.get("segment") == asdict(job.segment)
+    return stats if same else None
 
 
 def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None) -> dict:

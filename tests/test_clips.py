@@ -81,17 +81,17 @@ def test_clip_frames_match_the_source_frames(bikes_dataset):
 
 def test_synthetic_cuts_and_segment_boundaries(tmp_path):
     film = make_video(tmp_path / "cuts.mp4", cuts=(30, 100, 150), num_frames=260, fps=24)
-    result = run_film(film, tmp_path / "out", local_config(run__segment_seconds=5),
+    result = run_film(film, tmp_path / "out", local_config(run__segment_seconds=5, run__min_segment_seconds=1),
                       load_ip(None))
     summary = result.summary
     boundaries = summary["segment_boundaries"]
-    assert boundaries == [120]  # 260 frames in segments of 120 frames; the remainder joins the last
+    assert boundaries == [130]  # 10.8 s in segments of about 5 s: two equal halves
     starts = sorted({s for s, _ in summary["scenes"]})
-    assert starts == [0, 30, 100, 120, 150]  # the detector's cuts plus the forced boundary
+    assert starts == [0, 30, 100, 130, 150]  # the detector's cuts plus the forced boundary
     manifest = _manifest(result.film_dir)
     _assert_no_clip_spans_a_cut(manifest, summary["scenes"])
-    # scene [30,100): 70 frames = one 48-frame window; [100,120): none (segment tail);
-    # [120,150): none; [150,260): 110 frames = two windows
+    # scene [30,100): 70 frames = one 48-frame window; [100,130): none (segment tail);
+    # [130,150): none; [150,260): 110 frames = two windows
     assert manifest.start_frame.tolist() == [30, 150, 198]
     assert summary["drops"]["segment_tail"] == 1
     assert manifest.scene_index.is_monotonic_increasing and manifest.clip_index.tolist() == [0, 1, 2]
@@ -170,3 +170,18 @@ def test_motion_columns_and_level_edges_are_filled(bikes_dataset):
     assert set(manifest.motion_levels_version) == {levels["version"]}
     assert manifest.motion_backend.str.startswith("opencv-dis:").all()
     assert summary["stage_seconds"]["motion"] > 0
+
+
+def test_segments_fill_the_workers_without_getting_too_short(tmp_path):
+    from pipeline.segments import plan_segments
+    from stages.probe import Probe
+
+    film = Probe().process(make_video(tmp_path / "s.mp4", num_frames=1440, fps=24))  # 60 s
+    lengths = lambda plan: [s.stop - s.start for s in plan]  # noqa: E731
+    assert lengths(plan_segments(film, 180, workers=1)) == [1440]
+    assert lengths(plan_segments(film, 180, workers=2)) == [720, 720]  # both CPUs busy
+    assert len(plan_segments(film, 180, workers=8)) == 2  # none shorter than 30 s
+    assert len(plan_segments(film, 20, workers=2)) == 2  # 3 rounded up to 4, capped at 2
+    plan = plan_segments(film, 10, workers=2, min_seconds=1)
+    assert len(plan) == 6 and plan[0].start == 0 and plan[-1].stop == 1440 and plan[-1].is_last
+    assert all(a.stop == b.start for a, b in zip(plan, plan[1:]))
