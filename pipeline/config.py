@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from pipeline.settings import coerce, field_docs
 from pipeline.shards import ShardConfig
 from stages.caption import CaptionConfig
 from stages.clips import ClipConfig
@@ -104,7 +104,7 @@ def describe_fields() -> list[tuple[str, object, str]]:
     rows = []
     for section in dataclasses.fields(PipelineConfig):
         section_obj = section.default_factory()
-        docs = _field_docs(type(section_obj))
+        docs = field_docs(type(section_obj))
         for f in dataclasses.fields(section_obj):
             rows.append((f"{section.name}.{f.name}", getattr(section_obj, f.name), docs.get(f.name, "")))
     return rows
@@ -123,64 +123,6 @@ def _set_field(section, section_name: str, name: str, value, source: str) -> Non
         known = ", ".join(f.name for f in dataclasses.fields(section))
         raise ConfigError(f"{source}: unknown setting '{section_name}.{name}' (known: {known})")
     try:
-        setattr(section, name, _coerce(value, hints[name]))
+        setattr(section, name, coerce(value, hints[name]))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{source}: {section_name}.{name}={value!r}: {exc}") from None
-
-
-def _coerce(value, hint):
-    """Check and convert a YAML value to a field's declared type."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _coerce(value, arg)
-            except (TypeError, ValueError) as exc:
-                errors.append(str(exc))
-        raise ValueError("; ".join(errors))
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise TypeError(f"expected a list, got {type(value).__name__}")
-        inner = args[0] if args else None
-        items = [_coerce(v, inner) if inner else v for v in value]
-        return items if origin is list else tuple(items)
-    if origin is dict or hint is dict:
-        if not isinstance(value, dict):
-            raise TypeError(f"expected a mapping, got {type(value).__name__}")
-        return dict(value)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise TypeError(f"expected true or false, got {value!r}")
-        return value
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if hint is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if hint is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return str(value)
-    if hint is typing.Any:
-        return value
-    raise TypeError(f"expected {getattr(hint, '__name__', hint)}, got {type(value).__name__}")
-
-
-def _field_docs(cls) -> dict[str, str]:
-    """Read the string literal under each field (attribute docstrings) as its help text."""
-    import ast
-    import inspect
-    import textwrap
-
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):
-        return {}
-    docs, body = {}, tree.body[0].body
-    for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant)
-                and isinstance(nxt.value.value, str)):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs

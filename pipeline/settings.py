@@ -1,0 +1,74 @@
+"""Typed settings from YAML and the command line, shared by the pipeline's and the trainer's
+configuration dataclasses: values are checked against each field's type hint, and the string
+literal under a field is its help text (so a setting is declared, typed and documented once)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import types
+import typing
+
+
+def coerce(value, hint):
+    """Check a YAML value against a field's type hint and convert it where that is lossless."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return coerce(value, arg)
+            except (TypeError, ValueError) as exc:
+                errors.append(str(exc))
+        raise ValueError("; ".join(errors))
+    if origin in (list, tuple):
+        if isinstance(value, str) and args and args[0] is str:
+            value = [value]  # `--set shards=path` names one path
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        items = [coerce(v, args[0]) for v in value] if args else list(value)
+        return items if origin is list else tuple(items)
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a mapping, got {type(value).__name__}")
+        return dict(value)
+    if hint is typing.Any:
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"expected true or false, got {value!r}")
+        return value
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is float and isinstance(value, str):
+        return float(value)  # YAML reads 1e-4 (no dot) as a string
+    if hint is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if hint is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise TypeError(f"expected {getattr(hint, '__name__', hint)}, got {type(value).__name__}")
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Help text of each field: the string literal under it, inherited ones included."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls) -> dict[str, str]:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    docs, body = {}, tree.body[0].body
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant)
+                and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs

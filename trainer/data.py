@@ -1,0 +1,265 @@
+"""From shard files to training batches.
+
+The trainer reads only what the pipeline wrote. `ClipCatalog` reads the light columns of every
+shard once (ids, order, motion, captions) and remembers where each clip's media bytes live, so a
+sample decodes just its own video and first frame. Game sequences are runs of consecutive captioned
+clips of one film in `clip_index` order; the last clip of a sequence is the target.
+
+Order is a pure function of (seed, step): every rank takes its own slice of each epoch's
+permutation, the DataLoader's workers take whole batches in turn, and a resumed run restarts the
+stream at its step, so it sees exactly the batches the uninterrupted run would have seen.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+import torch.nn.functional as F
+
+from pipeline.shards import check_schema_version, shard_paths
+from pipeline.video import decode_image, decode_mp4
+
+CATALOG_COLUMNS = ["clip_id", "film_id", "clip_index", "status", "motion_scope", "motion_level", "instruction",
+                   "characters", "subject", "motion_description", "environment", "adverb", "social",
+                   "entertainment", "stamina"]
+STATE_FIELDS = ("motion_level", "stamina", "social", "entertainment")
+CACHED_GROUPS = 4
+
+
+@dataclass(frozen=True)
+class MediaLocation:
+    path: Path
+    row_group: int
+    row: int
+
+
+class ClipCatalog:
+    """Every clip's light columns, in shard order, plus where its media bytes are."""
+
+    def __init__(self, locations: list[str | Path]):
+        self.rows: list[dict] = []
+        self.media: list[MediaLocation] = []
+        self.sources = [str(location) for location in locations]
+        paths = [p for location in locations for p in _clip_shards(Path(location))]
+        if not paths:
+            raise FileNotFoundError(f"no clip shards under {', '.join(map(str, locations))}")
+        for path in paths:
+            self._read_shard(path)
+        self._groups: OrderedDict = OrderedDict()
+
+    def _read_shard(self, path: Path) -> None:
+        parquet = pq.ParquetFile(path)
+        check_schema_version(parquet.schema_arrow, path)
+        missing = set(CATALOG_COLUMNS) - set(parquet.schema_arrow.names)
+        if missing:
+            raise ValueError(f"{path}: shard lacks columns {sorted(missing)}")
+        for group in range(parquet.num_row_groups):
+            rows = parquet.read_row_group(group, columns=CATALOG_COLUMNS).to_pylist()
+            self.rows.extend({**row, "instruction": instruction_of(row)} for row in rows)
+            self.media.extend(MediaLocation(path, group, i) for i in range(len(rows)))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def media_bytes(self, index: int, column: str) -> bytes:
+        """One clip's `video` or `first_frame` bytes. The last few row groups read are kept: the
+        clips of a game sequence are neighbours and usually share one."""
+        where = self.media[index]
+        key = (where.path, where.row_group, column)
+        if key not in self._groups:
+            table = pq.ParquetFile(where.path).read_row_group(where.row_group, columns=[column])
+            self._groups[key] = table.column(column).to_pylist()
+            while len(self._groups) > CACHED_GROUPS:
+                self._groups.popitem(last=False)
+        self._groups.move_to_end(key)
+        data = self._groups[key][where.row]
+        if not data:
+            raise ValueError(f"{where.path}: clip {self.rows[index]['clip_id']} has no {column} bytes")
+        return data
+
+    def __getstate__(self):  # DataLoader workers get the catalog without another worker's cache
+        return {**self.__dict__, "_groups": OrderedDict()}
+
+
+def _clip_shards(location: Path) -> list[Path]:
+    """A file as given; under a folder, the clip shards (`clips-*.parquet`) the pipeline writes."""
+    if location.is_file():
+        return [location]
+    return [p for p in shard_paths(location) if p.name.startswith("clips")]
+
+
+def instruction_of(row: dict) -> str | None:
+    """The clip's game instruction; composed in the game_demo format from the caption fields when
+    the shard has none (`Character: Qiqi; Motion: quickly flying on broomstick; Background: day sky.`)."""
+    if row["instruction"]:
+        return row["instruction"]
+    character = (row["characters"] or [None])[0] or row["subject"]
+    if not (character and row["motion_description"] and row["environment"]):
+        return None
+    motion = " ".join(filter(None, [row["adverb"], row["motion_description"]]))
+    return f"Character: {character}; Motion: {motion}; Background: {row['environment']}."
+
+
+def is_captioned(row: dict) -> bool:
+    """A clip a game turn can be made of: it is ok and every field of a turn is filled."""
+    return (row["status"] == "ok" and bool(row["instruction"]) and bool(row["motion_description"])
+            and row["motion_scope"] is not None and all(row[f] is not None for f in STATE_FIELDS))
+
+
+def captioned_runs(rows: list[dict]) -> list[list[int]]:
+    """Runs of consecutive captioned clips (by clip_index) within each film, in time order.
+
+    A missing or uncaptioned clip ends a run: a sequence never jumps over a gap in the film.
+    """
+    by_film = defaultdict(list)
+    for index, row in enumerate(rows):
+        by_film[row["film_id"]].append(index)
+    runs = []
+    for film in sorted(by_film):
+        ordered = sorted(by_film[film], key=lambda i: rows[i]["clip_index"])
+        run: list[int] = []
+        for index in ordered:
+            captioned = is_captioned(rows[index])
+            gap = run and rows[index]["clip_index"] != rows[run[-1]]["clip_index"] + 1
+            if gap or not captioned:
+                runs, run = _close(runs, run), []
+            if captioned:
+                run.append(index)
+        runs = _close(runs, run)
+    return runs
+
+
+def _close(runs: list, run: list) -> list:
+    return runs + [run] if run else runs
+
+
+def game_sequences(rows: list[dict], max_turns: int) -> list[list[int]]:
+    """One sequence per captioned clip: up to `max_turns` clips ending at it (it is the target)."""
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+    return [run[max(0, end - max_turns + 1): end + 1]
+            for run in captioned_runs(rows) for end in range(len(run))]
+
+
+class ShotDataset(torch.utils.data.Dataset):
+    """Samples are lists of catalog indices (one clip for phase a, a game sequence for b and c).
+
+    Items come as (sample index, uid): the uid is the sample's position in the global stream and
+    seeds its diffusion noise, so a sample's loss does not depend on which rank or batch it is in.
+    """
+
+    def __init__(self, catalog: ClipCatalog, samples: list[list[int]], frame_size: tuple[int, int],
+                 num_frames: int, with_video: bool):
+        if not samples:
+            raise ValueError(f"{', '.join(catalog.sources)}: no training samples: no ok clip has the fields this "
+                             "phase needs (motion_description, motion_scope; for game sequences also "
+                             "instruction and the states motion_level, stamina, social, entertainment)")
+        self.catalog, self.samples = catalog, samples
+        self.frame_size, self.num_frames, self.with_video = frame_size, num_frames, with_video
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, item: tuple[int, int]) -> dict:
+        index, uid = item
+        clips = self.samples[index]
+        turns = [self._turn(c) for c in clips]
+        sample = {"uid": uid, "turns": turns}
+        if self.with_video:
+            sample["video"] = self._video(clips[-1])
+        return sample
+
+    def _turn(self, clip: int) -> dict:
+        row = self.catalog.rows[clip]
+        first = decode_image(self.catalog.media_bytes(clip, "first_frame"))
+        return {"clip_id": row["clip_id"], "film_id": row["film_id"], "clip_index": row["clip_index"],
+                "first_frame": resize_frames(first[None], self.frame_size)[0],
+                "motion_description": row["motion_description"], "instruction": row["instruction"],
+                "motion_scope": float(row["motion_scope"]),
+                **{f: int(row[f]) for f in STATE_FIELDS}}
+
+    def _video(self, clip: int) -> torch.Tensor:
+        frames = decode_mp4(self.catalog.media_bytes(clip, "video"))
+        if len(frames) < self.num_frames:  # 16 frames -> 17: the VAE wants 4k+1, repeat the last
+            pad = np.repeat(frames[-1:], self.num_frames - len(frames), axis=0)
+            frames = np.concatenate([frames, pad])
+        return resize_frames(frames[: self.num_frames], self.frame_size)
+
+
+def resize_frames(frames: np.ndarray, size: tuple[int, int]) -> torch.Tensor:
+    """N x H x W x 3 uint8 -> N x 3 x h x w uint8 (antialiased when shrinking)."""
+    video = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)
+    if tuple(video.shape[-2:]) == tuple(size):
+        return video.contiguous()
+    resized = F.interpolate(video.float(), size=size, mode="bilinear", antialias=True, align_corners=False)
+    return resized.round().clamp(0, 255).to(torch.uint8)
+
+
+def collate(samples: list[dict]) -> dict:
+    batch = {"uid": torch.tensor([s["uid"] for s in samples]), "turns": [s["turns"] for s in samples]}
+    if "video" in samples[0]:
+        batch["video"] = torch.stack([s["video"] for s in samples])
+    return batch
+
+
+class StepBatches(torch.utils.data.Sampler):
+    """Infinite batches for one rank, starting at `start_step`.
+
+    Epoch e is the permutation of all samples seeded by (seed, e), padded by wrapping to a multiple
+    of batch_size x world_size so every rank takes the same number of batches (DDP needs that);
+    rank r takes the r-th batch_size slice of each global batch.
+    """
+
+    def __init__(self, num_samples: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
+                 start_step: int = 0):
+        self.num_samples, self.batch_size, self.seed = num_samples, batch_size, seed
+        self.rank, self.world_size, self.start_step = rank, world_size, start_step
+        self.global_batch = batch_size * world_size
+        self.steps_per_epoch = -(-num_samples // self.global_batch)
+
+    def __iter__(self):
+        for step in itertools.count(self.start_step):
+            yield self.batch_for_step(step)
+
+    def batch_for_step(self, step: int) -> list[tuple[int, int]]:
+        epoch, offset = divmod(step, self.steps_per_epoch)
+        order = self._epoch_order(epoch)
+        begin = offset * self.global_batch + self.rank * self.batch_size
+        positions = range(begin, begin + self.batch_size)
+        base = epoch * self.steps_per_epoch * self.global_batch
+        return [(order[p % self.num_samples], base + p) for p in positions]
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        return torch.randperm(self.num_samples, generator=generator).tolist()
+
+    def __len__(self) -> int:  # infinite; DataLoader only needs a number
+        return 2**31
+
+
+def make_loader(dataset: ShotDataset, batch_size: int, seed: int, rank: int, world_size: int,
+                start_step: int, num_workers: int) -> torch.utils.data.DataLoader:
+    sampler = StepBatches(len(dataset), batch_size, seed, rank, world_size, start_step)
+    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers,
+                                       collate_fn=collate, persistent_workers=False,
+                                       multiprocessing_context="spawn" if num_workers else None)
+
+
+def clip_samples(catalog: ClipCatalog) -> list[list[int]]:
+    """Phase (a): every ok clip with a motion description and a motion scope, on its own."""
+    return [[i] for i, row in enumerate(catalog.rows)
+            if row["status"] == "ok" and row["motion_description"] and row["motion_scope"] is not None]
+
+
+def game_sequence_dataset(config, with_video: bool) -> ShotDataset:
+    """The game sequences of phases (b) and (c) over the configured shards."""
+    catalog = ClipCatalog(config.shards)
+    return ShotDataset(catalog, game_sequences(catalog.rows, config.max_turns),
+                       (config.frame_height, config.frame_width), config.num_frames,
+                       with_video=with_video)

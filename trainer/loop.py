@@ -1,0 +1,158 @@
+"""The one training loop every phase runs (nanoGPT's train.py, shared).
+
+A phase supplies a model whose forward(batch) returns {"loss": ..., other metrics}, the dataset,
+and optionally `before_optimizer_step(step)` and `adapters()`. The loop owns the optimiser,
+learning rate, mixed precision, DDP, logging and checkpoints. Steps count finished optimiser
+steps; a checkpoint at step s resumes at step s with the same batches and random numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from trainer import checkpoint, distributed
+from trainer.data import make_loader
+
+
+def sample_generators(seed: int, uids: torch.Tensor) -> list[torch.Generator]:
+    """One generator per sample, seeded by its position in the stream (not by rank or batch)."""
+    return [torch.Generator().manual_seed(seed * 1_000_003 + int(uid)) for uid in uids]
+
+
+def learning_rate(config, step: int) -> float:
+    if config.lr_warmup_steps and step < config.lr_warmup_steps:
+        return config.lr * (step + 1) / config.lr_warmup_steps
+    return config.lr
+
+
+def train(phase: str, config, build, resume: bool = True, log=print) -> list[dict]:
+    """Run one phase; `build(config, device, dtype)` returns (model, dataset). Returns the metrics."""
+    env = distributed.setup(config.device)
+    dtype = distributed.pick_dtype(config.dtype, env.device)
+    torch.manual_seed(config.seed)
+    model, dataset = build(config, env.device, dtype)
+    trainable = [p for _, p in sorted(model.named_parameters()) if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, betas=tuple(config.adam_betas),
+                                  weight_decay=config.weight_decay)
+    start = _start_step(phase, model, optimizer, config.out_dir, resume, env, log)
+    if env.is_main:
+        log(f"[{phase}] {len(dataset)} samples, {sum(p.numel() for p in trainable):,} trainable weights, "
+            f"{env.world_size} rank(s) on {env.device} in {dtype}, steps {start}..{config.max_steps}")
+    wrapped = _wrap(model, env)
+    loader = make_loader(dataset, config.batch_size, config.seed, env.rank, env.world_size, start, config.num_workers)
+    metrics, clock = [], time.time()
+    for step, batch in zip(range(start, config.max_steps), loader):
+        record = _step(wrapped, model, optimizer, trainable, batch, step, config, env, dtype)
+        metrics.append(record)
+        if env.is_main:
+            _log(phase, record, config, start, clock, log)
+        if (step + 1) % config.save_every == 0 or step + 1 == config.max_steps:
+            _save(phase, config, model, optimizer, step + 1, env, log)
+    # The DDP wrapper's reducer holds the process group: freeing it after the group is destroyed
+    # deadlocks in gloo's destructor (seen here: a rank hung at exit), so release it first.
+    del wrapped
+    gc.collect()
+    distributed.teardown()
+    return metrics
+
+
+def _step(wrapped, model, optimizer, trainable, batch, step: int, config, env, dtype) -> dict:
+    """One optimiser step; returns its metrics averaged over ranks."""
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(config, step)
+    # Dropout draws from the global generator: reseed per step and rank so a resume replays it.
+    torch.manual_seed(config.seed * 7919 + step * env.world_size + env.rank)
+    with _autocast(env.device, dtype):
+        out = wrapped(batch, step)
+    out["loss"].backward()
+    getattr(model, "before_optimizer_step", lambda s: None)(step)
+    torch.nn.utils.clip_grad_norm_(trainable, config.grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    record = {"step": step + 1, "lr": optimizer.param_groups[0]["lr"],
+              **{k: distributed.mean_across_ranks(v) for k, v in out.items()}}
+    if not math.isfinite(record["loss"]):
+        raise FloatingPointError(f"loss became {record['loss']} at step {step + 1}")
+    return record
+
+
+def _log(phase: str, record: dict, config, start: int, clock: float, log) -> None:
+    with (Path(config.out_dir) / "metrics.jsonl").open("a") as handle:
+        handle.write(json.dumps(record) + "\n")
+    step = record["step"]
+    if step % config.log_every == 0 or step == start + 1:
+        log(f"[{phase}] step {step}/{config.max_steps} loss {record['loss']:.4f} lr {record['lr']:.2e} "
+            f"{(time.time() - clock) / (step - start):.2f}s/step")
+
+
+def _start_step(phase: str, model, optimizer, out_dir: str, resume: bool, env, log) -> int:
+    """0 for a fresh run (old checkpoints removed), else the step of the latest checkpoint."""
+    if env.is_main:
+        if not resume:
+            _clear(out_dir)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    distributed.barrier()
+    start = _resume(phase, model, optimizer, out_dir, log) if resume else 0
+    if env.is_main:
+        _drop_metrics_after(Path(out_dir) / "metrics.jsonl", start)
+    return start
+
+
+def _resume(phase: str, model, optimizer, out_dir: str, log) -> int:
+    found = checkpoint.find(out_dir)
+    if found is None:
+        return 0
+    state = checkpoint.load(found)
+    if state["phase"] != phase:
+        raise ValueError(f"{found}: a '{state['phase']}' checkpoint; phase {phase} needs its own out_dir")
+    checkpoint.restore_trainable(model, state["trainable"], source=str(found))
+    optimizer.load_state_dict(state["optimizer"])
+    log(f"resuming from {found} at step {state['step']}")
+    return state["step"]
+
+
+def _drop_metrics_after(path: Path, step: int) -> None:
+    """A resumed run rewrites the steps after its checkpoint: drop their old lines."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def _clear(out_dir: str) -> None:
+    """A fresh run drops the run folder's old checkpoints and metrics (never other files)."""
+    root = Path(out_dir)
+    shutil.rmtree(root / "checkpoints", ignore_errors=True)
+    (root / "metrics.jsonl").unlink(missing_ok=True)
+
+
+def _save(phase, config, model, optimizer, step, env, log) -> None:
+    if env.is_main:
+        adapters = getattr(model, "adapters", lambda: {})()
+        path = checkpoint.save(config.out_dir, step, phase, dataclasses.asdict(config), model, optimizer,
+                               adapters, config.keep_checkpoints)
+        log(f"[{phase}] saved {path}")
+    distributed.barrier()
+
+
+def _wrap(model, env):
+    if not env.enabled:
+        return model
+    return torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[env.device.index] if env.device.type == "cuda" else None,
+        find_unused_parameters=getattr(model, "may_skip_parameters", False))
+
+
+def _autocast(device: torch.device, dtype: torch.dtype):
+    if device.type == "cuda" and dtype != torch.float32:
+        return torch.autocast("cuda", dtype=dtype)
+    return contextlib.nullcontext()

@@ -1,0 +1,54 @@
+"""Phase (a): train the shot encoder E_a with the decoder D_a on every captioned clip.
+
+For the first `encoder_warmup_steps` steps only E_a learns (the decoder's LoRA and motion MLP
+get no update), then both learn together; the loss is the decoder's diffusion loss.
+Run: `python -m trainer.train_encoder --config trainer/configs/encoder.yaml --shards DATASET`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from trainer import build
+from trainer.data import ClipCatalog, ShotDataset, clip_samples
+from trainer.loop import sample_generators
+
+
+class EncoderPhase(nn.Module):
+    def __init__(self, config, device, dtype):
+        super().__init__()
+        self.encoder = build.shot_encoder(config, device, dtype)
+        self.decoder = build.shot_decoder(config, device, dtype)
+        self.seed, self.warmup = config.seed, config.encoder_warmup_steps
+
+    def forward(self, batch: dict, step: int) -> dict:
+        device = self.encoder.visual_proj[0].weight.device
+        clips = [turns[-1] for turns in batch["turns"]]
+        first_frames = torch.stack([c["first_frame"] for c in clips]).to(device)
+        shots = self.encoder(first_frames, [c["motion_description"] for c in clips])
+        scope = torch.tensor([c["motion_scope"] for c in clips], device=device)
+        loss = self.decoder.diffusion_loss(batch["video"].to(device), shots, scope,
+                                           sample_generators(self.seed, batch["uid"]))
+        return {"loss": loss}
+
+    def before_optimizer_step(self, step: int) -> None:
+        if step < self.warmup:  # warm-up: D_a frozen (its grads dropped, so AdamW leaves it as it is)
+            for p in self.decoder.parameters():
+                p.grad = None
+
+    def adapters(self) -> dict:
+        return {"decoder": (self.decoder.lora_state_dict(), self.decoder.lora_config())}
+
+
+def build_phase(config, device, dtype):
+    catalog = ClipCatalog(config.shards)
+    dataset = ShotDataset(catalog, clip_samples(catalog), (config.frame_height, config.frame_width),
+                          config.num_frames, with_video=True)
+    return EncoderPhase(config, device, dtype), dataset
+
+
+if __name__ == "__main__":
+    from trainer.cli import main_for_phase
+
+    raise SystemExit(main_for_phase("encoder"))
