@@ -410,3 +410,25 @@ def test_ray_actor_pool_captions_a_film_like_the_local_run(tiny_internvl, film, 
     (local / "caption_cache.jsonl").unlink(missing_ok=True)
     caption_film(local, replace(config, executor="local"), SINTEL_REFERENCES)
     assert {c.clip_id: c.caption_raw for c in read_clips(local / "shards")} == on_ray
+
+
+def test_dataset_command_with_a_model_captions_the_films_it_cut(tiny_internvl, tmp_path, capsys):
+    """`make dataset FILM=... MODEL=...`: cut, then caption through the configured engine."""
+    from conftest import BIKES as bikes
+    code = cli_main(["dataset", str(bikes), "--out", str(tmp_path), "--executor", "local", "--quiet",
+                     "--ip", "sintel", "--model", str(tiny_internvl),
+                     "--set", "caption.device=cpu", "--set", "caption.num_frames=4",
+                     "--set", "caption.frame_height=56", "--set", "caption.max_new_tokens=6",
+                     "--set", "caption.max_retries=0"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "captions: caption_failed 3" in out  # random weights answer nonsense, counted
+    film_dir = next(tmp_path.glob("bikes-*"))
+    clips = list(read_clips(film_dir / "shards"))
+    assert len(clips) == 3
+    for clip in clips:
+        assert clip.caption_model == str(tiny_internvl) and clip.caption_status == "caption_failed"
+        assert read_raw(clip)["state"]  # the model's own text is kept
+        assert clip.motion_level is not None  # the state prompt was given the clip's level
+    summary = json.loads((film_dir / "summary.json").read_text())
+    assert summary["captions"] == "incomplete" and summary["caption"]["protagonists"] == ["Sintel", "Scales"]
