@@ -99,6 +99,19 @@ def fit_frame(rgb: np.ndarray, region: tuple[int, int, int, int], config: ClipCo
     return out
 
 
+class _Once:
+    """A value computed on first use only: a frame is converted at most once, whichever
+    windows sample it."""
+
+    def __init__(self, make):
+        self._make, self._value, self._done = make, None, False
+
+    def __call__(self):
+        if not self._done:
+            self._value, self._done = self._make(), True
+        return self._value
+
+
 def _resize(image: np.ndarray, width: int, height: int) -> np.ndarray:
     if image.shape[1] == width and image.shape[0] == height:
         return np.ascontiguousarray(image)
@@ -136,17 +149,23 @@ class ClipSplitter:
             out += self._close_scene(index)
             self._open_scene(index)
         out += self._close_passed_windows(index)
+        fitted = _Once(lambda: fit_frame(load_rgb(), self.region, self.config))
+        self._take_samples(index, fitted)
         window = self.window
-        if window is None:
-            return out
-        wanted = [m for m, i in enumerate(window.sample_indices) if i == index]
-        if wanted and window.fits:
-            frame = fit_frame(load_rgb(), self.region, self.config)
-            for m in wanted:
-                window.samples[m] = frame
-        if index == window.end_frame - 1 and window.fits:
+        if window is not None and window.fits and index == window.end_frame - 1:
             out += self._close_window()
+            # When the 2-s boundary falls inside this frame (23.976 fps, say), the frame on
+            # screen at the next window's start is this one: it is that window's first sample.
+            self._take_samples(index, fitted)
         return out
+
+    def _take_samples(self, index: int, fitted: "_Once") -> None:
+        window = self.window
+        if window is None or not window.fits:
+            return
+        for m, sample in enumerate(window.sample_indices):
+            if sample == index:
+                window.samples[m] = fitted()
 
     def finish(self, stop_index: int) -> list:
         """End of the segment (`stop_index` is its exclusive end frame)."""
@@ -169,16 +188,16 @@ class ClipSplitter:
                    for m in range(self.config.num_frames)]
         self.window = _Window(
             start_time=start_time,
-            start_frame=bisect.bisect_left(self.times, start_time - EPS),
+            start_frame=samples[0],  # the frame on screen when the window starts
             end_frame=bisect.bisect_left(self.times, end_time - EPS),
             sample_indices=samples, fits=end_time <= self.times[-1] + EPS)
 
     def _close_passed_windows(self, index: int) -> list:
-        """Frames skipped by the decoder can jump past a window's last frame: drop it then."""
+        """Frames skipped by the decoder can jump past a window's last frame: close it then (it
+        still becomes a clip if all its samples arrived)."""
         out = []
-        while self.window is not None and index >= self.window.end_frame:
-            out.append(self._drop(self.window, "decode_gap", "frames missing from the decoder"))
-            self._open_window(self.window.start_time + self.config.seconds)
+        while self.window is not None and self.window.fits and index >= self.window.end_frame:
+            out += self._close_window()
         return out
 
     def _close_window(self) -> list:
