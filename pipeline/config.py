@@ -29,12 +29,10 @@ from stages.scenes import SceneConfig
 class RunConfig:
     executor: str = "ray"
     """'ray' (a local Ray starts by itself; RAY_ADDRESS joins a cluster) or 'local' (one process)."""
-    segment_seconds: float = 180.0
-    """Films are cut into time segments of about this length (more where CPUs would idle, none
-    under 30 s), processed in parallel. Each segment boundary is a forced scene boundary (a scene
-    tail under 2 s there is dropped and counted)."""
-    min_segment_seconds: float = 30.0
-    """No segment is made shorter than this, however many CPUs are free."""
+    segment_seconds: float = 120.0
+    """Films are cut into equal time segments of about this length, processed in parallel (a
+    feature film makes about 45). Each boundary is a forced scene boundary: a scene tail under
+    2 s there is dropped and counted as segment_tail, at most one clip per boundary."""
     num_cpus: int | None = None
     """CPUs for the embedded Ray; None lets Ray use the machine."""
     progress: bool = True
@@ -56,7 +54,7 @@ class PipelineConfig:
     def fingerprint(self) -> str:
         """Settings that change clip content; resumed work with another fingerprint is redone."""
         content = {k: v for k, v in self.to_dict().items() if k not in ("run", "caption")}
-        content["segments"] = [self.run.segment_seconds, self.run.min_segment_seconds]
+        content["segment_seconds"] = self.run.segment_seconds
         return json.dumps(content, sort_keys=True, default=str)
 
 

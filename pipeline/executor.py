@@ -21,7 +21,6 @@ log = logging.getLogger(__name__)
 
 class LocalExecutor:
     name = "local"
-    workers = 1
 
     def __init__(self, progress: bool = True):
         self.progress = progress
@@ -59,11 +58,6 @@ class RayExecutor:
                 bar.update(ray.get(counter.take.remote()))
             bar.update(ray.get(counter.take.remote()))
         return [_result(ray, f) for f in futures]
-
-    @property
-    def workers(self) -> int:
-        """CPUs of the cluster: how many one-CPU tasks run at once."""
-        return max(1, int(self._ray().cluster_resources().get("CPU", 1)))
 
     def _ray(self):
         return init_ray(self.num_cpus)

@@ -104,8 +104,7 @@ def run_film(path: str | Path, out_dir: str | Path, config: PipelineConfig, ip: 
     crop_began = time.perf_counter()
     crop = BorderCrop(config.crop).process(film)
     crop_seconds = time.perf_counter() - crop_began
-    segments = plan_segments(film, config.run.segment_seconds, executor.workers,
-                             config.run.min_segment_seconds)
+    segments = plan_segments(film, config.run.segment_seconds)
     jobs = [SegmentJob(film, crop, config, ip.name, seg, film_dir / "work") for seg in segments]
     results = executor.map(run_segment, jobs, film.num_frames, f"{film.film_name}")
     summary = finalize(film_dir, film, crop, config, ip, results,

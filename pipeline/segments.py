@@ -62,29 +62,26 @@ class SegmentJob:
         return self.work_dir / f"segment-{self.segment.index:05d}"
 
 
-def plan_segments(film: FilmInfo, seconds: float, workers: int = 1,
-                  min_seconds: float = 30.0) -> list[Segment]:
-    """Cut the film into equal segments of about `seconds`, as many as keep `workers` busy.
+def plan_segments(film: FilmInfo, seconds: float) -> list[Segment]:
+    """Cut the film into equal segments of about `seconds`.
 
-    The count is rounded up to a multiple of the workers (a last lone segment would leave the
-    others idle), but no segment is shorter than `min_seconds`: every boundary is a forced scene
-    boundary, which costs up to one clip.
+    The plan depends on the film and the configuration only, never on the machine, so the same
+    film gives the same clips on a laptop and on any cluster. Every boundary is a forced scene
+    boundary, which costs at most one clip.
     """
     count = max(1, round(film.duration / seconds))
-    count = -(-count // workers) * workers
-    count = max(1, min(count, int(film.duration // min_seconds)))
     bounds = [round(i * film.num_frames / count) for i in range(count)] + [film.num_frames]
     return [Segment(i, bounds[i], bounds[i + 1], i == count - 1) for i in range(count)]
 
 
 def completed(job: SegmentJob, fingerprint: str) -> dict | None:
-    """The segment's stats if it finished under the same settings and bounds, else None (a plan
-    made for another number of workers cuts different segments)."""
+    """The segment's stats if it finished under the same settings, IP and bounds, else None."""
     marker = job.directory / DONE
     if not marker.is_file():
         return None
     stats = json.loads(marker.read_text())
-    same = stats.get("fingerprint") == fingerprint and stats.get("segment") == asdict(job.segment)
+    same = (stats.get("fingerprint") == fingerprint and stats.get("ip") == job.ip
+            and stats.get("segment") == asdict(job.segment))
     return stats if same else None
 
 
@@ -98,7 +95,7 @@ def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None)
     shutil.rmtree(job.directory, ignore_errors=True)  # leftovers of an interrupted attempt
     job.directory.mkdir(parents=True)
     stats = _SegmentRun(job, report).run()
-    stats["fingerprint"] = fingerprint
+    stats["fingerprint"], stats["ip"] = fingerprint, job.ip
     write_json_atomic(stats, job.directory / DONE)
     return stats | {"skipped": False}
 

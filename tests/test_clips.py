@@ -81,7 +81,7 @@ def test_clip_frames_match_the_source_frames(bikes_dataset):
 
 def test_synthetic_cuts_and_segment_boundaries(tmp_path):
     film = make_video(tmp_path / "cuts.mp4", cuts=(30, 100, 150), num_frames=260, fps=24)
-    result = run_film(film, tmp_path / "out", local_config(run__segment_seconds=5, run__min_segment_seconds=1),
+    result = run_film(film, tmp_path / "out", local_config(run__segment_seconds=5),
                       load_ip(None))
     summary = result.summary
     boundaries = summary["segment_boundaries"]
@@ -172,16 +172,35 @@ def test_motion_columns_and_level_edges_are_filled(bikes_dataset):
     assert summary["stage_seconds"]["motion"] > 0
 
 
-def test_segments_fill_the_workers_without_getting_too_short(tmp_path):
+def test_segment_plan_depends_on_the_film_and_settings_only(tmp_path):
     from pipeline.segments import plan_segments
     from stages.probe import Probe
 
     film = Probe().process(make_video(tmp_path / "s.mp4", num_frames=1440, fps=24))  # 60 s
     lengths = lambda plan: [s.stop - s.start for s in plan]  # noqa: E731
-    assert lengths(plan_segments(film, 180, workers=1)) == [1440]
-    assert lengths(plan_segments(film, 180, workers=2)) == [720, 720]  # both CPUs busy
-    assert len(plan_segments(film, 180, workers=8)) == 2  # none shorter than 30 s
-    assert len(plan_segments(film, 20, workers=2)) == 2  # 3 rounded up to 4, capped at 2
-    plan = plan_segments(film, 10, workers=2, min_seconds=1)
+    assert lengths(plan_segments(film, 120)) == [1440]
+    assert lengths(plan_segments(film, 30)) == [720, 720]
+    assert lengths(plan_segments(film, 25)) == [720, 720]  # 2.4 segments round to 2
+    assert lengths(plan_segments(film, 20)) == [480, 480, 480]
+    plan = plan_segments(film, 10)
     assert len(plan) == 6 and plan[0].start == 0 and plan[-1].stop == 1440 and plan[-1].is_last
     assert all(a.stop == b.start for a, b in zip(plan, plan[1:]))
+
+
+@pytest.mark.parametrize("rate", ["24000/1001", "30000/1001"])
+def test_ntsc_frame_rates_keep_every_window(tmp_path, rate):
+    """Most anime is 23.976 fps: window starts then fall inside a frame, which must not cost the
+    following windows of a scene."""
+    from fractions import Fraction
+
+    fps = Fraction(rate)
+    film = make_video(tmp_path / "ntsc.mp4", num_frames=int(20.5 * fps), fps=fps)
+    result = run_film(film, tmp_path / "out", local_config(), load_ip(None))
+    manifest = _manifest(result.film_dir)
+    assert len(manifest) == 10 and "decode_gap" not in result.summary["drops"]
+    times = [i / float(fps) for i in range(int(20.5 * fps))]
+    for row in manifest.itertuples():
+        assert row.frame_indices[0] == row.start_frame  # the range starts with the first sample
+        for m, index in enumerate(row.frame_indices):
+            instant = row.start_time + m / 8
+            assert times[index] <= instant + 1e-6 < times[index + 1]  # the frame on screen then

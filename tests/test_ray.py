@@ -11,7 +11,7 @@ from pipeline.shards import read_clips
 def test_ray_executor_matches_local(tmp_path, bikes_dataset):
     import ray
 
-    config = local_config(run__executor="ray", run__num_cpus=2, run__segment_seconds=4, run__min_segment_seconds=1)
+    config = local_config(run__executor="ray", run__num_cpus=2, run__segment_seconds=4)
     try:
         result = run_film(BIKES, tmp_path, config, load_ip(None))
     finally:

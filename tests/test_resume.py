@@ -15,8 +15,7 @@ from pipeline.shards import read_clips
 
 def _cli(film, out, *extra):
     return [sys.executable, "-m", "pipeline.cli", "dataset", str(film), "--out", str(out),
-            "--executor", "local", "--quiet", "--set", "run.segment_seconds=2",
-            "--set", "run.min_segment_seconds=1", *extra]
+            "--executor", "local", "--quiet", "--set", "run.segment_seconds=2", *extra]
 
 
 def _rows(film_dir):
