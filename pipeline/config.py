@@ -25,6 +25,9 @@ from stages.motion import MotionConfig
 from stages.scenes import SceneConfig
 
 
+EXECUTORS = ("ray", "local")
+
+
 @dataclass
 class RunConfig:
     executor: str = "ray"
@@ -64,11 +67,15 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"{path}: configuration file not found")
-        data = yaml.safe_load(path.read_text()) or {}
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({exc})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of sections, got {type(data).__name__}")
         apply_mapping(config, data, source=str(path))
     apply_overrides(config, overrides or [])
+    check_choices(config, "settings")
     return config
 
 
@@ -94,7 +101,26 @@ def apply_overrides(config: PipelineConfig, overrides: list[str]) -> None:
         if not sep or not dot:
             raise ConfigError(f"--set {item!r}: expected section.field=value")
         section = _section(config, section_name, "--set")
-        _set_field(section, section_name, name, yaml.safe_load(raw), "--set")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML") from None
+        _set_field(section, section_name, name, value, "--set")
+
+
+def check_choices(config: PipelineConfig, source: str) -> None:
+    """Settings that name one of a fixed set are checked here, before any film is touched."""
+    from stages.clips import RESIZE_MODES
+    from stages.motion import BACKENDS
+    from stages.scenes import DETECTORS
+
+    choices = {("clips", "resize"): RESIZE_MODES, ("scenes", "detector"): tuple(DETECTORS),
+               ("motion", "backend"): BACKENDS, ("run", "executor"): EXECUTORS,
+               ("clips", "image_format"): ("jpeg", "png")}
+    for (section, name), allowed in choices.items():
+        value = getattr(getattr(config, section), name)
+        if value not in allowed:
+            raise ConfigError(f"{source}: {section}.{name}={value!r}: choose one of {list(allowed)}")
 
 
 def describe_fields() -> list[tuple[str, object, str]]:

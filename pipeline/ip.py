@@ -98,7 +98,20 @@ def _film(item, base: Path, path: Path) -> FilmEntry:
     overrides = item.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise ManifestError(f"{path}: overrides of {item['path']} must be a mapping of sections")
+    _check_overrides(overrides, f"{path}: overrides of {item['path']}")
     return FilmEntry((base / item["path"]).resolve(), overrides)
+
+
+def _check_overrides(overrides: dict, source: str) -> None:
+    """Try the overrides on a default configuration now, not when the film's turn comes."""
+    from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
+
+    config = PipelineConfig()
+    try:
+        apply_mapping(config, overrides, source)
+        check_choices(config, source)
+    except ConfigError as exc:
+        raise ManifestError(str(exc)) from None
 
 
 def _protagonist(item, base: Path, path: Path) -> Protagonist:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.config import PipelineConfig, apply_mapping
+from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 from pipeline.executor import make_executor
 from pipeline.ip import IP
 from pipeline.record import Clip
@@ -54,7 +54,9 @@ def film_config(base: PipelineConfig, ip: IP, film_path: str | Path) -> Pipeline
     config = copy.deepcopy(base)
     overrides = ip.overrides_for(film_path)
     if overrides:
-        apply_mapping(config, overrides, source=f"{ip.source}: overrides of {film_path}")
+        source = f"{ip.source}: overrides of {film_path}"
+        apply_mapping(config, overrides, source=source)
+        check_choices(config, source)
     return config
 
 
@@ -67,7 +69,7 @@ def run_films(paths: list[str | Path], out_dir: str | Path, config: PipelineConf
     for path in paths:
         try:
             results.append(run_film(path, out_dir, film_config(config, ip, path), ip, executor))
-        except FilmError as exc:
+        except (FilmError, ConfigError) as exc:
             results.append(FilmResult(str(path), None, False, str(exc)))
     if config.caption.model:
         _caption(results, config, ip)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.video import FrameReader, rotate_frame
-from stages.probe import FilmInfo
+from stages.probe import FilmError, FilmInfo
 
 
 @dataclass
@@ -94,8 +94,8 @@ class BorderCrop:
     def _manifest_box(self, film: FilmInfo) -> CropBox:
         x, y, w, h = (int(v) for v in self.config.box)
         if w <= 0 or h <= 0 or x < 0 or y < 0 or x + w > film.width or y + h > film.height:
-            raise ValueError(f"{film.path}: crop box {self.config.box} does not fit inside the "
-                             f"{film.width}x{film.height} picture")
+            raise FilmError(f"{film.path}: crop box {self.config.box} does not fit inside the "
+                            f"{film.width}x{film.height} picture")
         return CropBox(x, y, w, h, "manifest")
 
 

@@ -9,7 +9,7 @@ from conftest import local_config, make_video
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
 from stages.crop import BorderCrop, CropBox, CropConfig
-from stages.probe import Probe
+from stages.probe import FilmError, Probe
 
 
 @pytest.mark.parametrize("border,box", [
@@ -77,5 +77,5 @@ def test_manifest_override_is_used_and_checked(tmp_path):
     assert result.summary["ip"] == "testip"
 
     film = Probe().process(path)
-    with pytest.raises(ValueError, match="does not fit inside the 640x360 picture"):
+    with pytest.raises(FilmError, match="does not fit inside the 640x360 picture"):
         BorderCrop(CropConfig(box=[0, 0, 700, 360])).process(film)

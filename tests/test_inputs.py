@@ -116,3 +116,45 @@ def test_cli_help_lists_every_setting():
     for name in ("crop.box", "scenes.detector", "clips.resize", "run.segment_seconds",
                  "shards.max_bytes", "motion.enabled", "caption.model"):
         assert name in run.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--set", "clips.resize=squash"], "clips.resize='squash': choose one of"),
+    (["--set", "scenes.detector=magic"], "scenes.detector='magic': choose one of"),
+    (["--set", "clips.crf=[1"], "the value is not valid YAML"),
+    (["--set", "motion.backend=memflow"], "memflow"),
+])
+def test_bad_settings_stop_before_any_film_with_one_line(tmp_path, args, message):
+    run = subprocess.run([sys.executable, "-m", "pipeline.cli", "dataset", str(BIKES),
+                          "--out", str(tmp_path), "--executor", "local", "--quiet", *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2
+    assert message in run.stderr and "Traceback" not in run.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_manifests_are_refused_when_loaded(tmp_path):
+    from pipeline.ip import ManifestError
+
+    manifest = tmp_path / "ip.yaml"
+    manifest.write_text("name: x\nfilms:\n  - path: a.mp4\n    overrides: {scene: {threshold: 3}}\n")
+    with pytest.raises(ManifestError, match="unknown section 'scene'"):
+        load_ip(manifest)
+    manifest.write_text("name: x\nfilms: [a.mp4\n")
+    with pytest.raises(ManifestError, match="not valid YAML"):
+        load_ip(manifest)
+
+
+def test_a_crop_box_that_does_not_fit_fails_only_its_film(tmp_path):
+    good = make_video(tmp_path / "good.mp4", cuts=(50,), num_frames=110, fps=24)
+    small = make_video(tmp_path / "small.mp4", size=(120, 160), num_frames=60, fps=24)
+    manifest = tmp_path / "ip.yaml"
+    manifest.write_text("name: x\nfilms:\n  - path: small.mp4\n"
+                        "    overrides: {crop: {box: [0, 0, 640, 360]}}\n  - path: good.mp4\n")
+    run = subprocess.run([sys.executable, "-m", "pipeline.cli", "dataset", "--ip", str(manifest),
+                          "--out", str(tmp_path / "out"), "--executor", "local", "--quiet"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1
+    assert f"error: {small.resolve()}: crop box [0, 0, 640, 360] does not fit" in run.stdout
+    assert "Traceback" not in run.stdout + run.stderr
+    assert list((tmp_path / "out").glob("good-*/summary.json"))
