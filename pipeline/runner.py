@@ -185,6 +185,7 @@ def _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seco
         "clips_failed": sum(s["clips_failed"] for s in done),
         "frames_decoded": sum(s["frames"] for s in done),
         "corrupt_packets": sum(s["corrupt_packets"] for s in done),
+        "late_cuts": sum(s.get("late_cuts", 0) for s in done),
         "drops": drops,
         "stage_seconds": {k: round(v, 3) for k, v in seconds.items()},
         "captions": "pending",

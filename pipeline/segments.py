@@ -123,6 +123,9 @@ class _SegmentRun:
         self.clips_written = 0
         self.clips_failed = 0
         self.frames_decoded = 0
+        self.settled = job.segment.start - 1  # the last frame handed to the clip splitter
+        self.late_cuts = 0
+        self.detect_box = _detect_box(film, job.crop, self.small_size)
 
     def run(self) -> dict:
         film, seg = self.job.film, self.job.segment
@@ -137,20 +140,34 @@ class _SegmentRun:
         with ShardWriter(self.job.directory, "part", self.job.config.shards) as writer:
             self.writer = writer
             frames = reader.frames(max(0, seg.start - warmup), min(film.num_frames, seg.stop + lag))
-            for index, frame in self._timed_iter("decode", frames):
+            # A frame waits until `lag` more frames were decoded after it (counted in frames
+            # decoded, so a gap in the indices cannot shorten the wait).
+            for decoded, (index, frame) in enumerate(self._timed_iter("decode", frames)):
                 last = index
-                cuts.update(self._timed("scenes", self.detector.process, index, self._small(frame)))
+                for cut in self._timed("scenes", self.detector.process, index, self._small(frame)):
+                    self._add_cut(cut, cuts)
                 if seg.start <= index < seg.stop:
-                    waiting.append((index, frame))
-                while waiting and waiting[0][0] <= index - lag:
-                    self._settle(*waiting.popleft(), cuts)
-            cuts.update(self.detector.finish(last))
+                    waiting.append((decoded, index, frame))
+                while waiting and waiting[0][0] <= decoded - lag:
+                    self._settle(*waiting.popleft()[1:], cuts)
+            for cut in self.detector.finish(last):
+                self._add_cut(cut, cuts)
             while waiting:
-                self._settle(*waiting.popleft(), cuts)
+                self._settle(*waiting.popleft()[1:], cuts)
             self._handle(self.splitter.finish(seg.stop))
         return self._stats(reader.corrupt_packets)
 
+    def _add_cut(self, cut: int, cuts: set[int]) -> None:
+        """A cut reported after its frame was already cut into clips (a detector that reports
+        later than its lag, e.g. the threshold detector in a long fade) starts the scene at the
+        next frame instead, and is counted: raise scenes.lag_seconds if late_cuts is not 0."""
+        if cut <= self.settled:
+            self.late_cuts += cut >= self.job.segment.start
+            cut = self.settled + 1
+        cuts.add(cut)
+
     def _settle(self, index: int, frame: av.VideoFrame, cuts: set[int]) -> None:
+        self.settled = index
         starts_scene = index == self.job.segment.start or index in cuts
         self.frames_decoded += 1
         if self.frames_decoded % 64 == 0:
@@ -177,10 +194,7 @@ class _SegmentRun:
         width, height = self.small_size
         small = rotate_frame(frame.reformat(width=width, height=height, format="bgr24").to_ndarray(),
                         self.job.film.rotation)
-        crop, film = self.job.crop, self.job.film
-        sx, sy = small.shape[1] / film.width, small.shape[0] / film.height
-        x0, y0 = int(crop.x * sx), int(crop.y * sy)
-        x1, y1 = max(x0 + 2, int((crop.x + crop.w) * sx)), max(y0 + 2, int((crop.y + crop.h) * sy))
+        x0, y0, x1, y1 = self.detect_box
         return np.ascontiguousarray(small[y0:y1, x0:x1])
 
     def _rgb(self, frame: av.VideoFrame) -> np.ndarray:
@@ -215,12 +229,23 @@ class _SegmentRun:
             "clips_failed": self.clips_failed,
             "frames": self.frames_decoded,
             "corrupt_packets": corrupt_packets,
+            "late_cuts": self.late_cuts,
             "drops": dict(drops),
             "drop_list": [asdict(d) for d in self.drops],
             "scenes": self.splitter.scenes,
             "parts": sorted(p.name for p in self.writer.paths),
             "stage_seconds": {k: round(v, 4) for k, v in self.seconds.items()},
         }
+
+
+def _detect_box(film: FilmInfo, crop: CropBox, small_size: tuple[int, int]) -> tuple[int, ...]:
+    """The crop box in the (upright) detection-size frame: x0, y0, x1, y1."""
+    width, height = small_size
+    if film.rotation in (90, 270):
+        width, height = height, width
+    sx, sy = width / film.width, height / film.height
+    x0, y0 = int(crop.x * sx), int(crop.y * sy)
+    return x0, y0, max(x0 + 2, int((crop.x + crop.w) * sx)), max(y0 + 2, int((crop.y + crop.h) * sy))
 
 
 def _small_size(film: FilmInfo, width: int) -> tuple[int, int]:

@@ -117,24 +117,20 @@ class FrameReader:
                     break
                 yield index, frame
 
-    def keyframes(self, count: int) -> list[tuple[int, av.VideoFrame]]:
-        """About `count` key frames spread evenly over the film, decoding nothing else.
+    def keyframes(self, count: int, total: int) -> Iterator[tuple[int, av.VideoFrame]]:
+        """About `count` of the film's `total` key frames, spread evenly, decoding nothing else.
 
-        The decoder skips every non-key frame, so sampling costs one decoded picture per key
-        frame however long the film is, and no frame is decoded for a second time.
+        The decoder skips every non-key frame and only the chosen key frames are yielded, so
+        memory stays at one picture whatever the film's length.
         """
+        wanted = {int(i * total / count) for i in range(count)} if total > count else None
         index_of = {pts: i for i, pts in enumerate(self.frame_pts)}
-        found = []
         with av.open(self.path) as container:
             stream = container.streams.video[0]
             stream.codec_context.skip_frame = "NONKEY"
-            for frame in self._decode(container, stream):
-                if frame.pts in index_of:
-                    found.append((index_of[frame.pts], frame))
-        if len(found) <= count:
-            return found
-        step = len(found) / count
-        return [found[int(i * step)] for i in range(count)]
+            for ordinal, frame in enumerate(self._decode(container, stream)):
+                if frame.pts in index_of and (wanted is None or ordinal in wanted):
+                    yield index_of[frame.pts], frame
 
     def _decode(self, container, stream) -> Iterator[av.VideoFrame]:
         for packet in container.demux(stream):

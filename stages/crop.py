@@ -107,4 +107,4 @@ def sample_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
     they cover the film's variety of shots well."""
     reader = FrameReader(film.path, film.frame_pts)
     return [rotate_frame(frame.to_ndarray(format="gray"), film.rotation)
-            for _, frame in reader.keyframes(max(1, count))]
+            for _, frame in reader.keyframes(max(1, count), film.keyframes)]

@@ -36,6 +36,10 @@ class SceneConfig:
     """Further keyword arguments for the detector class, e.g. {window_width: 3}."""
     width: int = 256
     """Frames are scaled to this width for detection (PySceneDetect's own default effective width)."""
+    lag_seconds: float = 0.0
+    """Extra time frames wait before clips are cut, for detectors that report a cut later than
+    their own window (the threshold detector places a fade's cut mid-fade but reports it when the
+    fade ends). summary.json counts late_cuts: raise this if it is not 0."""
 
 
 class SceneCuts:
@@ -56,11 +60,12 @@ class SceneCuts:
             kwargs[threshold_name] = config.threshold
         self.detector = cls(**kwargs)
         self.fps = fps
+        self.extra_lag = int(round(config.lag_seconds * fps))
 
     @property
     def lag(self) -> int:
         """Frames a cut can be reported after the frame that starts the new scene."""
-        return int(getattr(self.detector, "event_buffer_length", 0)) + 1
+        return int(getattr(self.detector, "event_buffer_length", 0)) + 1 + self.extra_lag
 
     def process(self, index: int, small_bgr: np.ndarray) -> list[int]:
         found = self.detector.process_frame(FrameTimecode(index, self.fps), small_bgr)

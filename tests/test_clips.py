@@ -204,3 +204,17 @@ def test_ntsc_frame_rates_keep_every_window(tmp_path, rate):
         for m, index in enumerate(row.frame_indices):
             instant = row.start_time + m / 8
             assert times[index] <= instant + 1e-6 < times[index + 1]  # the frame on screen then
+
+
+def test_cuts_reported_late_are_counted_and_lag_seconds_absorbs_them(tmp_path):
+    # the threshold detector puts a fade's cut in the middle of the black (frame 50) but can only
+    # report it when the picture comes back (frame 60)
+    film = make_video(tmp_path / "fade.mp4", num_frames=150, fps=24, black=range(40, 60))
+    settings = {"scenes__detector": "threshold", "scenes__min_scene_len": 5}
+    late = run_film(film, tmp_path / "a", local_config(**settings), load_ip(None)).summary
+    assert late["late_cuts"] >= 1
+    held = run_film(film, tmp_path / "b", local_config(scenes__lag_seconds=1.0, **settings),
+                    load_ip(None))
+    assert held.summary["late_cuts"] == 0
+    assert 50 in [s for s, _ in held.summary["scenes"]]
+    _assert_no_clip_spans_a_cut(_manifest(held.film_dir), held.summary["scenes"])
