@@ -49,7 +49,9 @@ class RayExecutor:
     def map(self, fn: Callable, jobs: list, total: int, desc: str) -> list:
         ray = self._ray()
         counter = _progress_counter(ray)
-        remote_fn = ray.remote(num_cpus=1, max_retries=0)(_run_with_counter)
+        # A segment rewrites its own folder from scratch, so re-running it after a lost worker is
+        # safe; exceptions raised by the job itself are not retried.
+        remote_fn = ray.remote(num_cpus=1, max_retries=1)(_run_with_counter)
         futures = [remote_fn.remote(fn, job, counter) for job in jobs]
         with _bar(total, desc, self.progress) as bar:
             pending = list(futures)
@@ -57,7 +59,9 @@ class RayExecutor:
                 _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
                 bar.update(ray.get(counter.take.remote()))
             bar.update(ray.get(counter.take.remote()))
-        return [_result(ray, f) for f in futures]
+        results = [_result(ray, f) for f in futures]
+        ray.kill(counter)  # one per map call: never leave it idling in a worker
+        return results
 
     def _ray(self):
         return init_ray(self.num_cpus)

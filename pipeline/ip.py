@@ -49,7 +49,8 @@ class IP:
     source: Path | None = None
 
     def overrides_for(self, film_path: str | Path) -> dict:
-        """The manifest's overrides for a film, matched by resolved path or by file name."""
+        """The manifest's overrides for a film: the entry naming the same file (by resolved path,
+        or by file name when one of the two does not exist)."""
         film_path = Path(film_path)
         for entry in self.films:
             if _same_file(entry.path, film_path):

@@ -1,7 +1,7 @@
 """The one record type that flows through the pipeline: a 2-second clip of a film.
 
-Every stage reads and fills fields of `Clip`; the shard schema (pipeline/schema.py) is derived from
-the persisted fields below, so a column exists exactly once. `frames` is the in-memory payload
+Every stage reads and fills fields of `Clip`; the shard schema (pipeline/schema.py) declares the
+same persisted fields with their Arrow types, and tests/test_shards.py keeps the two in step. `frames` is the in-memory payload
 (16 x H x W x 3 uint8 RGB) and is never written: shards carry `video` (H.264 mp4) and `first_frame`
 instead, and stages drop `frames` as soon as the media bytes exist.
 """

@@ -8,7 +8,8 @@ Output of a film, under OUT/<film_slug>/:
     work/                         per-segment parts and DONE markers (removed once complete)
 
 Reruns are safe: a complete film is skipped; an interrupted one redoes only the segments without
-a DONE marker, then finalizes again, giving the same bytes as an uninterrupted run.
+a DONE marker, then finalizes again: shards, manifest and drops are byte for byte those of an
+uninterrupted run (summary.json differs only in its timings and segments_reused).
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def run_film(path: str | Path, out_dir: str | Path, config: PipelineConfig, ip: 
     results = executor.map(run_segment, jobs, film.num_frames, f"{film.film_name}")
     summary = finalize(film_dir, film, crop, config, ip, results,
                        {"probe": probe_seconds, "crop": crop_seconds})
+    summary["segment_boundaries"] = [seg.start for seg in segments[1:]]
     summary["wall_seconds"] = round(time.perf_counter() - began, 3)
     write_json_atomic(summary, film_dir / SUMMARY)
     return FilmResult(str(path), film_dir, summary["complete"], _summary_line(film, summary),
@@ -178,13 +180,13 @@ def _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seco
         "crop": {"x": crop.x, "y": crop.y, "w": crop.w, "h": crop.h, "source": crop.source},
         "segments": len(done) + len(failed),
         "segments_reused": sum(bool(s.get("skipped")) for s in done),
-        "segment_boundaries": [s["segment"]["start"] for s in done[1:]],
         "failed_segments": failed,
         "scenes": scenes,
         "clips_written": sum(s["clips_written"] for s in done),
         "clips_failed": sum(s["clips_failed"] for s in done),
         "frames_decoded": sum(s["frames"] for s in done),
         "corrupt_packets": sum(s["corrupt_packets"] for s in done),
+        "unmatched_frames": sum(s.get("unmatched_frames", 0) for s in done),
         "late_cuts": sum(s.get("late_cuts", 0) for s in done),
         "drops": drops,
         "stage_seconds": {k: round(v, 3) for k, v in seconds.items()},

@@ -1,7 +1,7 @@
 """The explicit, versioned Arrow schema of a clip shard.
 
 Readers check `SCHEMA_VERSION` in the file metadata. Bump it when a column changes meaning or type;
-adding a nullable column is a minor bump. `tests/test_schema.py` keeps this list and
+adding a nullable column is a minor bump. `tests/test_shards.py` keeps this list and
 `pipeline.record.Clip` in step.
 """
 

@@ -155,7 +155,7 @@ class _SegmentRun:
             while waiting:
                 self._settle(*waiting.popleft()[1:], cuts)
             self._handle(self.splitter.finish(seg.stop))
-        return self._stats(reader.corrupt_packets)
+        return self._stats(reader)
 
     def _add_cut(self, cut: int, cuts: set[int]) -> None:
         """A cut reported after its frame was already cut into clips (a detector that reports
@@ -218,19 +218,16 @@ class _SegmentRun:
             self.seconds[name] += time.perf_counter() - began
             yield item
 
-    def _stats(self, corrupt_packets: int) -> dict:
+    def _stats(self, reader: FrameReader) -> dict:
         self.report(self.frames_decoded % 64)
-        drops: dict[str, int] = defaultdict(int)
-        for drop in self.drops:
-            drops[drop.reason] += 1
         return {
             "segment": asdict(self.job.segment),
             "clips_written": self.clips_written,
             "clips_failed": self.clips_failed,
             "frames": self.frames_decoded,
-            "corrupt_packets": corrupt_packets,
+            "corrupt_packets": reader.corrupt_packets,
+            "unmatched_frames": reader.unmatched_frames,
             "late_cuts": self.late_cuts,
-            "drops": dict(drops),
             "drop_list": [asdict(d) for d in self.drops],
             "scenes": self.splitter.scenes,
             "parts": sorted(p.name for p in self.writer.paths),

@@ -100,6 +100,7 @@ class FrameReader:
         self.path = path
         self.frame_pts = frame_pts
         self.corrupt_packets = 0
+        self.unmatched_frames = 0  # decoded frames whose timestamp the probe did not list
 
     def frames(self, first: int, stop: int) -> Iterator[tuple[int, av.VideoFrame]]:
         index_of = {pts: i for i, pts in enumerate(self.frame_pts)}
@@ -111,7 +112,10 @@ class FrameReader:
                                any_frame=False)
             for frame in self._decode(container, stream):
                 index = index_of.get(frame.pts)
-                if index is None or index < first:
+                if index is None:
+                    self.unmatched_frames += 1
+                    continue
+                if index < first:
                     continue
                 if index >= stop:
                     break
