@@ -13,8 +13,12 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from stages.base import ClipStage
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +89,7 @@ def init_ray(num_cpus: int | None = None):
 class LocalStageRunner:
     """A batched stage in this process, with the same interface as StageActorPool."""
 
-    def __init__(self, stage: CaptionStage):
+    def __init__(self, stage: ClipStage):
         self.stage = stage
         stage.setup()
 
@@ -108,7 +112,7 @@ class StageActorPool:
     stage's declared `resources`. Batches go to whichever actor is free; results come back in
     submission order, each with the batch it answers."""
 
-    def __init__(self, stage: CaptionStage, workers: int | None):
+    def __init__(self, stage: ClipStage, workers: int | None):
         ray = init_ray()
         self.ray, self.stage = ray, stage
         resources = stage.resources
@@ -151,7 +155,7 @@ class StageActorPool:
 
 
 class _StageActor:
-    def __init__(self, stage: CaptionStage):
+    def __init__(self, stage: ClipStage):
         self.stage = stage
         self.stage.setup()
 

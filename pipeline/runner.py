@@ -21,16 +21,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 from pipeline.executor import make_executor
 from pipeline.ip import IP
-from pipeline.record import Clip
-from pipeline.schema import DROP_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION, rows_to_table
+from pipeline.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from pipeline.segments import SegmentJob, plan_segments, run_segment
-from pipeline.shards import ShardWriter, write_json_atomic, write_table_atomic
+from pipeline.shards import (ShardWriter, read_clips, write_json_atomic, write_manifest,
+                             write_table_atomic)
 from stages.crop import BorderCrop
 from stages.probe import FilmError, FilmInfo, Probe
 
@@ -127,34 +124,27 @@ def finalize(film_dir: Path, film: FilmInfo, crop, config: PipelineConfig, ip: I
     work = film_dir / "work"
     staging = film_dir / "shards.staging"
     shutil.rmtree(staging, ignore_errors=True)
-    manifest_rows, scenes, drop_rows = [], [], []
+    scenes, drop_rows = [], []
     clip_index = scene_offset = 0
     with ShardWriter(staging, "clips", config.shards) as writer:
         for stats in done:
             seg = stats["segment"]["index"]
-            for clip in _read_parts(work / f"segment-{seg:05d}", stats["parts"]):
-                clip.clip_index = clip_index
-                clip.scene_index += scene_offset
-                clip_index += 1
-                writer.write(clip)
-                manifest_rows.append({k: v for k, v in clip.to_row().items()
-                                      if k not in ("video", "first_frame")})
+            for part in stats["parts"]:
+                for clip in read_clips(work / f"segment-{seg:05d}" / part):
+                    clip.clip_index = clip_index
+                    clip.scene_index += scene_offset
+                    clip_index += 1
+                    writer.write(clip)
             scenes += stats["scenes"]
             scene_offset += len(stats["scenes"])
             drop_rows += [_drop_row(film, seg, d) for d in stats["drop_list"]]
     _replace_dir(staging, film_dir / "shards")
-    write_table_atomic(rows_to_table(manifest_rows, MANIFEST_SCHEMA), film_dir / "manifest.parquet")
+    write_manifest(film_dir)
     write_table_atomic(rows_to_table(drop_rows, DROP_SCHEMA), film_dir / "drops.parquet")
     summary = _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seconds)
     if summary["complete"]:
         shutil.rmtree(work, ignore_errors=True)
     return summary
-
-
-def _read_parts(directory: Path, parts: list[str]):
-    for name in parts:
-        for row in pq.read_table(directory / name).to_pylist():
-            yield Clip.from_row(row)
 
 
 def _drop_row(film: FilmInfo, segment: int, drop: dict) -> dict:

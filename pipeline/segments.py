@@ -192,8 +192,8 @@ class _SegmentRun:
     def _small(self, frame: av.VideoFrame) -> np.ndarray:
         """The cropped picture at detection size, in BGR as PySceneDetect expects."""
         width, height = self.small_size
-        small = rotate_frame(frame.reformat(width=width, height=height, format="bgr24").to_ndarray(),
-                        self.job.film.rotation)
+        small = frame.reformat(width=width, height=height, format="bgr24").to_ndarray()
+        small = rotate_frame(small, self.job.film.rotation)
         x0, y0, x1, y1 = self.detect_box
         return np.ascontiguousarray(small[y0:y1, x0:x1])
 

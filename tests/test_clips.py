@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import BIKES, BIKES_CUTS, SINTEL, local_config, make_video
+from conftest import BIKES, BIKES_CUTS, local_config, make_video
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
 from pipeline.shards import read_clips

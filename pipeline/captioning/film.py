@@ -26,9 +26,7 @@ import pyarrow.parquet as pq
 from pipeline.captioning.cache import CaptionCache
 from pipeline.executor import LocalStageRunner, StageActorPool
 from pipeline.record import Clip
-from pipeline.schema import MANIFEST_SCHEMA, rows_to_table
-from pipeline.shards import ShardConfig, ShardWriter, read_table, shard_paths, write_json_atomic, \
-    write_table_atomic
+from pipeline.shards import ShardConfig, ShardWriter, shard_paths, write_json_atomic, write_manifest
 from stages.caption import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, CaptionConfig, CaptionStage
 
 log = logging.getLogger(__name__)
@@ -76,7 +74,7 @@ def _caption_film(film_dir, shards, stage, runner, shard_config, engine) -> dict
     summary["cache_unreadable_lines"] = cache.unreadable_lines
     if engine is not None:
         summary["engine"] = type(engine).__name__  # an engine object given by the caller
-    _write_manifest(film_dir)
+    write_manifest(film_dir)
     _update_summary(film_dir, summary)
     return summary
 
@@ -86,7 +84,7 @@ def _pending_film(film_dir, shards, stage, shard_config) -> dict:
     counts = _mark_pending(shards, stage, shard_config)
     summary = _summary(stage, counts, Counter(), Counter(), started)
     summary["hint"] = caption_later_hint(film_dir)
-    _write_manifest(film_dir)
+    write_manifest(film_dir)
     _update_summary(film_dir, summary)
     return summary
 
@@ -196,11 +194,6 @@ def _rewrite_shard(path: Path, clips: list[Clip], shard_config: ShardConfig) -> 
     [written] = writer.paths
     os.replace(written, path)
     aside.rmdir()
-
-
-def _write_manifest(film_dir: Path) -> None:
-    table = read_table(film_dir / "shards", columns=MANIFEST_SCHEMA.names)
-    write_table_atomic(rows_to_table(table.to_pylist(), MANIFEST_SCHEMA), film_dir / "manifest.parquet")
 
 
 def _summary(stage: CaptionStage, counts: Counter, work: Counter, stats: Counter,
