@@ -216,3 +216,24 @@ def test_animegamer_train_and_play_are_wired_into_the_console_script(capsys):
     with pytest.raises(SystemExit):
         main(["play", "--help"])
     assert "--instructions" in capsys.readouterr().out
+
+
+def test_a_film_named_twice_is_read_once(catalog):
+    """`--shards data data/<film>` names the same shards twice: each clip is read once."""
+    roots = [Path(source) for source in catalog.sources]
+    films = [p for root in roots for p in root.rglob("shards")]
+    twice = ClipCatalog(roots + [films[0].parent])
+    assert len(twice) == len(catalog) > 0
+
+
+def test_a_checkpoint_missing_trainable_weights_is_refused():
+    import torch
+
+    from trainer.checkpoint import restore_trainable
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    saved = {"0.weight": torch.zeros(2, 2), "0.bias": torch.zeros(2)}  # layer 1 is left out
+    with pytest.raises(ValueError, match="has no weights for"):
+        restore_trainable(model, saved, source="old-run")
+    model[1].requires_grad_(False)  # frozen weights need not be in it
+    assert restore_trainable(model, saved, source="old-run") == 2

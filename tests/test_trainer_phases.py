@@ -270,3 +270,25 @@ def _run_group(command, env, timeout):
         stdout, stderr = process.communicate()
         raise AssertionError(f"torchrun did not finish in {timeout} s:\n{stdout[-2000:]}\n{stderr[-2000:]}")
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def test_gradient_checkpointing_really_runs_in_the_mllm(backbones, shards, tmp_path):
+    """transformers checkpoints only in training mode: the frozen LLM must not sit in eval()."""
+    from trainer.build import game_state_model
+
+    config = tiny_config("mllm", backbones, shards, tmp_path, gradient_checkpointing=True)
+    model = game_state_model(config, torch.device("cpu"), torch.float32)
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.llm.modules() if isinstance(m, GradientCheckpointingLayer)]
+    assert layers
+    calls = []
+    for layer in layers:
+        def counting(*args, _run=layer._gradient_checkpointing_func, **kwargs):
+            calls.append(1)
+            return _run(*args, **kwargs)
+        layer._gradient_checkpointing_func = counting
+    turn = {"instruction": "Character: girl; Motion: runs; Background: road.", "motion_level": 2,
+            "stamina": -1, "social": 0, "entertainment": 1}
+    model([model.prompts.sequence([turn])], [torch.zeros(0, model.num_queries, model.shot_dim)])
+    assert len(calls) == len(layers), "layers ran without checkpointing"

@@ -46,6 +46,9 @@ def game_state_model(config, device: torch.device, dtype: torch.dtype) -> GameSt
     llm, tokenizer = backbones.load_mistral(config.mistral_model, dtype)
     if config.gradient_checkpointing:
         llm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # transformers checkpoints only in training mode; the frozen weights stay frozen through
+        # requires_grad, and Mistral has no dropout to switch on
+        llm.train()
     return GameStateModel(llm, tokenizer, width, tokens, config.lora_rank, config.lora_alpha,
                           config.lora_dropout, config.lora_targets).to(device)
 

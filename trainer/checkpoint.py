@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from pipeline.shards import write_text_atomic
+
 
 def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.detach().cpu().clone() for name, p in model.named_parameters() if p.requires_grad}
@@ -35,8 +37,7 @@ def save(out_dir: str | Path, step: int, phase: str, config: dict, model: torch.
         save_adapter(tmp / f"{name}_lora", *adapter)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
-    (root / "latest.tmp").write_text(final.name)
-    (root / "latest.tmp").replace(root / "latest")
+    write_text_atomic(final.name, root / "latest")
     _prune(root, keep)
     return final
 
@@ -76,6 +77,12 @@ def restore_trainable(model: torch.nn.Module, weights: dict[str, torch.Tensor], 
     if not chosen or unknown:
         raise ValueError(f"{source}: weights {unknown[:3] or [prefix + '*']} do not match this model "
                          f"(trained with another phase or model size?)")
+    # Every weight that trains here must come from the checkpoint: one left out would stay at its
+    # random initial value without a word.
+    missing = [n for n, p in params.items() if p.requires_grad and n.startswith(prefix) and n not in chosen]
+    if missing:
+        raise ValueError(f"{source}: has no weights for {missing[:3]} ({len(missing)} missing; trained "
+                         f"with other LoRA targets or settings?)")
     with torch.no_grad():
         for name, value in chosen.items():
             if params[name].shape != value.shape:

@@ -57,19 +57,23 @@ def run(args: argparse.Namespace) -> int:
 
 def main_for_phase(phase: str, argv: list[str] | None = None) -> int:
     """Entry point of one phase's module (`python -m trainer.train_mllm ...`)."""
-    parser = argparse.ArgumentParser(prog=f"python -m {PHASE_MODULES[phase]}", description=HELP,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser, phase)
+    parser = module_parser(f"python -m {PHASE_MODULES[phase]}", HELP, add_arguments, phase)
     args = parser.parse_args(argv)
     args.phase = phase
     return run(args)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.cli", description=HELP,
+    return run(module_parser("python -m trainer.cli", HELP, add_arguments).parse_args(argv))
+
+
+def module_parser(prog: str, description: str, add, *add_args) -> argparse.ArgumentParser:
+    """The parser of a module run on its own (`python -m ...`, e.g. under torchrun), with the same
+    arguments as its `animegamer` sub-command."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    add(parser, *add_args)
+    return parser
 
 
 if __name__ == "__main__":

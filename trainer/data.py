@@ -46,11 +46,15 @@ class ClipCatalog:
         self.rows: list[dict] = []
         self.media: list[MediaLocation] = []
         self.sources = [str(location) for location in locations]
-        paths = [p for location in locations for p in _clip_shards(Path(location))]
+        # resolved and deduplicated: a film named twice (data and data/film) would otherwise
+        # interleave its clips with their copies and build sequences across the two
+        paths = list(dict.fromkeys(p.resolve() for location in locations
+                                   for p in _clip_shards(Path(location))))
         if not paths:
             raise FileNotFoundError(f"no clip shards under {', '.join(map(str, locations))}")
         for path in paths:
             self._read_shard(path)
+        _check_one_clip_per_position(self.rows, self.sources)
         self._groups: OrderedDict = OrderedDict()
 
     def _read_shard(self, path: Path) -> None:
@@ -85,6 +89,18 @@ class ClipCatalog:
 
     def __getstate__(self):  # DataLoader workers get the catalog without another worker's cache
         return {**self.__dict__, "_groups": OrderedDict()}
+
+
+def _check_one_clip_per_position(rows: list[dict], sources: list[str]) -> None:
+    """Two different clips at one (film, clip_index) mean two datasets of the same film (other
+    settings) were mixed: game sequences would jump between them."""
+    seen: dict[tuple, str] = {}
+    for row in rows:
+        key = (row["film_id"], row["clip_index"])
+        if seen.setdefault(key, row["clip_id"]) != row["clip_id"]:
+            raise ValueError(f"{', '.join(sources)}: film {row['film_id'][:8]} has two different clips "
+                             f"at clip_index {row['clip_index']}: shards of two datasets of one film "
+                             f"are mixed; give one of them")
 
 
 def _clip_shards(location: Path) -> list[Path]:

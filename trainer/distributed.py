@@ -47,8 +47,8 @@ def pick_device(setting: str, local_rank: int) -> torch.device:
 def pick_dtype(setting: str, device: torch.device) -> torch.dtype:
     if setting == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32,
-             "fp16": torch.float16, "float16": torch.float16}
+    # no fp16: it would need loss scaling, which the loop does not do; bf16 does not
+    names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32}
     if setting not in names:
         raise ValueError(f"dtype={setting!r}: use auto, bf16 or fp32")
     return names[setting]

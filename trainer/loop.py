@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from pipeline.shards import write_text_atomic
 from trainer import checkpoint, distributed
 from trainer.data import make_loader
 
@@ -125,7 +126,7 @@ def _drop_metrics_after(path: Path, step: int) -> None:
     if not path.is_file():
         return
     kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in kept))
+    write_text_atomic("".join(line + "\n" for line in kept), path)
 
 
 def _clear(out_dir: str) -> None:

@@ -160,10 +160,9 @@ def render(decoder, config, shot, scope: float, steps: int, generator, path: Pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.play", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    from trainer.cli import module_parser
+
+    return run(module_parser("python -m trainer.play", __doc__, add_arguments).parse_args(argv))
 
 
 if __name__ == "__main__":
