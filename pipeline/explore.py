@@ -276,7 +276,7 @@ def describe_clip(row: pd.Series) -> str:
     """One line a person can check a clip against: where it is, how it moves, what it says."""
     parts = [f"clip {row['clip_id'][:8]}",
              f"{row['start_time']:.2f}-{row['end_time']:.2f} s "
-             f"(frames {row['start_frame']}-{row['end_frame']})",
+             f"(frames [{row['start_frame']}, {row['end_frame']}))",
              f"motion level {_shown(row.get('motion_level'), 'not measured')}",
              _shown(row.get("instruction"), "no instruction yet")]
     return " | ".join(parts)

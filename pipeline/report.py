@@ -268,7 +268,7 @@ def _preview_card(dataset: Dataset, row: pd.Series, width: int) -> str:
             f'<figcaption><b>{html.escape(row["clip_id"][:8])}</b> #{row["clip_index"]} '
             f'&middot; scene {row["scene_index"]}<br>'
             f'{row["start_time"]:.2f}&ndash;{row["end_time"]:.2f} s &middot; frames '
-            f'{row["start_frame"]}&ndash;{row["end_frame"]}<br>{html.escape(motion)}<br>{text}'
+            f'[{row["start_frame"]}, {row["end_frame"]})<br>{html.escape(motion)}<br>{text}'
             '</figcaption></figure>')
 
 
@@ -491,16 +491,21 @@ def source_frame_at(path: str, seconds: float) -> np.ndarray | None:
             start = float(stream.start_time * stream.time_base) if stream.start_time else 0.0
             target = start + seconds
             container.seek(int(target / stream.time_base), stream=stream, backward=True)
-            half_frame = 0.5 / float(stream.average_rate or 25)
+            # the frame on screen at `target`: the last one starting at or before it, as the
+            # pipeline samples (between frames at 23.976 fps, the nearest one would be the next)
+            shown = None
             for frame in container.decode(stream):
-                if frame.time is not None and frame.time >= target - half_frame:
-                    # the crop box is in displayed pixels: turn the frame upright as the
-                    # pipeline does
-                    rotation = int(round(frame.rotation or 0)) % 360
-                    return rotate_frame(frame.to_ndarray(format="rgb24"), rotation)
+                if frame.time is None:
+                    continue
+                if frame.time > target + 1e-6 and shown is not None:
+                    break
+                shown = frame
     except (av.error.FFmpegError, IndexError):
         return None
-    return None
+    if shown is None:
+        return None
+    # the crop box is in displayed pixels: turn the frame upright as the pipeline does
+    return rotate_frame(shown.to_ndarray(format="rgb24"), int(round(shown.rotation or 0)) % 360)
 
 
 def _evenly_spaced(rows: pd.DataFrame, limit: int) -> pd.DataFrame:

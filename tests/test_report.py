@@ -457,3 +457,21 @@ def test_the_crop_panel_shows_the_source_frame_where_the_clip_starts(film_dir):
     for clip in open_dataset(film_dir).manifest.itertuples():
         assert np.array_equal(source_frame_at(source, clip.start_time), film[clip.start_frame])
     assert source_frame_at(str(film_dir / "summary.json"), 1.0) is None  # not a video
+
+
+def test_crop_figure_uses_the_frame_on_screen_at_the_clip_start(tmp_path):
+    """At 23.976 fps, 2.0 s falls between frames 47 (1.960 s) and 48 (2.002 s): the clip starts
+    with frame 47, the one on screen, not with the nearer 48."""
+    from fractions import Fraction
+
+    import av
+
+    from conftest import make_video
+    from pipeline.report import source_frame_at
+
+    film = make_video(tmp_path / "ntsc.mp4", num_frames=72, fps=Fraction(24000, 1001), motion=8)
+    with av.open(str(film)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    shown = source_frame_at(str(film), 2.0)
+    assert shown is not None and (shown == frames[47]).all()
+    assert (source_frame_at(str(film), 0.0) == frames[0]).all()
