@@ -278,13 +278,14 @@ def test_memflow_on_the_gpu_at_480x720():
 
 # ----------------------------------------------------------------------------- motion-calibrate
 
-def write_film(root: Path, slug: str, scopes: list[float | None]) -> None:
+def write_film(root: Path, slug: str, scopes: list[float | None], caption_status: str = "pending") -> None:
     """A film folder as the pipeline writes it: shards (with video bytes), manifest, summary."""
     video = encode_mp4(np.zeros((2, 16, 16, 3), np.uint8), 8.0)
     clips = []
     for i, scope in enumerate(scopes):
         clip = clip_with(None)
         clip.clip_id, clip.film_id, clip.clip_index, clip.video = f"{slug}-{i}", slug, i, video
+        clip.caption_status = caption_status
         if scope is not None:
             clip.motion_scope, clip.motion_backend = scope, "opencv-dis"
             clip.motion_level = load_levels(DEFAULT_LEVELS).level(scope)
@@ -341,6 +342,28 @@ def test_motion_calibrate_reports_problems_instead_of_writing(tmp_path, capsys):
     assert "strictly increasing quantiles" in capsys.readouterr().out
     assert cli_main(["motion-calibrate", str(tmp_path), "--dry-run"]) == 0
     assert not (tmp_path / "motion_levels").exists()
+
+
+def test_recalibrated_clips_lose_captions_written_for_their_old_level(tmp_path, capsys):
+    scopes = np.random.default_rng(2).lognormal(1.5, 1.0, 30).round(3).tolist()
+    write_film(tmp_path, "film", scopes, caption_status="ok")
+    before = read_table(tmp_path).column("motion_level").to_pylist()
+    assert cli_main(["motion-calibrate", str(tmp_path)]) == 0
+    after = read_table(tmp_path)
+    changed = [a != b for a, b in zip(before, after.column("motion_level").to_pylist())]
+    assert any(changed) and not all(changed)
+    status = after.column("caption_status").to_pylist()
+    assert status == ["pending" if c else "ok" for c in changed]
+    assert f"{sum(changed)} captioned clip(s) changed level" in capsys.readouterr().out
+    assert json.loads((tmp_path / "film" / "summary.json").read_text())["captions"] == "incomplete"
+    manifest = pq.read_table(tmp_path / "film" / "manifest.parquet")
+    assert manifest.column("caption_status").to_pylist() == status
+
+
+def test_calibration_refuses_edges_that_leave_a_level_empty():
+    scopes = np.concatenate([np.zeros(30), np.linspace(0.5, 9, 70)])  # many still shots at 0.0
+    with pytest.raises(LevelsError, match="leave a level empty"):
+        calibrate_levels(scopes)
 
 
 # ----------------------------------------------------------------------------- motion-eval

@@ -10,6 +10,7 @@ that was interrupted is completed by running it again with `--apply` on the writ
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections import Counter
@@ -19,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.shards import check_schema_version, publish, shard_paths, write_json_atomic, write_table_atomic
+from pipeline.shards import (check_schema_version, publish, shard_paths, write_json_atomic,
+                             write_manifest)
 from stages.motion_levels import (EQUAL_POPULATION, NUM_LEVELS, LevelsError, MotionLevels,
                                   calibrate_levels, load_levels, write_levels)
 
@@ -64,14 +66,31 @@ def run(args) -> int:
         path = args.output or args.datasets[0] / "motion_levels" / f"{levels.version}.json"
         write_levels(levels, path)
         print(f"wrote {path}\n  use it for new films with: --set motion.level_edges={path}")
-    for path in shards:
-        rewrite_shard(path, levels)
-    for path in manifests:
-        rewrite_manifest(path, levels)
-        update_summary(path.parent / SUMMARY_NAME, levels)
-    print(f"rewrote levels in {len(shards)} shard(s) and {len(manifests)} manifest(s) "
+    try:
+        stale = rewrite_films(shards, levels)
+    except (OSError, ValueError) as exc:
+        print(f"motion-calibrate: {exc}")
+        return 1
+    print(f"rewrote levels in {len(shards)} shard(s) of {len(stale)} film(s) "
           f"to version {levels.version}")
+    if sum(stale.values()):
+        print(f"{sum(stale.values())} captioned clip(s) changed level: their captions were written "
+              f"for the old level and are pending again; recaption with make caption FILM=...")
     return 0
+
+
+def rewrite_films(shards: list[Path], levels: MotionLevels) -> dict[Path, int]:
+    """Relevel every shard, then rebuild each film's manifest and summary from its shards.
+    Returns, per film folder, how many captioned clips changed level."""
+    stale: dict[Path, int] = {}
+    for path in shards:
+        film_dir = path.parent.parent
+        stale[film_dir] = stale.get(film_dir, 0) + rewrite_shard(path, levels)
+    for film_dir, count in stale.items():
+        if (film_dir / MANIFEST_NAME).is_file():
+            write_manifest(film_dir)
+        update_summary(film_dir / SUMMARY_NAME, levels, count)
+    return stale
 
 
 def parse_quantiles(text: str) -> tuple[float, ...]:
@@ -120,16 +139,24 @@ def print_report(levels: MotionLevels, scopes: np.ndarray, backends: Counter, nu
         print(f"  level {level}: {counts.get(level, 0):6d} clips ({share:6.1%})")
 
 
-def relevel(table: pa.Table, levels: MotionLevels) -> pa.Table:
-    """The table with motion_level and motion_levels_version recomputed from motion_scope."""
+def relevel(table: pa.Table, levels: MotionLevels) -> tuple[pa.Table, int]:
+    """The table with motion_level and motion_levels_version recomputed from motion_scope, and
+    how many captioned clips changed level. Their captions (the state prompt is given the level,
+    and the adverb is chosen for it) no longer fit: they become pending, for recaptioning."""
     scope = table.column("motion_scope").to_numpy(zero_copy_only=False).astype(float)
     measured = ~np.isnan(scope)
     level = np.zeros(len(scope), dtype=np.int8)
     level[measured] = levels.levels(scope[measured])
+    old_level = table.column("motion_level").to_pylist()
+    status = table.column("caption_status").to_pylist()
+    stale = [m and s == "ok" and old != int(new)
+             for m, s, old, new in zip(measured, status, old_level, level)]
     old_version = table.column("motion_levels_version").to_pylist()
     version = [levels.version if m else v for m, v in zip(measured, old_version)]
     table = _replace(table, "motion_level", pa.array(level, pa.int8(), mask=~measured))
-    return _replace(table, "motion_levels_version", pa.array(version, pa.string()))
+    table = _replace(table, "caption_status",
+                     pa.array(["pending" if x else s for x, s in zip(stale, status)], pa.string()))
+    return _replace(table, "motion_levels_version", pa.array(version, pa.string())), sum(stale)
 
 
 def _replace(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
@@ -137,8 +164,10 @@ def _replace(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     return table.set_column(index, table.schema.field(index), values)
 
 
-def rewrite_shard(path: Path, levels: MotionLevels) -> None:
-    """Rewrite one shard row group by row group: memory stays at one group, groups keep their size."""
+def rewrite_shard(path: Path, levels: MotionLevels) -> int:
+    """Rewrite one shard row group by row group (memory stays at one group, groups keep their
+    size); returns how many captioned clips changed level."""
+    stale = 0
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
@@ -146,27 +175,29 @@ def rewrite_shard(path: Path, levels: MotionLevels) -> None:
             check_schema_version(source.schema_arrow, path)
             groups = source.num_row_groups
             compression = source.metadata.row_group(0).column(0).compression if groups else "ZSTD"
-            with pq.ParquetWriter(tmp, source.schema_arrow, compression=compression.lower()) as writer:
+            # the footer says UNCOMPRESSED where the writer wants "none"
+            codec = "none" if compression.upper() == "UNCOMPRESSED" else compression.lower()
+            with pq.ParquetWriter(tmp, source.schema_arrow, compression=codec) as writer:
                 for group in range(groups):
-                    writer.write_table(relevel(source.read_row_group(group), levels))
+                    table, changed = relevel(source.read_row_group(group), levels)
+                    writer.write_table(table)
+                    stale += changed
         publish(Path(tmp), path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return stale
 
 
-def rewrite_manifest(path: Path, levels: MotionLevels) -> None:
-    table = pq.read_table(path)
-    check_schema_version(table.schema, path)
-    write_table_atomic(relevel(table, levels), path)
-
-
-def update_summary(path: Path, levels: MotionLevels) -> None:
+def update_summary(path: Path, levels: MotionLevels, stale_captions: int) -> None:
     """Keep summary.json's `motion_levels` (read by the report) in step with the shards."""
     if not path.is_file():
         return
-    import json
-
-    summary = json.loads(path.read_text())
+    try:
+        summary = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
     summary["motion_levels"] = levels.to_dict()
+    if stale_captions:
+        summary["captions"] = "incomplete"
     write_json_atomic(summary, path)

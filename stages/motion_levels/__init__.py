@@ -132,12 +132,16 @@ def calibrate_levels(scopes: np.ndarray, quantiles: tuple[float, ...] = EQUAL_PO
               else "quantiles-" + "-".join(f"{q:g}" for q in quantiles))
     provisional = MotionLevels(version="", edges=edges)
     assigned = provisional.levels(scopes)
+    counts = [int(np.sum(assigned == k)) for k in range(1, NUM_LEVELS + 1)]
+    if 0 in counts:  # ties at an edge (many still shots at 0.0) can leave a level with no clip
+        raise LevelsError(f"quantiles {list(quantiles)} give edges {list(edges)} that leave a level "
+                          f"empty (clips per level {counts}): choose other quantiles with --quantiles")
     representative = tuple(round(float(np.median(scopes[assigned == k])), 4)
-                           if np.any(assigned == k) else None for k in range(1, NUM_LEVELS + 1))
+                           for k in range(1, NUM_LEVELS + 1))
     digest = hashlib.sha1(json.dumps([method, edges]).encode()).hexdigest()[:8]
     return MotionLevels(
         version=f"{method}-{digest}", edges=edges,
-        representative=representative if None not in representative else None,
+        representative=representative,
         method=method,
         justification=(f"quantiles {list(quantiles)} of the motion scopes of {len(scopes)} clips"
                        + (f" ({note})" if note else "")),
