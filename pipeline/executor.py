@@ -117,9 +117,17 @@ class StageActorPool:
         self.ray, self.stage = ray, stage
         resources = stage.resources
         count = workers or _replicas_that_fit(ray, resources)
+        if resources.gpus and count * resources.gpus > ray.cluster_resources().get("GPU", 0):
+            raise RuntimeError(f"{stage.name}: {count} replicas x {resources.gpus} GPU(s) do not fit "
+                               f"the cluster's {ray.cluster_resources().get('GPU', 0)} GPU(s)")
         actor_class = ray.remote(num_cpus=resources.cpus, num_gpus=resources.gpus)(_StageActor)
         self.actors = [actor_class.remote(stage) for _ in range(count)]
-        ray.get([a.ready.remote() for a in self.actors])  # load errors surface here, named
+        try:
+            ray.get([a.ready.remote() for a in self.actors])  # load errors surface here
+        except ray.exceptions.RayError as exc:
+            self.close()
+            cause = getattr(exc, "cause", None) or exc
+            raise RuntimeError(f"{stage.name}: a replica failed to start: {cause}") from None
         log.info("%s: %d Ray actor(s), %s GPU(s) each", stage.name, count, resources.gpus)
 
     def map(self, batches):

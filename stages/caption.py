@@ -152,7 +152,9 @@ class CaptionStage(ClipStage):
         if self._skip_reason(clip) or not self.config.model:
             return None
         self.prepare()
-        parts = [clip.clip_id, self.config.model, self.prompt_version, str(clip.motion_level),
+        # the engine (and an endpoint's address) decide which weights answer to a model name
+        served_by = self.config.engine + (f"@{self.config.endpoint}" if self.config.engine == "openai" else "")
+        parts = [clip.clip_id, self.config.model, served_by, self.prompt_version, str(clip.motion_level),
                  f"{self.config.num_frames}x{self.config.frame_height}/{self.config.grid_columns}",
                  self._sheet.digest if self._sheet else "no-sheet"]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()

@@ -323,3 +323,17 @@ def test_several_films_share_one_loaded_model_and_count_separately(film, tmp_pat
     assert first["requests"] == second["requests"] == 10
     assert first["by_status"] == second["by_status"] == {"ok": 5}
     assert json.loads((other / "summary.json").read_text())["caption"] == second
+
+
+def test_a_film_named_twice_is_captioned_once_and_each_input_gets_its_summary(film, tmp_path):
+    import shutil
+
+    from pipeline.captioning.film import caption_films
+
+    other = tmp_path / "other"
+    shutil.copytree(film, other)
+    summaries = caption_films([film, other, film], CONFIG, SINTEL_REFERENCES,
+                              engine=ScriptedEngine(answer_well))
+    assert len(summaries) == 3 and summaries[0] is summaries[2]
+    assert summaries[0]["by_status"] == summaries[1]["by_status"] == {"ok": 5}
+    assert summaries[0]["sent_to_model"] == 5  # not sent a second time

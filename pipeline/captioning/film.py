@@ -21,12 +21,11 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from pipeline.captioning.cache import CaptionCache
 from pipeline.executor import LocalStageRunner, StageActorPool
 from pipeline.record import Clip
-from pipeline.shards import ShardConfig, ShardWriter, shard_paths, write_json_atomic, write_manifest
+from pipeline.shards import (ShardConfig, ShardWriter, read_clips, shard_paths, write_json_atomic,
+                             write_manifest)
 from stages.caption import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, CaptionConfig, CaptionStage
 
 log = logging.getLogger(__name__)
@@ -52,18 +51,21 @@ def caption_films(film_dirs: list[Path], config, ip=None, engine=None) -> list[d
     shard_config = getattr(config, "shards", None) or ShardConfig()
     if not isinstance(caption_config, CaptionConfig):
         raise TypeError(f"expected a PipelineConfig or CaptionConfig, got {type(config).__name__}")
-    film_shards = {Path(d): _film_shards(Path(d)) for d in film_dirs}  # all missing folders first
+    # one entry per folder (a folder named twice is captioned once), all missing folders first
+    film_shards = {Path(d).resolve(): _film_shards(Path(d)) for d in film_dirs}
     stage = CaptionStage(caption_config, protagonists_of(ip), engine=engine)
     if not caption_config.model:
-        return [_pending_film(film_dir, shards, stage, shard_config)
-                for film_dir, shards in film_shards.items()]
-    stage.prepare()  # a bad prompt or reference image fails here, before any model loads
-    runner = _make_runner(stage, caption_config, engine)
-    try:
-        return [_caption_film(film_dir, shards, stage, runner, shard_config, engine)
-                for film_dir, shards in film_shards.items()]
-    finally:
-        runner.close()
+        summaries = {film_dir: _pending_film(film_dir, shards, stage, shard_config)
+                     for film_dir, shards in film_shards.items()}
+    else:
+        stage.prepare()  # a bad prompt or reference image fails here, before any model loads
+        runner = _make_runner(stage, caption_config, engine)
+        try:
+            summaries = {film_dir: _caption_film(film_dir, shards, stage, runner, shard_config, engine)
+                         for film_dir, shards in film_shards.items()}
+        finally:
+            runner.close()
+    return [summaries[Path(d).resolve()] for d in film_dirs]  # one per input, in input order
 
 
 def _caption_film(film_dir, shards, stage, runner, shard_config, engine) -> dict:
@@ -180,7 +182,7 @@ def _make_runner(stage: CaptionStage, config: CaptionConfig, engine):
 # ---- files ---------------------------------------------------------------------------------
 
 def _read_shard(path: Path) -> list[Clip]:
-    return [Clip.from_row(row) for row in pq.read_table(path).to_pylist()]
+    return list(read_clips(path))  # checks the shard's schema version before anything is rewritten
 
 
 def _rewrite_shard(path: Path, clips: list[Clip], shard_config: ShardConfig) -> None:
