@@ -409,6 +409,27 @@ def test_motion_eval_samples_other_frame_rates_at_8_fps(tmp_path):
     assert len(read_clip_frames(path, fps=24.0)) == 24
 
 
+def test_motion_eval_leaves_out_unreadable_clips_and_refuses_slow_ones(tmp_path, capsys):
+    from pipeline.commands.motion_eval import read_clip_frames
+
+    (tmp_path / "good.mp4").write_bytes(encode_mp4(panning_clip(2.0, frames=9, size=(64, 96)), 8.0))
+    (tmp_path / "broken.mp4").write_bytes(b"not a video at all")
+    slow = tmp_path / "slow.mp4"
+    slow.write_bytes(encode_mp4(panning_clip(2.0, frames=9, size=(64, 96)), 4.0))
+    levels = tmp_path / "levels.json"
+    levels.write_text(json.dumps({"good": 2, "broken": 3, "slow": 2}))
+    out = tmp_path / "eval.json"
+    assert cli_main(["motion-eval", str(tmp_path), "--levels", str(levels), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "broken.mp4: not a readable video" in printed and "1 clips (2 unreadable" in printed
+    result = json.loads(out.read_text())
+    assert result["clips"] == 1 and {f["clip"] for f in result["failed"]} == {"broken.mp4", "slow.mp4"}
+    with pytest.raises(ValueError, match="runs at 4 fps, slower than the 8 fps"):
+        read_clip_frames(slow, fps=8.0)
+    assert cli_main(["motion-eval", str(tmp_path), "--levels", str(levels), "--fps", "0"]) == 1
+    assert "must be positive" in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------------- real clips
 
 def test_real_clips_spread_over_several_levels():

@@ -44,15 +44,26 @@ def run(args) -> int:
     from stages.motion_levels import LevelsError
 
     try:
+        if args.fps <= 0:
+            raise ValueError(f"--fps {args.fps:g}: the sampling rate must be positive")
         requested = read_requested_levels(args.levels)
         paths = match_clips(args.clips, requested)
         stage = MotionScope(load_config(args.config, args.set).motion)
         stage.setup()
-        rows = [measure_clip(stage, path, requested[name], args.fps) for name, path in paths.items()]
     except (ConfigError, MotionError, LevelsError, FileNotFoundError, ValueError) as exc:
         print(f"motion-eval: {exc}")
         return 1
-    result = summarise(rows, stage)
+    rows, failed = [], []
+    for name, path in paths.items():  # one unreadable clip is reported, never the end of the run
+        try:
+            rows.append(measure_clip(stage, path, requested[name], args.fps))
+        except (MotionError, ValueError) as exc:
+            failed.append({"clip": path.name, "error": str(exc)})
+            print(f"motion-eval: skipped {exc}")
+    if not rows:
+        print("motion-eval: no clip could be measured")
+        return 1
+    result = summarise(rows, stage) | {"failed": failed}
     print_result(result)
     if args.json:
         from pipeline.shards import write_json_atomic
@@ -114,11 +125,22 @@ def match_clips(folder: Path, requested: dict[str, int]) -> dict[str, Path]:
 
 
 def read_clip_frames(path: Path, fps: float) -> np.ndarray:
-    """All frames of an mp4 as RGB, resampled to `fps` when the file runs at another rate."""
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        rate = float(stream.average_rate or fps)
-        frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
+    """All frames of an mp4 as RGB, resampled to `fps` when the file runs faster.
+
+    A clip slower than `fps` is refused: its frame-to-frame motion spans more time than the
+    levels are defined over, so its level would read too high."""
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise ValueError(f"{path}: the file has no video stream")
+            stream = container.streams.video[0]
+            rate = float(stream.average_rate or fps)
+            frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
+    except av.error.FFmpegError as exc:
+        raise ValueError(f"{path}: not a readable video ({exc})") from None
+    if rate < fps - 0.01:
+        raise ValueError(f"{path}: runs at {rate:g} fps, slower than the {fps:g} fps the motion "
+                         f"levels are measured at")
     if len(frames) < 2:
         raise ValueError(f"{path}: {len(frames)} decodable frame(s); motion needs at least 2")
     step = rate / fps
@@ -148,7 +170,8 @@ def summarise(rows: list[dict], stage) -> dict:
 
 
 def print_result(result: dict) -> None:
-    print(f"{result['clips']} clips, levels {result['motion_levels_version']}, "
+    skipped = f" ({len(result['failed'])} unreadable, left out)" if result.get("failed") else ""
+    print(f"{result['clips']} clips{skipped}, levels {result['motion_levels_version']}, "
           f"backend {result['motion_backend']}")
     print(f"ACC-F {result['acc_f']:.3f}   MAE-F {result['mae_f']:.3f}")
     print("requested \\ measured   1    2    3    4    5")
