@@ -21,6 +21,7 @@ NAMES = ["Sintel", "Scales", "Gran"]
     ("[Number]2[Index]1,3", ("Sintel", "Gran")),           # the prompt's example
     ("[Num]1[ID]2", ("Scales",)),                          # the prompt's format line
     ("[Num]2[Index]3, 1", ("Gran", "Sintel")),             # mixed labels, order kept
+    ("[Number]1[Index]2\n3 characters are visible", ("Scales",)),  # chatter on the next line
     ("[number]: 2 [index]: 1 and 2.", ("Sintel", "Scales")),
     ("'[Number]1[Index]1'", ("Sintel",)),
     ("Sure! Looking at Image-2: [Number]1[ID]3 - the old man.", ("Gran",)),

@@ -29,7 +29,8 @@ _COUNT_LABEL = r"(?:num|number|count)"
 _INDEX_LABEL = r"(?:id|ids|index|indices|indexes)"
 _CHARACTER_ANSWER = re.compile(
     rf"\[\s*{_COUNT_LABEL}\s*\]\s*:?\s*(?P<count>\d+)\s*"
-    rf"\[\s*{_INDEX_LABEL}\s*\]\s*:?\s*(?P<ids>\d+(?:\s*(?:,|;|\s|and)\s*\d+)*)",
+    # an index list stays on its line: digits after a line break are chatter, not indices
+    rf"\[\s*{_INDEX_LABEL}\s*\]\s*:?\s*(?P<ids>\d+(?:[ \t]*(?:,|;|[ \t]|\band\b)[ \t]*\d+)*)",
     re.IGNORECASE,
 )
 
