@@ -292,3 +292,11 @@ def test_gradient_checkpointing_really_runs_in_the_mllm(backbones, shards, tmp_p
             "stamina": -1, "social": 0, "entertainment": 1}
     model([model.prompts.sequence([turn])], [torch.zeros(0, model.num_queries, model.shot_dim)])
     assert len(calls) == len(layers), "layers ran without checkpointing"
+
+
+def test_later_phases_refuse_settings_their_checkpoint_was_not_trained_with(backbones, shards, encoder_run,
+                                                                           tmp_path):
+    config = tiny_config("mllm", backbones, shards, tmp_path, encoder_checkpoint=str(encoder_run[0]),
+                         clip_layer=-1)
+    with pytest.raises(ValueError, match=r"clip_layer=-1 \(checkpoint: -2\)"):
+        run_phase("mllm", config)

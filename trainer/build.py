@@ -53,6 +53,23 @@ def game_state_model(config, device: torch.device, dtype: torch.dtype) -> GameSt
                           config.lora_dropout, config.lora_targets).to(device)
 
 
+# Settings that shape a part without being weights: a later phase that rebuilds the part must
+# use the values its weights were trained with, or it would differ silently (other CLIP
+# features, another LoRA scaling, untrained extra LoRA layers).
+ENCODER_SHAPE = ("text_tokens", "clip_layer")
+DECODER_SHAPE = ("decoder_lora_rank", "decoder_lora_alpha", "decoder_lora_targets", "motion_hidden")
+
+
+def check_same_shape(config, location: str, names: tuple[str, ...]) -> None:
+    """Refuse a config whose `names` differ from the ones saved with the checkpoint."""
+    saved = checkpoint.load(location)["config"]
+    differ = [f"{n}={getattr(config, n)!r} (checkpoint: {saved[n]!r})"
+              for n in names if n in saved and hasattr(config, n) and getattr(config, n) != saved[n]]
+    if differ:
+        raise ValueError(f"{location}: trained with other settings than this run: "
+                         f"{'; '.join(differ)}; use the checkpoint's values")
+
+
 def frozen_from_checkpoint(module: torch.nn.Module, location: str, prefix: str) -> torch.nn.Module:
     """Load `prefix` weights of an earlier phase's checkpoint into `module` and freeze it."""
     state = checkpoint.load(location)

@@ -19,9 +19,11 @@ from trainer.train_mllm import encode_turns
 class AdaptPhase(nn.Module):
     def __init__(self, config, device, dtype):
         super().__init__()
+        build.check_same_shape(config, config.encoder_checkpoint, build.ENCODER_SHAPE + build.DECODER_SHAPE)
         encoder = build.shot_encoder(config, device, dtype)
         self.encoder = build.frozen_from_checkpoint(encoder, config.encoder_checkpoint, "encoder.")
-        self.mllm, _ = build.trained_mllm(config.mllm_checkpoint, device, dtype)
+        self.mllm, mllm_config = build.trained_mllm(config.mllm_checkpoint, device, dtype)
+        _check_same_encoder(config.encoder_checkpoint, mllm_config.encoder_checkpoint, config.mllm_checkpoint)
         self.decoder = build.shot_decoder(config, device, dtype)
         weights = checkpoint.load(config.encoder_checkpoint)["trainable"]
         checkpoint.restore_trainable(self, weights, prefix="decoder.", source=config.encoder_checkpoint)
@@ -40,6 +42,15 @@ class AdaptPhase(nn.Module):
 
     def adapters(self) -> dict:
         return {"decoder": (self.decoder.lora_state_dict(), self.decoder.lora_config())}
+
+
+def _check_same_encoder(ours: str, mllms: str, mllm_checkpoint: str) -> None:
+    """The MLLM learned to predict one E_a's shots; the decoder must be adapted on that E_a."""
+    from pathlib import Path
+
+    if Path(ours).exists() and Path(mllms).exists() and Path(ours).resolve() != Path(mllms).resolve():
+        raise ValueError(f"{mllm_checkpoint}: its MLLM was trained on the shot encoder of {mllms}, "
+                         f"but this run's encoder_checkpoint is {ours}")
 
 
 def build_phase(config, device, dtype):

@@ -21,6 +21,7 @@ class MllmPhase(nn.Module):
 
     def __init__(self, config, device, dtype):
         super().__init__()
+        build.check_same_shape(config, config.encoder_checkpoint, build.ENCODER_SHAPE)
         encoder = build.shot_encoder(config, device, dtype)
         self.encoder = build.frozen_from_checkpoint(encoder, config.encoder_checkpoint, "encoder.")
         self.mllm = build.game_state_model(config, device, dtype)
