@@ -337,3 +337,13 @@ def test_a_film_named_twice_is_captioned_once_and_each_input_gets_its_summary(fi
     assert len(summaries) == 3 and summaries[0] is summaries[2]
     assert summaries[0]["by_status"] == summaries[1]["by_status"] == {"ok": 5}
     assert summaries[0]["sent_to_model"] == 5  # not sent a second time
+
+
+def test_an_empty_shard_is_left_alone(film):
+    from pipeline.schema import CLIP_SCHEMA
+    from pipeline.shards import write_table_atomic
+
+    write_table_atomic(CLIP_SCHEMA.empty_table(), film / "shards" / "clips-09999.parquet")
+    summary = caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
+    assert summary["by_status"] == {"ok": 5}
+    assert (film / "shards" / "clips-09999.parquet").is_file()

@@ -148,6 +148,11 @@ def _save(phase, config, model, optimizer, step, env, log) -> None:
 def _wrap(model, env):
     if not env.enabled:
         return model
+    # Frozen backbones (Mistral, T5-XXL, CogVideoX: tens of GB) are loaded from disk by every
+    # rank already: DDP need not broadcast them at start-up nor watch them.
+    model._ddp_params_and_buffers_to_ignore = (
+        [name for name, p in model.named_parameters() if not p.requires_grad]
+        + [name for name, _ in model.named_buffers()])
     return torch.nn.parallel.DistributedDataParallel(
         model, device_ids=[env.device.index] if env.device.type == "cuda" else None,
         find_unused_parameters=getattr(model, "may_skip_parameters", False))

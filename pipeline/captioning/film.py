@@ -187,6 +187,8 @@ def _read_shard(path: Path) -> list[Clip]:
 
 def _rewrite_shard(path: Path, clips: list[Clip], shard_config: ShardConfig) -> None:
     """Write the captioned rows aside with the shard writer, then rename over the old shard."""
+    if not clips:
+        return  # an empty shard has nothing to caption
     aside = path.parent / _REWRITE_DIR
     for stale in aside.glob("*") if aside.is_dir() else []:
         stale.unlink()  # left by an interrupted rewrite; the shard itself was never touched
