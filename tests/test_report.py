@@ -475,3 +475,21 @@ def test_crop_figure_uses_the_frame_on_screen_at_the_clip_start(tmp_path):
     shown = source_frame_at(str(film), 2.0)
     assert shown is not None and (shown == frames[47]).all()
     assert (source_frame_at(str(film), 0.0) == frames[0]).all()
+
+
+def test_report_names_a_shard_of_another_schema_version(film_dir, tmp_path, capsys):
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from pipeline.cli import main as cli_main
+
+    copy = tmp_path / "film"
+    shutil.copytree(film_dir, copy)
+    shard = sorted((copy / "shards").glob("*.parquet"))[0]
+    table = pq.read_table(shard)
+    pq.write_table(table.replace_schema_metadata({"animegamer.schema_version": "9.0"}), shard)
+    (copy / "manifest.parquet").unlink()  # so the report reads the shards themselves
+    assert cli_main(["report", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "schema version 9.0 is not compatible" in err and "Traceback" not in err

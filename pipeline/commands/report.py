@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
                             ip=args.ip)
     try:
         path = write_report(args.path, args.out, options)
-    except (DatasetError, FileNotFoundError) as exc:
+    except (DatasetError, FileNotFoundError, ValueError) as exc:  # ValueError: shard schema version
         print(f"animegamer report: {exc}", file=sys.stderr)
         return 1
     print(path)
