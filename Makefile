@@ -14,7 +14,7 @@ OUT   ?= data
 MODEL ?=
 ARGS  ?=
 
-.PHONY: help venv dataset caption report test bench motion-calibrate motion-eval train play clean
+.PHONY: help venv lint dataset caption report test bench motion-calibrate motion-eval train play clean
 
 help:
 	@echo "make dataset [FILM=path] [IP=name] [OUT=data] [MODEL=internvl-path]  films -> clip shards"
@@ -23,7 +23,7 @@ help:
 	@echo "make motion-calibrate SHARDS=<dataset folder>                          recalibrate motion levels"
 	@echo "make motion-eval CLIPS=<folder of mp4> LEVELS=<levels file>            ACC-F / MAE-F"
 	@echo "make train PHASE=encoder|mllm|adapt SHARDS=<folder> [CONFIG=yaml]      train AnimeGamer"
-	@echo "make test | make bench"
+	@echo "make lint | make test | make bench"
 
 venv: $(STAMP)
 
@@ -54,6 +54,11 @@ train: venv
 
 play: venv
 	$(PY) -m pipeline.cli play $(ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 test: venv
 	@scripts/install-chromium.sh || echo "warning: Chromium could not be installed; the report's browser test will fail (ANIMEGAMER_SKIP_BROWSER=1 skips it)"

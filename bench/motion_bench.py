@@ -31,8 +31,10 @@ def synthetic_clip(speed: float = 6.0, frames: int = CLIP_FRAMES, seed: int = 0)
     rng = np.random.default_rng(seed)
     pad = int(abs(speed) * frames) + 8
     height, width = UNIT_HEIGHT, UNIT_WIDTH + pad
-    texture = sum(cv2.resize(rng.random((height // c + 2, width // c + 2, 3)), (width, height))
-                  for c in (64, 32, 16, 8, 4))
+    texture = sum(
+        cv2.resize(rng.random((height // c + 2, width // c + 2, 3)), (width, height))
+        for c in (64, 32, 16, 8, 4)
+    )
     texture = (255 * (texture - texture.min()) / np.ptp(texture)).astype(np.uint8)
     shifts = [np.float32([[1, 0, -speed * i], [0, 1, 0]]) for i in range(frames)]
     return np.stack([cv2.warpAffine(texture, m, (UNIT_WIDTH, UNIT_HEIGHT)) for m in shifts])
@@ -62,15 +64,20 @@ def motion_seconds_per_clip(config: MotionConfig | None = None, clips: int = 6) 
     return (time.process_time() - start) / clips
 
 
-def memflow_pairs_per_second(device: str = "auto", checkpoint: str | None = None,
-                             pairs: int = 8) -> float:
+def memflow_pairs_per_second(
+    device: str = "auto", checkpoint: str | None = None, pairs: int = 8
+) -> float:
     """MemFlow pairs per second at 480x720 (wall clock, after one warm-up pair).
 
     Without a checkpoint the model has random weights: the speed of a network does not depend
     on its weights, so this measures the real cost (the flow itself is meaningless then).
     """
-    config = MotionConfig(backend="memflow", memflow_device=device, memflow_checkpoint=checkpoint,
-                          memflow_random_weights=checkpoint is None)
+    config = MotionConfig(
+        backend="memflow",
+        memflow_device=device,
+        memflow_checkpoint=checkpoint,
+        memflow_random_weights=checkpoint is None,
+    )
     stage = MotionScope(config)
     stage.setup()
     frames = synthetic_clip(frames=pairs + 2)
@@ -104,9 +111,10 @@ def real_clip_windows(path: Path = SINTEL, crop_rows: tuple[int, int] | None = (
         sampled, cut, previous = [], False, None
         for index, frame in enumerate(container.decode(stream)):
             rgb = frame.to_ndarray(format="rgb24")
-            picture = rgb[crop_rows[0]:crop_rows[1]] if crop_rows else rgb
-            small = cv2.cvtColor(cv2.resize(picture, (90, 60), interpolation=cv2.INTER_AREA),
-                                 cv2.COLOR_RGB2GRAY).astype(np.int16)
+            picture = rgb[crop_rows[0] : crop_rows[1]] if crop_rows else rgb
+            small = cv2.cvtColor(
+                cv2.resize(picture, (90, 60), interpolation=cv2.INTER_AREA), cv2.COLOR_RGB2GRAY
+            ).astype(np.int16)
             position = index % window
             if position and previous is not None:
                 cut |= float(np.mean(np.abs(small - previous))) > CUT_DIFFERENCE
@@ -123,8 +131,11 @@ def _to_clip_frame(picture: np.ndarray) -> np.ndarray:
     height, width = picture.shape[:2]
     target_width = min(width, int(round(height * UNIT_WIDTH / UNIT_HEIGHT)))
     left = (width - target_width) // 2
-    return cv2.resize(picture[:, left:left + target_width], (UNIT_WIDTH, UNIT_HEIGHT),
-                      interpolation=cv2.INTER_AREA)
+    return cv2.resize(
+        picture[:, left : left + target_width],
+        (UNIT_WIDTH, UNIT_HEIGHT),
+        interpolation=cv2.INTER_AREA,
+    )
 
 
 def real_clip_levels(path: Path = SINTEL, config: MotionConfig | None = None) -> list[dict]:
@@ -133,8 +144,14 @@ def real_clip_levels(path: Path = SINTEL, config: MotionConfig | None = None) ->
     rows = []
     for start, frames in real_clip_windows(path):
         measured = stage.measure(frames)
-        rows.append({"start_frame": start, "scope": measured.scope,
-                     "level": stage.levels.level(measured.scope), "held_pairs": measured.held_pairs})
+        rows.append(
+            {
+                "start_frame": start,
+                "scope": measured.scope,
+                "level": stage.levels.level(measured.scope),
+                "held_pairs": measured.held_pairs,
+            }
+        )
     return rows
 
 
@@ -144,12 +161,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memflow-checkpoint", help="MemFlow checkpoint (default: random weights)")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
-    print(f"DIS default: {dis_pairs_per_second():.0f} flow pairs per CPU second; "
-          f"motion stage {1000 * motion_seconds_per_clip():.1f} ms CPU per 16-frame clip")
+    print(
+        f"DIS default: {dis_pairs_per_second():.0f} flow pairs per CPU second; "
+        f"motion stage {1000 * motion_seconds_per_clip():.1f} ms CPU per 16-frame clip"
+    )
     rows = real_clip_levels()
     counts = Counter(r["level"] for r in rows)
-    print(f"Sintel trailer, {len(rows)} cut-free 2-s windows: levels "
-          + ", ".join(f"{k}: {counts.get(k, 0)}" for k in range(1, 6)))
+    print(
+        f"Sintel trailer, {len(rows)} cut-free 2-s windows: levels "
+        + ", ".join(f"{k}: {counts.get(k, 0)}" for k in range(1, 6))
+    )
     print("scopes: " + " ".join(f"{r['scope']:.1f}" for r in rows))
     if args.memflow:
         speed = memflow_pairs_per_second(args.device, args.memflow_checkpoint)

@@ -123,12 +123,14 @@ def motion_figures() -> dict:
     figures = {
         "dis_pairs_per_cpu_second": round(motion_bench.dis_pairs_per_second(), 1),
         "motion_cpu_seconds_per_clip": round(motion_bench.motion_seconds_per_clip(), 4),
-        "sintel_window_levels": dict(sorted(Counter(
-            row["level"] for row in motion_bench.real_clip_levels()).items())),
+        "sintel_window_levels": dict(
+            sorted(Counter(row["level"] for row in motion_bench.real_clip_levels()).items())
+        ),
     }
     if torch.cuda.is_available():
         figures["memflow_pairs_per_second_480x720"] = round(
-            motion_bench.memflow_pairs_per_second("cuda"), 2)
+            motion_bench.memflow_pairs_per_second("cuda"), 2
+        )
     return figures
 
 
@@ -173,11 +175,13 @@ def main(argv=None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "bench.json").write_text(json.dumps(report, indent=2))
     first, second = report["runs"]
-    print(f"\nbare decode {second['bare_decode_seconds']} s, pipeline {second['pipeline_seconds']} s "
-          f"(x{second['ratio_pipeline_to_decode']}) on {second['film_minutes']} min; peak memory "
-          f"{first['peak_memory_gib']} GiB at {first['film_minutes']} min vs "
-          f"{second['peak_memory_gib']} GiB at {second['film_minutes']} min; "
-          f"Ray start {report['ray_start_seconds']} s (not in the pipeline time)")
+    print(
+        f"\nbare decode {second['bare_decode_seconds']} s, pipeline {second['pipeline_seconds']} s "
+        f"(x{second['ratio_pipeline_to_decode']}) on {second['film_minutes']} min; peak memory "
+        f"{first['peak_memory_gib']} GiB at {first['film_minutes']} min vs "
+        f"{second['peak_memory_gib']} GiB at {second['film_minutes']} min; "
+        f"Ray start {report['ray_start_seconds']} s (not in the pipeline time)"
+    )
     return 0
 
 

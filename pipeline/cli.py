@@ -25,14 +25,19 @@ COMMANDS = {
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="animegamer",
-        description="Turn anime films into AnimeGamer training clips, inspect them, train on them.")
+        description="Turn anime films into AnimeGamer training clips, inspect them, train on them.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, module_name in COMMANDS.items():
         if chosen == name:
             module = importlib.import_module(module_name)
-            command = sub.add_parser(name, help=module.HELP, description=module.HELP,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+            command = sub.add_parser(
+                name,
+                help=module.HELP,
+                description=module.HELP,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
             module.add_arguments(command)
             command.set_defaults(handler=module.run)
         else:

@@ -24,7 +24,6 @@ from stages.crop import CropConfig
 from stages.motion import MotionConfig
 from stages.scenes import SceneConfig
 
-
 EXECUTORS = ("ray", "local")
 
 
@@ -61,7 +60,9 @@ class PipelineConfig:
         return json.dumps(content, sort_keys=True, default=str)
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> PipelineConfig:
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None
+) -> PipelineConfig:
     config = PipelineConfig()
     if path:
         path = Path(path)
@@ -114,13 +115,19 @@ def check_choices(config: PipelineConfig, source: str) -> None:
     from stages.motion import BACKENDS
     from stages.scenes import DETECTORS
 
-    choices = {("clips", "resize"): RESIZE_MODES, ("scenes", "detector"): tuple(DETECTORS),
-               ("motion", "backend"): BACKENDS, ("run", "executor"): EXECUTORS,
-               ("clips", "image_format"): ("jpeg", "png")}
+    choices = {
+        ("clips", "resize"): RESIZE_MODES,
+        ("scenes", "detector"): tuple(DETECTORS),
+        ("motion", "backend"): BACKENDS,
+        ("run", "executor"): EXECUTORS,
+        ("clips", "image_format"): ("jpeg", "png"),
+    }
     for (section, name), allowed in choices.items():
         value = getattr(getattr(config, section), name)
         if value not in allowed:
-            raise ConfigError(f"{source}: {section}.{name}={value!r}: choose one of {list(allowed)}")
+            raise ConfigError(
+                f"{source}: {section}.{name}={value!r}: choose one of {list(allowed)}"
+            )
 
 
 def describe_fields() -> list[tuple[str, object, str]]:
@@ -130,7 +137,9 @@ def describe_fields() -> list[tuple[str, object, str]]:
         section_obj = section.default_factory()
         docs = field_docs(type(section_obj))
         for f in dataclasses.fields(section_obj):
-            rows.append((f"{section.name}.{f.name}", getattr(section_obj, f.name), docs.get(f.name, "")))
+            rows.append(
+                (f"{section.name}.{f.name}", getattr(section_obj, f.name), docs.get(f.name, ""))
+            )
     return rows
 
 

@@ -78,11 +78,19 @@ def init_ray(num_cpus: int | None = None):
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS")
         began = time.perf_counter()
-        ray.init(address=address or None, num_cpus=None if address else num_cpus,
-                 include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
-                 runtime_env={"env_vars": {"PYTHONPATH": _project_root()}})
-        log.info("ray started in %.1f s (%s)", time.perf_counter() - began,
-                 address or "embedded local cluster")
+        ray.init(
+            address=address or None,
+            num_cpus=None if address else num_cpus,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=True,
+            runtime_env={"env_vars": {"PYTHONPATH": _project_root()}},
+        )
+        log.info(
+            "ray started in %.1f s (%s)",
+            time.perf_counter() - began,
+            address or "embedded local cluster",
+        )
     return ray
 
 
@@ -118,8 +126,10 @@ class StageActorPool:
         resources = stage.resources
         count = workers or _replicas_that_fit(ray, resources)
         if resources.gpus and count * resources.gpus > ray.cluster_resources().get("GPU", 0):
-            raise RuntimeError(f"{stage.name}: {count} replicas x {resources.gpus} GPU(s) do not fit "
-                               f"the cluster's {ray.cluster_resources().get('GPU', 0)} GPU(s)")
+            raise RuntimeError(
+                f"{stage.name}: {count} replicas x {resources.gpus} GPU(s) do not fit "
+                f"the cluster's {ray.cluster_resources().get('GPU', 0)} GPU(s)"
+            )
         actor_class = ray.remote(num_cpus=resources.cpus, num_gpus=resources.gpus)(_StageActor)
         self.actors = [actor_class.remote(stage) for _ in range(count)]
         try:
@@ -184,8 +194,10 @@ def _replicas_that_fit(ray, resources) -> int:
     if resources.gpus:
         gpus = int(available.get("GPU", 0) // resources.gpus)
         if gpus < 1:
-            raise RuntimeError(f"the stage needs {resources.gpus} GPU(s) per replica; "
-                               f"the Ray cluster has {available.get('GPU', 0)}")
+            raise RuntimeError(
+                f"the stage needs {resources.gpus} GPU(s) per replica; "
+                f"the Ray cluster has {available.get('GPU', 0)}"
+            )
         return gpus
     return 1
 
@@ -238,8 +250,15 @@ def _result(ray, future):
 
 
 def _bar(total: int, desc: str, enabled: bool) -> tqdm:
-    return tqdm(total=total, desc=desc, unit="frame", disable=not enabled, file=sys.stderr,
-                dynamic_ncols=True, leave=False)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="frame",
+        disable=not enabled,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        leave=False,
+    )
 
 
 def _project_root() -> str:

@@ -38,8 +38,10 @@ SHARDS_DIR = "shards"
 # Nullable Arrow integers become pandas' nullable integers, not floats with NaN: a motion level
 # of 3 stays 3, and a clip without one shows <NA>.
 _PANDAS_INTEGERS = {
-    pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(),
-    pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),
+    pa.int8(): pd.Int8Dtype(),
+    pa.int16(): pd.Int16Dtype(),
+    pa.int32(): pd.Int32Dtype(),
+    pa.int64(): pd.Int64Dtype(),
 }
 
 
@@ -50,6 +52,7 @@ class DatasetError(ValueError):
 @dataclass(frozen=True)
 class ClipLocation:
     """Where one clip's row lives: reading its media touches one row group, not a whole shard."""
+
     shard: Path
     row_group: int
     row: int
@@ -58,6 +61,7 @@ class ClipLocation:
 @dataclass
 class Film:
     """One film folder: OUT/<slug>/ with shards/, manifest.parquet, drops.parquet, summary.json."""
+
     path: Path
 
     @property
@@ -91,8 +95,10 @@ class Film:
             check_schema_version(table.schema, path)
             return table
         if not self.shards:
-            raise DatasetError(f"{self.path}: no clips found: neither {MANIFEST_FILE} nor "
-                               f"{SHARDS_DIR}/clips-*.parquet exists")
+            raise DatasetError(
+                f"{self.path}: no clips found: neither {MANIFEST_FILE} nor "
+                f"{SHARDS_DIR}/clips-*.parquet exists"
+            )
         # An interrupted run may have shards but no manifest yet: the shards hold the same rows.
         columns = MANIFEST_SCHEMA.names
         tables = []
@@ -117,19 +123,28 @@ class Film:
         return _to_pandas(self.drops_table)
 
 
-def open_dataset(path: str | Path) -> "Dataset":
+def open_dataset(path: str | Path) -> Dataset:
     """Open a film folder (OUT/<film>) or a dataset folder (OUT, one sub-folder per film)."""
     root = Path(path).expanduser()
     if not root.exists():
         raise DatasetError(f"{root}: no such folder")
     if not root.is_dir():
         raise DatasetError(f"{root}: not a folder (give a film folder or a dataset folder)")
-    films = [Film(root)] if is_film_folder(root) else [
-        Film(child) for child in sorted(root.iterdir()) if child.is_dir() and is_film_folder(child)]
+    films = (
+        [Film(root)]
+        if is_film_folder(root)
+        else [
+            Film(child)
+            for child in sorted(root.iterdir())
+            if child.is_dir() and is_film_folder(child)
+        ]
+    )
     if not films:
-        raise DatasetError(f"{root}: no film folders found (expected {root}/<film>/{SHARDS_DIR}/"
-                           f"clips-*.parquet or {root}/<film>/{MANIFEST_FILE}, as written by "
-                           "`animegamer dataset`)")
+        raise DatasetError(
+            f"{root}: no film folders found (expected {root}/<film>/{SHARDS_DIR}/"
+            f"clips-*.parquet or {root}/<film>/{MANIFEST_FILE}, as written by "
+            "`animegamer dataset`)"
+        )
     return Dataset(root, films)
 
 
@@ -146,15 +161,19 @@ class Dataset:
         self._locations: dict[str, ClipLocation] | None = None
 
     def __repr__(self) -> str:
-        return f"Dataset({str(self.root)!r}, films={[f.slug for f in self.films]}, " \
-               f"clips={len(self.manifest)})"
+        return (
+            f"Dataset({str(self.root)!r}, films={[f.slug for f in self.films]}, "
+            f"clips={len(self.manifest)})"
+        )
 
     def film(self, slug: str) -> Film:
         for film in self.films:
             if film.slug == slug:
                 return film
-        raise KeyError(f"no film folder {slug!r} in {self.root} "
-                       f"(films: {', '.join(f.slug for f in self.films)})")
+        raise KeyError(
+            f"no film folder {slug!r} in {self.root} "
+            f"(films: {', '.join(f.slug for f in self.films)})"
+        )
 
     @cached_property
     def manifest(self) -> pd.DataFrame:
@@ -178,8 +197,10 @@ class Dataset:
     def summary(self) -> dict:
         """summary.json of the one film in this dataset (use `summaries` when there are several)."""
         if len(self.films) != 1:
-            raise DatasetError(f"{self.root} holds {len(self.films)} films: use "
-                               "`.summaries[film]` or open one film folder")
+            raise DatasetError(
+                f"{self.root} holds {len(self.films)} films: use "
+                "`.summaries[film]` or open one film folder"
+            )
         return self.films[0].summary
 
     def clip(self, clip_id: str) -> pd.Series:
@@ -201,7 +222,7 @@ class Dataset:
         """The stored first-frame image (the CLIP encoder's visual reference), H x W x 3 uint8."""
         return decode_image(self._media(clip_id, "first_frame"))
 
-    def preview(self, clip_id: str, width: int = 360) -> "ClipPreview":
+    def preview(self, clip_id: str, width: int = 360) -> ClipPreview:
         """An animated preview of the clip that renders itself in Jupyter."""
         row = self.clip(clip_id)
         data, mime = animated_preview(self.frames(clip_id), fps=float(row["fps"]), width=width)
@@ -212,8 +233,10 @@ class Dataset:
         try:
             from IPython.display import display
         except ImportError:
-            raise RuntimeError("show() needs IPython (run it in Jupyter); "
-                               "preview(clip_id).data holds the animated image bytes") from None
+            raise RuntimeError(
+                "show() needs IPython (run it in Jupyter); "
+                "preview(clip_id).data holds the animated image bytes"
+            ) from None
         display(self.preview(clip_id, width))
 
     def _media(self, clip_id: str, column: str) -> bytes:
@@ -222,8 +245,10 @@ class Dataset:
         data = group.column(column)[location.row].as_py()
         if data is None:
             error = self.clip(clip_id).get("error")
-            raise ValueError(f"clip {clip_id} in {location.shard} has no {column} bytes"
-                             + (f" (it failed: {error})" if isinstance(error, str) else ""))
+            raise ValueError(
+                f"clip {clip_id} in {location.shard} has no {column} bytes"
+                + (f" (it failed: {error})" if isinstance(error, str) else "")
+            )
         return data
 
     def _location(self, clip_id: str) -> ClipLocation:
@@ -241,6 +266,7 @@ class Dataset:
 @dataclass
 class ClipPreview:
     """Animated image bytes of one clip; Jupyter shows it through `_repr_html_`."""
+
     clip_id: str
     data: bytes = field(repr=False)
     mime: str
@@ -250,13 +276,16 @@ class ClipPreview:
         return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
 
     def _repr_html_(self) -> str:
-        return (f'<figure style="margin:0"><img src="{self.data_uri()}" '
-                f'alt="clip {html.escape(self.clip_id)}"><figcaption>'
-                f'{html.escape(self.caption)}</figcaption></figure>')
+        return (
+            f'<figure style="margin:0"><img src="{self.data_uri()}" '
+            f'alt="clip {html.escape(self.clip_id)}"><figcaption>'
+            f"{html.escape(self.caption)}</figcaption></figure>"
+        )
 
 
-def animated_preview(frames: np.ndarray, fps: float, width: int | None = None,
-                     quality: int = 70) -> tuple[bytes, str]:
+def animated_preview(
+    frames: np.ndarray, fps: float, width: int | None = None, quality: int = 70
+) -> tuple[bytes, str]:
     """Encode frames as a looping animated WebP (GIF where Pillow lacks WebP): (bytes, mime)."""
     from PIL import Image, features
 
@@ -264,27 +293,41 @@ def animated_preview(frames: np.ndarray, fps: float, width: int | None = None,
     duration_ms = max(1, round(1000 / fps)) if fps > 0 else 125
     buffer = io.BytesIO()
     if features.check("webp"):
-        images[0].save(buffer, format="WEBP", save_all=True, append_images=images[1:],
-                       duration=duration_ms, loop=0, quality=quality, method=4)
+        images[0].save(
+            buffer,
+            format="WEBP",
+            save_all=True,
+            append_images=images[1:],
+            duration=duration_ms,
+            loop=0,
+            quality=quality,
+            method=4,
+        )
         return buffer.getvalue(), "image/webp"
-    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:],
-                   duration=duration_ms, loop=0)
+    images[0].save(
+        buffer, format="GIF", save_all=True, append_images=images[1:], duration=duration_ms, loop=0
+    )
     return buffer.getvalue(), "image/gif"
 
 
 def describe_clip(row: pd.Series) -> str:
     """One line a person can check a clip against: where it is, how it moves, what it says."""
-    parts = [f"clip {row['clip_id'][:8]}",
-             f"{row['start_time']:.2f}-{row['end_time']:.2f} s "
-             f"(frames [{row['start_frame']}, {row['end_frame']}))",
-             f"motion level {_shown(row.get('motion_level'), 'not measured')}",
-             _shown(row.get("instruction"), "no instruction yet")]
+    parts = [
+        f"clip {row['clip_id'][:8]}",
+        f"{row['start_time']:.2f}-{row['end_time']:.2f} s "
+        f"(frames [{row['start_frame']}, {row['end_frame']}))",
+        f"motion level {_shown(row.get('motion_level'), 'not measured')}",
+        _shown(row.get("instruction"), "no instruction yet"),
+    ]
     return " | ".join(parts)
 
 
 def _shown(value, missing: str) -> str:
-    return missing if value is None or value is pd.NA or (isinstance(value, float)
-                                                         and np.isnan(value)) else str(value)
+    return (
+        missing
+        if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
+        else str(value)
+    )
 
 
 def _resized(frames: np.ndarray, width: int | None) -> np.ndarray:

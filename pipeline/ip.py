@@ -68,7 +68,9 @@ def load_ip(name_or_path: str | Path | None) -> IP:
         path = MANIFEST_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in MANIFEST_DIR.glob("*.yaml"))
-        raise ManifestError(f"{path}: no such IP manifest (known IPs: {', '.join(known) or 'none'})")
+        raise ManifestError(
+            f"{path}: no such IP manifest (known IPs: {', '.join(known) or 'none'})"
+        )
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -84,7 +86,9 @@ def _parse(data, path: Path) -> IP:
         raise ManifestError(f"{path}: unknown keys {sorted(unknown)}")
     name = data.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ManifestError(f"{path}: 'name' must be a word of letters, digits, _ . - (got {name!r})")
+        raise ManifestError(
+            f"{path}: 'name' must be a word of letters, digits, _ . - (got {name!r})"
+        )
     base = path.parent
     films = [_film(item, base, path) for item in data.get("films") or []]
     protagonists = [_protagonist(item, base, path) for item in data.get("protagonists") or []]

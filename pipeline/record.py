@@ -79,7 +79,7 @@ class Clip:
         return {name: getattr(self, name) for name in persisted_fields()}
 
     @classmethod
-    def from_row(cls, row: dict) -> "Clip":
+    def from_row(cls, row: dict) -> Clip:
         known = set(persisted_fields())
         return cls(**{k: _plain(v) for k, v in row.items() if k in known})
 
@@ -94,8 +94,13 @@ def persisted_fields() -> list[str]:
     return [f.name for f in fields(Clip) if f.name != "frames"]
 
 
-def make_clip_id(film_id: str, frame_indices: list[int], crop: tuple[int, int, int, int],
-                 size: tuple[int, int], resize_mode: str) -> str:
+def make_clip_id(
+    film_id: str,
+    frame_indices: list[int],
+    crop: tuple[int, int, int, int],
+    size: tuple[int, int],
+    resize_mode: str,
+) -> str:
     """Deterministic id: the same film content, frames and geometry always give the same id."""
     key = f"{film_id}|{','.join(map(str, frame_indices))}|{crop}|{size}|{resize_mode}"
     return uuid.uuid5(CLIP_NAMESPACE, key).hex

@@ -54,8 +54,10 @@ class ReportOptions:
 
 # ---------------------------------------------------------------- entry points
 
-def write_report(path: str | Path, out: str | Path | None = None,
-                 options: ReportOptions | None = None) -> Path:
+
+def write_report(
+    path: str | Path, out: str | Path | None = None, options: ReportOptions | None = None
+) -> Path:
     """Write the report of a film or dataset folder; returns the HTML file's path."""
     options = options or ReportOptions()
     dataset = select_films(open_dataset(path), options.ip)
@@ -99,18 +101,26 @@ def film_ip(film: Film) -> str | None:
 
 # ---------------------------------------------------------------- one film
 
+
 def _film_section(dataset: Dataset, film: Film, options: ReportOptions) -> str:
     manifest, drops = film.manifest, film.drops
     parts = [
         f"<h2>{html.escape(_film_name(film, manifest))} "
         f"<small>{html.escape(film.slug)}</small></h2>",
-        "<h3>Film</h3>", _facts_table(film, manifest, drops),
-        "<h3>Crop box</h3>", _crop_figure(dataset, film, manifest),
-        "<h3>Timeline</h3>", _timeline(film, manifest, drops),
-        "<h3>Clips</h3>", _preview_grid(dataset, manifest, options),
-        "<h3>Failed clips</h3>", _failed_clips(manifest),
-        "<h3>Stage timings</h3>", _timings(film.summary),
-        "<h3>Configuration</h3>", _config(film.summary),
+        "<h3>Film</h3>",
+        _facts_table(film, manifest, drops),
+        "<h3>Crop box</h3>",
+        _crop_figure(dataset, film, manifest),
+        "<h3>Timeline</h3>",
+        _timeline(film, manifest, drops),
+        "<h3>Clips</h3>",
+        _preview_grid(dataset, manifest, options),
+        "<h3>Failed clips</h3>",
+        _failed_clips(manifest),
+        "<h3>Stage timings</h3>",
+        _timings(film.summary),
+        "<h3>Configuration</h3>",
+        _config(film.summary),
     ]
     return f'<section class="film" id="{_anchor(film)}">{"".join(parts)}</section>'
 
@@ -120,12 +130,16 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
     crop = film.summary.get("crop")
     ok = manifest[manifest["status"] == "ok"]
     rows = [
-        ("Film name", facts.get("film_name")), ("IP", film_ip(film)),
-        ("Film id", facts.get("film_id")), ("Source file", facts.get("path")),
+        ("Film name", facts.get("film_name")),
+        ("IP", film_ip(film)),
+        ("Film id", facts.get("film_id")),
+        ("Source file", facts.get("path")),
         ("Source size", _size(facts.get("width"), facts.get("height"))),
         ("Source frame rate", _number(facts.get("fps"), "{:.3f} fps")),
-        ("Variable frame rate", facts.get("vfr")), ("Rotation", facts.get("rotation")),
-        ("Codec", facts.get("codec")), ("Source frames", facts.get("num_frames")),
+        ("Variable frame rate", facts.get("vfr")),
+        ("Rotation", facts.get("rotation")),
+        ("Codec", facts.get("codec")),
+        ("Source frames", facts.get("num_frames")),
         ("Duration", _duration(facts.get("duration"))),
         ("Crop box (x, y, w, h)", _crop_text(crop)),
         ("Scenes", len(film.summary["scenes"]) if "scenes" in film.summary else None),
@@ -158,21 +172,28 @@ def _crop_note(film: Film, box: tuple, shown: tuple | None, source: np.ndarray |
     if source is None:
         path = film.summary.get("film", {}).get("path")
         where = f"at {path}" if path else "(summary.json names no source file)"
-        return (f"The source film is not reachable {where}: shown is the stored first frame of "
-                "the clip, already cropped and resized, without the box.")
+        return (
+            f"The source film is not reachable {where}: shown is the stored first frame of "
+            "the clip, already cropped and resized, without the box."
+        )
     x, y, w, h = box
     origin = (film.summary.get("crop") or {}).get("source", "taken from the clip rows")
-    note = (f"Left: the source frame where the clip starts, with the crop box {w}x{h} at "
-            f"({x}, {y}) (solid; {origin})")
+    note = (
+        f"Left: the source frame where the clip starts, with the crop box {w}x{h} at "
+        f"({x}, {y}) (solid; {origin})"
+    )
     if shown and tuple(shown) != tuple(box):
         sx, sy, sw, sh = shown
-        note += (f"; the clips show its {sw}x{sh} part at ({sx}, {sy}) (dashed: the resize mode "
-                 "cuts the box to the clips' aspect)")
+        note += (
+            f"; the clips show its {sw}x{sh} part at ({sx}, {sy}) (dashed: the resize mode "
+            "cuts the box to the clips' aspect)"
+        )
     return note + ". Right: the clip's stored first frame."
 
 
-def _crop_plot(source: np.ndarray | None, stored: np.ndarray, box: tuple,
-               shown: tuple | None, label: str) -> str:
+def _crop_plot(
+    source: np.ndarray | None, stored: np.ndarray, box: tuple, shown: tuple | None, label: str
+) -> str:
     panels = [source, stored] if source is not None else [stored]
     figure = _new_figure(6.0 * len(panels), 3.6)
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
@@ -185,8 +206,11 @@ def _crop_plot(source: np.ndarray | None, stored: np.ndarray, box: tuple,
         title = f"source {source.shape[1]}x{source.shape[0]}, crop {w}x{h} at ({x}, {y})"
         if shown and tuple(shown) != tuple(box):
             sx, sy, sw, sh = shown
-            axes[0].add_patch(Rectangle((sx, sy), sw, sh, fill=False, edgecolor="#ffd60a",
-                                        linewidth=2, linestyle="--"))
+            axes[0].add_patch(
+                Rectangle(
+                    (sx, sy), sw, sh, fill=False, edgecolor="#ffd60a", linewidth=2, linestyle="--"
+                )
+            )
             title += f"; clips show {sw}x{sh} at ({sx}, {sy})"
         axes[0].set_title(title, fontsize=9)
     axes[-1].set_title(f"stored {stored.shape[1]}x{stored.shape[0]}, {label}", fontsize=9)
@@ -227,8 +251,14 @@ def _timeline(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str:
         color = _DROP_COLORS[index % len(_DROP_COLORS)]
         ax.broken_barh(spans, (0.1, 0.8), facecolors=color, label=reason)
     if not drops.empty:
-        ax.legend(title="dropped", loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
-                  title_fontsize=8, frameon=False)
+        ax.legend(
+            title="dropped",
+            loc="center left",
+            bbox_to_anchor=(1.0, 0.5),
+            fontsize=8,
+            title_fontsize=8,
+            frameon=False,
+        )
     ax.set_yticks([0.5, 1.5, 2.5], rows)
     ax.set_xlabel("time (s)")
     ax.set_ylim(0, 3)
@@ -247,37 +277,52 @@ def _preview_grid(dataset: Dataset, manifest: pd.DataFrame, options: ReportOptio
     if chosen.empty:
         return f'<p class="note">{len(playable)} clips; previews switched off.</p>'
     cards = [_preview_card(dataset, row, options.preview_width) for _, row in chosen.iterrows()]
-    shown = (f"All {len(chosen)} clips." if len(chosen) == len(playable) else
-             f"{len(chosen)} of {len(playable)} clips, evenly spaced over the film.")
-    loop = (f"Each preview loops the clip's {_first(manifest, 'num_frames')} frames at "
-            f"{_first(manifest, 'fps')} fps.")
+    shown = (
+        f"All {len(chosen)} clips."
+        if len(chosen) == len(playable)
+        else f"{len(chosen)} of {len(playable)} clips, evenly spaced over the film."
+    )
+    loop = (
+        f"Each preview loops the clip's {_first(manifest, 'num_frames')} frames at "
+        f"{_first(manifest, 'fps')} fps."
+    )
     return f'<p class="note">{shown} {loop}</p><div class="grid">{"".join(cards)}</div>'
 
 
 def _preview_card(dataset: Dataset, row: pd.Series, width: int) -> str:
     data, mime = animated_preview(dataset.frames(row["clip_id"]), float(row["fps"]), width)
     height = round(width * row["height"] / row["width"])
-    motion = ("motion: not measured" if pd.isna(row["motion_level"]) else
-              f"motion level {row['motion_level']} (scope {row['motion_scope']:.2f})")
+    motion = (
+        "motion: not measured"
+        if pd.isna(row["motion_level"])
+        else f"motion level {row['motion_level']} (scope {row['motion_scope']:.2f})"
+    )
     instruction = row["instruction"]
-    text = (f"<q>{html.escape(instruction)}</q>" if isinstance(instruction, str) and instruction
-            else '<span class="na">no instruction yet (captions not run)</span>')
-    return (f'<figure class="clip" title="{html.escape(row["clip_id"])}">'
-            f'<img class="preview" src="{_data_uri(data, mime)}" width="{width}" height="{height}" '
-            f'alt="clip {html.escape(row["clip_id"])}">'
-            f'<figcaption><b>{html.escape(row["clip_id"][:8])}</b> #{row["clip_index"]} '
-            f'&middot; scene {row["scene_index"]}<br>'
-            f'{row["start_time"]:.2f}&ndash;{row["end_time"]:.2f} s &middot; frames '
-            f'[{row["start_frame"]}, {row["end_frame"]})<br>{html.escape(motion)}<br>{text}'
-            '</figcaption></figure>')
+    text = (
+        f"<q>{html.escape(instruction)}</q>"
+        if isinstance(instruction, str) and instruction
+        else '<span class="na">no instruction yet (captions not run)</span>'
+    )
+    return (
+        f'<figure class="clip" title="{html.escape(row["clip_id"])}">'
+        f'<img class="preview" src="{_data_uri(data, mime)}" width="{width}" height="{height}" '
+        f'alt="clip {html.escape(row["clip_id"])}">'
+        f"<figcaption><b>{html.escape(row['clip_id'][:8])}</b> #{row['clip_index']} "
+        f"&middot; scene {row['scene_index']}<br>"
+        f"{row['start_time']:.2f}&ndash;{row['end_time']:.2f} s &middot; frames "
+        f"[{row['start_frame']}, {row['end_frame']})<br>{html.escape(motion)}<br>{text}"
+        "</figcaption></figure>"
+    )
 
 
 def _failed_clips(manifest: pd.DataFrame) -> str:
     failed = manifest[manifest["status"] != "ok"]
     if failed.empty:
         return '<p class="note">No clip failed.</p>'
-    rows = [(r.clip_id[:8], f"{r.start_time:.2f}-{r.end_time:.2f} s", _shown(r.error))
-            for r in failed.itertuples()]
+    rows = [
+        (r.clip_id[:8], f"{r.start_time:.2f}-{r.end_time:.2f} s", _shown(r.error))
+        for r in failed.itertuples()
+    ]
     return _table(["clip", "time", "error"], rows)
 
 
@@ -301,40 +346,57 @@ def _config(summary: dict) -> str:
     if "config" not in summary:
         return _not_available("no config in summary.json")
     text = json.dumps(summary["config"], indent=2, sort_keys=True, default=str)
-    return (f"<details><summary>resolved configuration</summary>"
-            f"<pre>{html.escape(text)}</pre></details>")
+    return (
+        f"<details><summary>resolved configuration</summary>"
+        f"<pre>{html.escape(text)}</pre></details>"
+    )
 
 
 # ---------------------------------------------------------------- across the selected films
+
 
 def _overview_section(dataset: Dataset) -> str:
     rows = []
     for film in dataset.films:
         manifest, drops = film.manifest, film.drops
         link = f'<a href="#{_anchor(film)}">{html.escape(film.slug)}</a>'
-        rows.append((link, film_ip(film) or NOT_AVAILABLE,
-                     _duration(film.summary.get("film", {}).get("duration")),
-                     len(manifest), int((manifest["status"] != "ok").sum()), len(drops)))
-    table = _table(["film", "IP", "duration", "clips", "failed", "windows dropped"], rows,
-                   escape=False)
+        rows.append(
+            (
+                link,
+                film_ip(film) or NOT_AVAILABLE,
+                _duration(film.summary.get("film", {}).get("duration")),
+                len(manifest),
+                int((manifest["status"] != "ok").sum()),
+                len(drops),
+            )
+        )
+    table = _table(
+        ["film", "IP", "duration", "clips", "failed", "windows dropped"], rows, escape=False
+    )
     return f'<section id="overview"><h2>Films</h2>{table}</section>'
 
 
 def _distributions_section(dataset: Dataset) -> str:
     scope = "all films" if len(dataset.films) > 1 else "this film"
     manifest = dataset.manifest
-    parts = [f"<h2>Distributions ({scope})</h2>",
-             "<h3>Motion scope</h3>", _motion_plot(manifest, _motion_levels(dataset)),
-             "<h3>Captions</h3>", _caption_plots(manifest),
-             "<h3>Drop reasons</h3>", _drop_plot(dataset)]
+    parts = [
+        f"<h2>Distributions ({scope})</h2>",
+        "<h3>Motion scope</h3>",
+        _motion_plot(manifest, _motion_levels(dataset)),
+        "<h3>Captions</h3>",
+        _caption_plots(manifest),
+        "<h3>Drop reasons</h3>",
+        _drop_plot(dataset),
+    ]
     return f'<section id="distributions">{"".join(parts)}</section>'
 
 
 def _motion_plot(manifest: pd.DataFrame, levels: dict | None) -> str:
     scopes = manifest["motion_scope"].dropna().astype(float)
     if scopes.empty:
-        return _not_available("no clip has a motion_scope value yet (the motion stage has not "
-                              "run on these clips)")
+        return _not_available(
+            "no clip has a motion_scope value yet (the motion stage has not run on these clips)"
+        )
     edges = [float(e) for e in (levels or {}).get("edges", []) if np.isfinite(float(e))]
     figure = _new_figure(11, 3.2)
     left, right = figure.subplots(1, 2, width_ratios=[2.2, 1])
@@ -347,20 +409,27 @@ def _motion_plot(manifest: pd.DataFrame, levels: dict | None) -> str:
     for ax in (left, right):
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     version = (levels or {}).get("version")
-    left.set_title("level edges " + (f"(version {version})" if edges else NOT_AVAILABLE),
-                   fontsize=9, pad=14)
+    left.set_title(
+        "level edges " + (f"(version {version})" if edges else NOT_AVAILABLE), fontsize=9, pad=14
+    )
     counts = manifest["motion_level"].dropna().astype(int).value_counts()
     level_range = range(1, 6)
-    bars = right.bar([str(k) for k in level_range], [counts.get(k, 0) for k in level_range],
-                     color="#2e9e5b")
+    bars = right.bar(
+        [str(k) for k in level_range], [counts.get(k, 0) for k in level_range], color="#2e9e5b"
+    )
     right.bar_label(bars, fontsize=8)
     right.set_xlabel("motion level")
     right.set_title(f"{len(scopes)} of {len(manifest)} clips measured", fontsize=9)
-    edges_text = (f"Level edges, version {version}: {', '.join(f'{e:g}' for e in edges)}."
-                  if edges else "Level edges: not available (no motion_levels in summary.json "
-                                "and no edges file for the clips' motion_levels_version).")
-    return (_plot_img(figure, "motion", "histogram of motion scope with the level edges")
-            + f'<p class="note">{html.escape(edges_text)}</p>')
+    edges_text = (
+        f"Level edges, version {version}: {', '.join(f'{e:g}' for e in edges)}."
+        if edges
+        else "Level edges: not available (no motion_levels in summary.json "
+        "and no edges file for the clips' motion_levels_version)."
+    )
+    return (
+        _plot_img(figure, "motion", "histogram of motion scope with the level edges")
+        + f'<p class="note">{html.escape(edges_text)}</p>'
+    )
 
 
 def _scope_bins(ax, scopes: pd.Series, edges: list[float]):
@@ -388,20 +457,34 @@ def _label_levels(ax, edges: list[float], scopes: pd.Series) -> None:
         if stop > start:
             geometric = ax.get_xscale() != "linear" and start >= 1
             centre = np.sqrt(start * stop) if geometric else (start + stop) / 2
-            ax.text(centre, 1.0, f"L{level}", transform=ax.get_xaxis_transform(),
-                    ha="center", va="bottom", fontsize=8, color="#d62728")
+            ax.text(
+                centre,
+                1.0,
+                f"L{level}",
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color="#d62728",
+            )
 
 
 def _caption_plots(manifest: pd.DataFrame) -> str:
-    columns = {"subject": manifest["subject"].dropna(),
-               "environment": manifest["environment"].dropna(),
-               "characters": manifest["characters"].dropna().explode().dropna()}
+    columns = {
+        "subject": manifest["subject"].dropna(),
+        "environment": manifest["environment"].dropna(),
+        "characters": manifest["characters"].dropna().explode().dropna(),
+    }
     status = Counter(manifest["caption_status"].fillna("pending"))
     status_text = ", ".join(f"{k}: {v}" for k, v in sorted(status.items()))
     note = f'<p class="note">Caption status: {html.escape(status_text)}.</p>'
     if all(values.empty for values in columns.values()):
-        return _not_available("no clip has caption fields yet (the captioning pass has not run "
-                              "on these clips)") + note
+        return (
+            _not_available(
+                "no clip has caption fields yet (the captioning pass has not run on these clips)"
+            )
+            + note
+        )
     figure = _new_figure(12, 3.6)
     for ax, (name, values) in zip(figure.subplots(1, 3), columns.items()):
         counts = Counter(values).most_common(TOP_VALUES)
@@ -426,10 +509,13 @@ def _drop_plot(dataset: Dataset) -> str:
     ax.invert_yaxis()
     ax.margins(x=0.2)
     ax.set_xlabel("windows dropped")
-    rows = [(reason, count, NOT_AVAILABLE if lost is None else f"{lost[reason]:.1f} s")
-            for reason, count in counts.items()]
-    return (_plot_img(figure, "drops", "histogram of drop reasons")
-            + _table(["reason", "windows", "film time lost"], rows))
+    rows = [
+        (reason, count, NOT_AVAILABLE if lost is None else f"{lost[reason]:.1f} s")
+        for reason, count in counts.items()
+    ]
+    return _plot_img(figure, "drops", "histogram of drop reasons") + _table(
+        ["reason", "windows", "film time lost"], rows
+    )
 
 
 def _drop_counts(dataset: Dataset) -> tuple[pd.Series | None, pd.Series | None]:
@@ -463,6 +549,7 @@ def _motion_levels(dataset: Dataset) -> dict | None:
 
 
 # ---------------------------------------------------------------- data helpers
+
 
 def _crop_box(summary: dict, manifest: pd.DataFrame) -> tuple[int, int, int, int] | None:
     crop = summary.get("crop")
@@ -547,6 +634,7 @@ def _report_title(dataset: Dataset, ip: str | None) -> str:
 
 # ---------------------------------------------------------------- formatting
 
+
 def _shown(value) -> str:
     if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
         return NOT_AVAILABLE
@@ -588,11 +676,15 @@ def _not_available(reason: str) -> str:
     return f'<p class="na">Not available: {html.escape(reason)}.</p>'
 
 
-def _table(header: list[str], rows: list[tuple], show_header: bool = True,
-           escape: bool = True) -> str:
+def _table(
+    header: list[str], rows: list[tuple], show_header: bool = True, escape: bool = True
+) -> str:
     cell = (lambda v: html.escape(str(v))) if escape else str
-    head = ("<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
-            if show_header else "")
+    head = (
+        "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
+        if show_header
+        else ""
+    )
     body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
     return f"<table>{head}{body}</table>"
 
@@ -604,8 +696,10 @@ def _new_figure(width: float, height: float) -> Figure:
 def _plot_img(figure, name: str, alt: str) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
-    return (f'<img class="plot" data-plot="{name}" alt="{html.escape(alt)}" '
-            f'src="{_data_uri(buffer.getvalue(), "image/png")}">')
+    return (
+        f'<img class="plot" data-plot="{name}" alt="{html.escape(alt)}" '
+        f'src="{_data_uri(buffer.getvalue(), "image/png")}">'
+    )
 
 
 def _data_uri(data: bytes, mime: str) -> str:
@@ -620,7 +714,7 @@ def _contents(dataset: Dataset) -> str:
 
 
 def _page(title: str, contents: str, body: str) -> str:
-    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -654,5 +748,3 @@ img.plot { display: block; max-width: 100%; height: auto; margin: 6px 0; }
 q { font-style: italic; }
 pre { background: #f6f6f8; padding: 10px; overflow: auto; }
 """
-
-

@@ -26,8 +26,13 @@ from pipeline.executor import make_executor
 from pipeline.ip import IP
 from pipeline.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from pipeline.segments import SegmentJob, plan_segments, run_segment
-from pipeline.shards import (ShardWriter, read_clips, write_json_atomic, write_manifest,
-                             write_table_atomic)
+from pipeline.shards import (
+    ShardWriter,
+    read_clips,
+    write_json_atomic,
+    write_manifest,
+    write_table_atomic,
+)
 from stages.crop import BorderCrop
 from stages.probe import FilmError, FilmInfo, Probe
 
@@ -58,11 +63,13 @@ def film_config(base: PipelineConfig, ip: IP, film_path: str | Path) -> Pipeline
     return config
 
 
-def run_films(paths: list[str | Path], out_dir: str | Path, config: PipelineConfig, ip: IP,
-              executor=None) -> list[FilmResult]:
+def run_films(
+    paths: list[str | Path], out_dir: str | Path, config: PipelineConfig, ip: IP, executor=None
+) -> list[FilmResult]:
     """Each film in turn (its segments in parallel); one bad film never stops the others."""
-    executor = executor or make_executor(config.run.executor, config.run.num_cpus,
-                                         config.run.progress)
+    executor = executor or make_executor(
+        config.run.executor, config.run.num_cpus, config.run.progress
+    )
     results = []
     for path in paths:
         try:
@@ -85,21 +92,30 @@ def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
         result.message += f"; captions: {counts or 'none'}"
 
 
-def run_film(path: str | Path, out_dir: str | Path, config: PipelineConfig, ip: IP,
-             executor=None) -> FilmResult:
-    executor = executor or make_executor(config.run.executor, config.run.num_cpus,
-                                         config.run.progress)
+def run_film(
+    path: str | Path, out_dir: str | Path, config: PipelineConfig, ip: IP, executor=None
+) -> FilmResult:
+    executor = executor or make_executor(
+        config.run.executor, config.run.num_cpus, config.run.progress
+    )
     began = time.perf_counter()
     film = Probe().process(path)
     if film.duration < config.clips.seconds:
-        raise FilmError(f"{path}: the video is {film.duration:.2f} s long; a clip needs "
-                        f"{config.clips.seconds:g} s")
+        raise FilmError(
+            f"{path}: the video is {film.duration:.2f} s long; a clip needs "
+            f"{config.clips.seconds:g} s"
+        )
     film_dir = Path(out_dir) / film.slug
     previous = _complete_summary(film_dir, config, ip)
     if previous is not None:
-        return FilmResult(str(path), film_dir, True,
-                          f"{film.film_name}: already complete ({previous['clips_written']} clips "
-                          f"in {film_dir}); skipped", previous)
+        return FilmResult(
+            str(path),
+            film_dir,
+            True,
+            f"{film.film_name}: already complete ({previous['clips_written']} clips "
+            f"in {film_dir}); skipped",
+            previous,
+        )
     probe_seconds = time.perf_counter() - began
     crop_began = time.perf_counter()
     crop = BorderCrop(config.crop).process(film)
@@ -107,19 +123,30 @@ def run_film(path: str | Path, out_dir: str | Path, config: PipelineConfig, ip: 
     segments = plan_segments(film, config.run.segment_seconds)
     jobs = [SegmentJob(film, crop, config, ip.name, seg, film_dir / "work") for seg in segments]
     results = executor.map(run_segment, jobs, film.num_frames, f"{film.film_name}")
-    summary = finalize(film_dir, film, crop, config, ip, results,
-                       {"probe": probe_seconds, "crop": crop_seconds})
+    summary = finalize(
+        film_dir, film, crop, config, ip, results, {"probe": probe_seconds, "crop": crop_seconds}
+    )
     summary["segment_boundaries"] = [seg.start for seg in segments[1:]]
     summary["wall_seconds"] = round(time.perf_counter() - began, 3)
     write_json_atomic(summary, film_dir / SUMMARY)
-    return FilmResult(str(path), film_dir, summary["complete"], _summary_line(film, summary),
-                      summary)
+    return FilmResult(
+        str(path), film_dir, summary["complete"], _summary_line(film, summary), summary
+    )
 
 
-def finalize(film_dir: Path, film: FilmInfo, crop, config: PipelineConfig, ip: IP,
-             results: list, extra_seconds: dict) -> dict:
+def finalize(
+    film_dir: Path,
+    film: FilmInfo,
+    crop,
+    config: PipelineConfig,
+    ip: IP,
+    results: list,
+    extra_seconds: dict,
+) -> dict:
     """Gather the segments' parts into shards with film-wide clip and scene numbering."""
-    failed = {i: f"{type(r).__name__}: {r}" for i, r in enumerate(results) if isinstance(r, Exception)}
+    failed = {
+        i: f"{type(r).__name__}: {r}" for i, r in enumerate(results) if isinstance(r, Exception)
+    }
     done = [r for r in results if not isinstance(r, Exception)]
     work = film_dir / "work"
     staging = film_dir / "shards.staging"
@@ -148,10 +175,16 @@ def finalize(film_dir: Path, film: FilmInfo, crop, config: PipelineConfig, ip: I
 
 
 def _drop_row(film: FilmInfo, segment: int, drop: dict) -> dict:
-    return {"film_id": film.film_id, "segment_index": segment, "reason": drop["reason"],
-            "start_frame": drop["start_frame"], "end_frame": drop["end_frame"],
-            "start_time": drop["start_time"], "end_time": drop["end_time"],
-            "detail": drop["detail"] or None}
+    return {
+        "film_id": film.film_id,
+        "segment_index": segment,
+        "reason": drop["reason"],
+        "start_frame": drop["start_frame"],
+        "end_frame": drop["end_frame"],
+        "start_time": drop["start_time"],
+        "end_time": drop["end_time"],
+        "detail": drop["detail"] or None,
+    }
 
 
 def _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seconds) -> dict:
@@ -221,11 +254,22 @@ def _replace_dir(new: Path, target: Path) -> None:
 def _summary_line(film: FilmInfo, summary: dict) -> str:
     drops = ", ".join(f"{k} {v}" for k, v in sorted(summary["drops"].items())) or "none"
     failed = summary["failed_segments"]
-    reused = f"; resumed with {summary['segments_reused']} of {summary['segments']} segments " \
-             f"already done" if summary.get("segments_reused") else ""
-    state = "done" if summary["complete"] else (
-        f"INCOMPLETE ({len(failed)} of {summary['segments']} segments failed, first: "
-        f"{next(iter(failed.values()))}; rerun to retry)")
-    return (f"{film.film_name}: {state}: {summary['clips_written']} clips "
-            f"({summary['clips_failed']} failed), {len(summary['scenes'])} scenes, drops: {drops}; "
-            f"{film.duration:.1f} s of film in {summary.get('wall_seconds', 0):.1f} s{reused}")
+    reused = (
+        f"; resumed with {summary['segments_reused']} of {summary['segments']} segments "
+        f"already done"
+        if summary.get("segments_reused")
+        else ""
+    )
+    state = (
+        "done"
+        if summary["complete"]
+        else (
+            f"INCOMPLETE ({len(failed)} of {summary['segments']} segments failed, first: "
+            f"{next(iter(failed.values()))}; rerun to retry)"
+        )
+    )
+    return (
+        f"{film.film_name}: {state}: {summary['clips_written']} clips "
+        f"({summary['clips_failed']} failed), {len(summary['scenes'])} scenes, drops: {drops}; "
+        f"{film.duration:.1f} s of film in {summary.get('wall_seconds', 0):.1f} s{reused}"
+    )

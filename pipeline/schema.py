@@ -89,5 +89,6 @@ def rows_to_table(rows: list[dict], schema: pa.Schema = CLIP_SCHEMA) -> pa.Table
     extra = {k for row in rows for k in row} - names
     if extra:
         raise ValueError(f"rows carry columns the schema does not declare: {sorted(extra)}")
-    return pa.Table.from_pylist([{n: row.get(n) for n in schema.names} for row in rows],
-                                schema=schema)
+    return pa.Table.from_pylist(
+        [{n: row.get(n) for n in schema.names} for row in rows], schema=schema
+    )

@@ -80,8 +80,11 @@ def completed(job: SegmentJob, fingerprint: str) -> dict | None:
     if not marker.is_file():
         return None
     stats = json.loads(marker.read_text())
-    same = (stats.get("fingerprint") == fingerprint and stats.get("ip") == job.ip
-            and stats.get("segment") == asdict(job.segment))
+    same = (
+        stats.get("fingerprint") == fingerprint
+        and stats.get("ip") == job.ip
+        and stats.get("segment") == asdict(job.segment)
+    )
     return stats if same else None
 
 
@@ -172,8 +175,9 @@ class _SegmentRun:
         self.frames_decoded += 1
         if self.frames_decoded % 64 == 0:
             self.report(64)
-        items = self._timed("split", self.splitter.process, index, starts_scene,
-                            lambda: self._rgb(frame))
+        items = self._timed(
+            "split", self.splitter.process, index, starts_scene, lambda: self._rgb(frame)
+        )
         self._handle(items)
 
     def _handle(self, items: list) -> None:
@@ -242,12 +246,18 @@ def _detect_box(film: FilmInfo, crop: CropBox, small_size: tuple[int, int]) -> t
         width, height = height, width
     sx, sy = width / film.width, height / film.height
     x0, y0 = int(crop.x * sx), int(crop.y * sy)
-    return x0, y0, max(x0 + 2, int((crop.x + crop.w) * sx)), max(y0 + 2, int((crop.y + crop.h) * sy))
+    return (
+        x0,
+        y0,
+        max(x0 + 2, int((crop.x + crop.w) * sx)),
+        max(y0 + 2, int((crop.y + crop.h) * sy)),
+    )
 
 
 def _small_size(film: FilmInfo, width: int) -> tuple[int, int]:
     """Detection size in decoded (unrotated) orientation, scaled to `width` across the picture."""
-    coded_w, coded_h = ((film.height, film.width) if film.rotation in (90, 270)
-                        else (film.width, film.height))
+    coded_w, coded_h = (
+        (film.height, film.width) if film.rotation in (90, 270) else (film.width, film.height)
+    )
     scale = min(1.0, width / max(film.width, 1))
     return max(2, int(coded_w * scale) // 2 * 2), max(2, int(coded_h * scale) // 2 * 2)

@@ -38,8 +38,13 @@ class ShardWriter:
     name only once closed, so a crash leaves at most a `.tmp` file, never a truncated shard.
     """
 
-    def __init__(self, directory: str | Path, prefix: str, config: ShardConfig | None = None,
-                 schema: pa.Schema = CLIP_SCHEMA):
+    def __init__(
+        self,
+        directory: str | Path,
+        prefix: str,
+        config: ShardConfig | None = None,
+        schema: pa.Schema = CLIP_SCHEMA,
+    ):
         self.directory = Path(directory)
         self.prefix = prefix
         self.config = config or ShardConfig()
@@ -67,7 +72,7 @@ class ShardWriter:
         self._close_file()
         return self.paths
 
-    def __enter__(self) -> "ShardWriter":
+    def __enter__(self) -> ShardWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -84,8 +89,9 @@ class ShardWriter:
             fd, tmp = tempfile.mkstemp(prefix=f".{self.prefix}-", suffix=".tmp", dir=self.directory)
             os.close(fd)
             self._tmp = Path(tmp)
-            self._writer = pq.ParquetWriter(self._tmp, self.schema,
-                                            compression=self.config.compression)
+            self._writer = pq.ParquetWriter(
+                self._tmp, self.schema, compression=self.config.compression
+            )
         self._writer.write_table(rows_to_table(self._pending, self.schema))
         self._pending = []
 
@@ -144,8 +150,9 @@ def write_manifest(film_dir: str | Path) -> Path:
     bytes, which Parquet does not even read."""
     film_dir = Path(film_dir)
     table = read_table(film_dir / "shards", columns=MANIFEST_SCHEMA.names)
-    return write_table_atomic(rows_to_table(table.to_pylist(), MANIFEST_SCHEMA),
-                              film_dir / "manifest.parquet")
+    return write_table_atomic(
+        rows_to_table(table.to_pylist(), MANIFEST_SCHEMA), film_dir / "manifest.parquet"
+    )
 
 
 def shard_paths(location: str | Path) -> list[Path]:
@@ -155,14 +162,21 @@ def shard_paths(location: str | Path) -> list[Path]:
         return [location]
     if not location.exists():
         raise FileNotFoundError(f"{location}: no such shard file or folder")
-    return sorted(p for p in location.rglob("*.parquet")
-                  if p.parent.name == "shards" or p.parent == location and p.name.startswith("clips"))
+    return sorted(
+        p
+        for p in location.rglob("*.parquet")
+        if p.parent.name == "shards" or (p.parent == location and p.name.startswith("clips"))
+    )
 
 
 def read_table(location: str | Path, columns: list[str] | None = None) -> pa.Table:
     paths = shard_paths(location)
     if not paths:
-        return CLIP_SCHEMA.empty_table() if columns is None else CLIP_SCHEMA.empty_table().select(columns)
+        return (
+            CLIP_SCHEMA.empty_table()
+            if columns is None
+            else CLIP_SCHEMA.empty_table().select(columns)
+        )
     tables = [pq.read_table(p, columns=columns) for p in paths]
     for path, table in zip(paths, tables):
         check_schema_version(table.schema, path)
@@ -185,8 +199,10 @@ CLIP_BATCH_ROWS = 16
 def check_schema_version(schema: pa.Schema, path: Path) -> None:
     found = (schema.metadata or {}).get(b"animegamer.schema_version", b"").decode()
     if found.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
-        raise ValueError(f"{path}: shard schema version {found or 'missing'} is not compatible "
-                         f"with this reader ({SCHEMA_VERSION})")
+        raise ValueError(
+            f"{path}: shard schema version {found or 'missing'} is not compatible "
+            f"with this reader ({SCHEMA_VERSION})"
+        )
 
 
 def _with_required_defaults(row: dict) -> dict:

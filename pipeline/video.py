@@ -13,8 +13,9 @@ import cv2
 import numpy as np
 
 
-def encode_mp4(frames: np.ndarray, fps: float, crf: int = 20, preset: str = "ultrafast",
-               threads: int = 1) -> bytes:
+def encode_mp4(
+    frames: np.ndarray, fps: float, crf: int = 20, preset: str = "ultrafast", threads: int = 1
+) -> bytes:
     """Encode N x H x W x 3 RGB uint8 frames as an H.264 (yuv420p) mp4 held in memory.
 
     One thread per encoder: the pipeline already runs one encoder per CPU.
@@ -108,8 +109,7 @@ class FrameReader:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             if first > 0:
-                container.seek(self.frame_pts[first], stream=stream, backward=True,
-                               any_frame=False)
+                container.seek(self.frame_pts[first], stream=stream, backward=True, any_frame=False)
             for frame in self._decode(container, stream):
                 index = index_of.get(frame.pts)
                 if index is None:

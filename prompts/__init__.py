@@ -45,9 +45,11 @@ class Prompt:
 
     @property
     def placeholders(self) -> set[str]:
-        return {m.group("named") or m.group("braced")
-                for m in string.Template.pattern.finditer(self.text)
-                if m.group("named") or m.group("braced")}
+        return {
+            m.group("named") or m.group("braced")
+            for m in string.Template.pattern.finditer(self.text)
+            if m.group("named") or m.group("braced")
+        }
 
     def fill(self, **values) -> str:
         try:

@@ -25,7 +25,7 @@ class ClipStage(ABC):
     name: str = "stage"
     resources: Resources = Resources()
 
-    def setup(self) -> None:
+    def setup(self) -> None:  # noqa: B027 - optional hook, not every stage loads state
         """Load heavy state once per worker. The default has nothing to load."""
 
     @abstractmethod

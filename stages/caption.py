@@ -94,13 +94,18 @@ class CaptionConfig:
 class CaptionStage(ClipStage):
     name = "caption"
 
-    def __init__(self, config: CaptionConfig | None = None,
-                 protagonists: Sequence[tuple[str, Sequence[str | Path]]] | None = None,
-                 engine=None):
+    def __init__(
+        self,
+        config: CaptionConfig | None = None,
+        protagonists: Sequence[tuple[str, Sequence[str | Path]]] | None = None,
+        engine=None,
+    ):
         """`protagonists`: (name, [reference image paths]) in sheet order; None or empty skips
         character matching. `engine`: an already-built CaptionEngine (else made from config)."""
         self.config = config or CaptionConfig()
-        self.protagonists = [(name, [str(p) for p in paths]) for name, paths in (protagonists or [])]
+        self.protagonists = [
+            (name, [str(p) for p in paths]) for name, paths in (protagonists or [])
+        ]
         self.stats: Counter = Counter()
         self._engine = engine
         self._engine_loaded = False
@@ -122,9 +127,8 @@ class CaptionStage(ClipStage):
         """Prompts and reference sheet: cheap, and all a cache lookup needs."""
         if self._prompts is not None:
             return
-        from prompts import load_prompt
-
         from pipeline.captioning.images import build_reference_sheet
+        from prompts import load_prompt
 
         self._prompts = {STATE: load_prompt(self.config.state_prompt)}
         if self.protagonists:
@@ -145,7 +149,9 @@ class CaptionStage(ClipStage):
     @property
     def prompt_version(self) -> str:
         self.prepare()
-        return "+".join(self._prompts[k].fingerprint for k in (CHARACTERS, STATE) if k in self._prompts)
+        return "+".join(
+            self._prompts[k].fingerprint for k in (CHARACTERS, STATE) if k in self._prompts
+        )
 
     def cache_key(self, clip: Clip) -> str | None:
         """Everything that changes the answer for this clip; None when it cannot be captioned."""
@@ -153,10 +159,18 @@ class CaptionStage(ClipStage):
             return None
         self.prepare()
         # the engine (and an endpoint's address) decide which weights answer to a model name
-        served_by = self.config.engine + (f"@{self.config.endpoint}" if self.config.engine == "openai" else "")
-        parts = [clip.clip_id, self.config.model, served_by, self.prompt_version, str(clip.motion_level),
-                 f"{self.config.num_frames}x{self.config.frame_height}/{self.config.grid_columns}",
-                 self._sheet.digest if self._sheet else "no-sheet"]
+        served_by = self.config.engine + (
+            f"@{self.config.endpoint}" if self.config.engine == "openai" else ""
+        )
+        parts = [
+            clip.clip_id,
+            self.config.model,
+            served_by,
+            self.prompt_version,
+            str(clip.motion_level),
+            f"{self.config.num_frames}x{self.config.frame_height}/{self.config.grid_columns}",
+            self._sheet.digest if self._sheet else "no-sheet",
+        ]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
     # ---- captioning --------------------------------------------------------------------
@@ -194,7 +208,7 @@ class CaptionStage(ClipStage):
             return SKIPPED_NO_MOTION_LEVEL
         return None
 
-    def _job(self, clip: Clip) -> "_Job | None":
+    def _job(self, clip: Clip) -> _Job | None:
         """The clip's questions, or None with the reason set as its caption_status."""
         from pipeline.captioning.images import clip_frame_grid
 
@@ -202,15 +216,19 @@ class CaptionStage(ClipStage):
         if clip.caption_status:
             return None
         try:
-            grid = clip_frame_grid(clip.video, self.config.num_frames, self.config.frame_height,
-                                   self.config.grid_columns)
+            grid = clip_frame_grid(
+                clip.video,
+                self.config.num_frames,
+                self.config.frame_height,
+                self.config.grid_columns,
+            )
         except Exception as exc:  # a corrupt video is this clip's problem, not the batch's
             clip.caption_status = SKIPPED_BAD_VIDEO
             clip.caption_raw = json.dumps({"problems": {"video": [f"{type(exc).__name__}: {exc}"]}})
             return None
         return _Job(clip, grid, needs_characters=self._sheet is not None)
 
-    def _answer(self, jobs: list["_Job"]) -> None:
+    def _answer(self, jobs: list[_Job]) -> None:
         """Ask every open question; ask again those answered invalidly, up to max_retries."""
         from pipeline.captioning.engines import EngineError
 
@@ -225,8 +243,11 @@ class CaptionStage(ClipStage):
             self.stats["retried_requests"] += len(built) if attempt else 0
             by_key = _index_completions(completions, requests)
             self._watch_engine_errors(by_key.values(), EngineError)
-            open_questions = [(job, kind) for key, (job, kind) in requests.items()
-                              if not job.take(kind, by_key.get(key), self._sheet)]
+            open_questions = [
+                (job, kind)
+                for key, (job, kind) in requests.items()
+                if not job.take(kind, by_key.get(key), self._sheet)
+            ]
 
     def _watch_engine_errors(self, completions, error_type) -> None:
         """A dead engine (server down, broken checkpoint) fails every request: stop the run with
@@ -237,10 +258,12 @@ class CaptionStage(ClipStage):
                 continue
             self._engine_errors_in_a_row += 1
             if self._engine_errors_in_a_row >= ENGINE_ERRORS_BEFORE_STOP:
-                raise error_type(f"the caption engine failed on {self._engine_errors_in_a_row} "
-                                 f"requests in a row; last error: {completion.error}")
+                raise error_type(
+                    f"the caption engine failed on {self._engine_errors_in_a_row} "
+                    f"requests in a row; last error: {completion.error}"
+                )
 
-    def _request(self, job: "_Job", kind: str, attempt: int):
+    def _request(self, job: _Job, kind: str, attempt: int):
         from pipeline.captioning.engines import Request
 
         prompt = self._prompts[kind]
@@ -250,14 +273,18 @@ class CaptionStage(ClipStage):
         else:
             text = prompt.fill(motion_level=job.clip.motion_level)
             images = (job.grid,)
-        return Request(key=f"{job.clip.clip_id}/{kind}/{attempt}", text=text, images=images,
-                       temperature=0.0 if attempt == 0 else self.config.retry_temperature,
-                       max_new_tokens=self.config.max_new_tokens)
+        return Request(
+            key=f"{job.clip.clip_id}/{kind}/{attempt}",
+            text=text,
+            images=images,
+            temperature=0.0 if attempt == 0 else self.config.retry_temperature,
+            max_new_tokens=self.config.max_new_tokens,
+        )
 
-    def _frames_shown(self, job: "_Job") -> int:
+    def _frames_shown(self, job: _Job) -> int:
         return min(self.config.num_frames, job.clip.num_frames or self.config.num_frames)
 
-    def _finish(self, job: "_Job") -> None:
+    def _finish(self, job: _Job) -> None:
         clip = job.clip
         clip.caption_model = self.config.model
         clip.prompt_version = self.prompt_version
@@ -271,14 +298,31 @@ class CaptionStage(ClipStage):
         clip.num_characters = len(characters) if characters is not None else None
         clip.subject, clip.motion_description = state.subject, state.motion_description
         clip.environment, clip.adverb = state.environment, state.adverb
-        clip.social, clip.entertainment, clip.stamina = state.social, state.entertainment, state.stamina
+        clip.social, clip.entertainment, clip.stamina = (
+            state.social,
+            state.entertainment,
+            state.stamina,
+        )
         clip.instruction = instruction_text(characters, state)
         clip.caption_status = CAPTION_OK
 
 
-CAPTION_FIELDS = ("characters", "num_characters", "subject", "motion_description", "environment",
-                  "adverb", "social", "entertainment", "stamina", "instruction", "caption_model",
-                  "prompt_version", "caption_status", "caption_raw")  # the columns this stage owns
+CAPTION_FIELDS = (
+    "characters",
+    "num_characters",
+    "subject",
+    "motion_description",
+    "environment",
+    "adverb",
+    "social",
+    "entertainment",
+    "stamina",
+    "instruction",
+    "caption_model",
+    "prompt_version",
+    "caption_status",
+    "caption_raw",
+)  # the columns this stage owns
 
 
 def _clear_caption(clip: Clip) -> None:
@@ -342,8 +386,10 @@ class _Job:
     def raw_record(self) -> dict:
         """The last raw answer per prompt, and every problem met on the way (for caption_failed)."""
         record = {kind: self.raw.get(kind) for kind in self.kinds()}
-        record["attempts"] = {kind: len(self.problems.get(kind, [])) + (1 if self._valid(kind) else 0)
-                              for kind in self.kinds()}
+        record["attempts"] = {
+            kind: len(self.problems.get(kind, [])) + (1 if self._valid(kind) else 0)
+            for kind in self.kinds()
+        }
         problems = {k: v for k, v in self.problems.items() if v}
         if problems:
             record["problems"] = problems

@@ -53,6 +53,7 @@ class ClipConfig:
 @dataclass
 class Drop:
     """A window (or a whole short scene) that did not become a clip, and why."""
+
     reason: str
     start_frame: int
     end_frame: int
@@ -88,14 +89,14 @@ def output_region(crop: CropBox, config: ClipConfig) -> tuple[int, int, int, int
 def fit_frame(rgb: np.ndarray, region: tuple[int, int, int, int], config: ClipConfig) -> np.ndarray:
     """Cut `region` out of a source frame and bring it to height x width."""
     x, y, w, h = region
-    picture = rgb[y:y + h, x:x + w]
+    picture = rgb[y : y + h, x : x + w]
     if config.resize != "pad":
         return _resize(picture, config.width, config.height)
     scale = min(config.width / w, config.height / h)
     inner_w, inner_h = int(round(w * scale)), int(round(h * scale))
     out = np.zeros((config.height, config.width, 3), np.uint8)
     top, left = (config.height - inner_h) // 2, (config.width - inner_w) // 2
-    out[top:top + inner_h, left:left + inner_w] = _resize(picture, inner_w, inner_h)
+    out[top : top + inner_h, left : left + inner_w] = _resize(picture, inner_w, inner_h)
     return out
 
 
@@ -116,8 +117,9 @@ def _resize(image: np.ndarray, width: int, height: int) -> np.ndarray:
     if image.shape[1] == width and image.shape[0] == height:
         return np.ascontiguousarray(image)
     shrinking = width * height < image.shape[0] * image.shape[1]
-    return cv2.resize(image, (width, height),
-                      interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC)
+    return cv2.resize(
+        image, (width, height), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
+    )
 
 
 class ClipSplitter:
@@ -127,8 +129,15 @@ class ClipSplitter:
     frames, so the other two thirds of the frames are never converted. Call `finish()` at the end.
     """
 
-    def __init__(self, config: ClipConfig, film: FilmInfo, crop: CropBox, ip: str,
-                 segment_index: int, is_last_segment: bool):
+    def __init__(
+        self,
+        config: ClipConfig,
+        film: FilmInfo,
+        crop: CropBox,
+        ip: str,
+        segment_index: int,
+        is_last_segment: bool,
+    ):
         self.config, self.film, self.crop, self.ip = config, film, crop, ip
         self.segment_index = segment_index
         self.is_last_segment = is_last_segment
@@ -159,7 +168,7 @@ class ClipSplitter:
             self._take_samples(index, fitted)
         return out
 
-    def _take_samples(self, index: int, fitted: "_Once") -> None:
+    def _take_samples(self, index: int, fitted: _Once) -> None:
         window = self.window
         if window is None or not window.fits:
             return
@@ -184,13 +193,17 @@ class ClipSplitter:
     def _open_window(self, start_time: float) -> None:
         end_time = start_time + self.config.seconds
         step = self.config.seconds / self.config.num_frames
-        samples = [bisect.bisect_right(self.times, start_time + m * step + EPS) - 1
-                   for m in range(self.config.num_frames)]
+        samples = [
+            bisect.bisect_right(self.times, start_time + m * step + EPS) - 1
+            for m in range(self.config.num_frames)
+        ]
         self.window = _Window(
             start_time=start_time,
             start_frame=samples[0],  # the frame on screen when the window starts
             end_frame=bisect.bisect_left(self.times, end_time - EPS),
-            sample_indices=samples, fits=end_time <= self.times[-1] + EPS)
+            sample_indices=samples,
+            fits=end_time <= self.times[-1] + EPS,
+        )
 
     def _close_passed_windows(self, index: int) -> list:
         """Frames skipped by the decoder can jump past a window's last frame: close it then (it
@@ -203,8 +216,13 @@ class ClipSplitter:
     def _close_window(self) -> list:
         window = self.window
         if len(window.samples) < self.config.num_frames:
-            out = [self._drop(window, "decode_gap", f"{len(window.samples)} of "
-                              f"{self.config.num_frames} sampled frames decoded")]
+            out = [
+                self._drop(
+                    window,
+                    "decode_gap",
+                    f"{len(window.samples)} of {self.config.num_frames} sampled frames decoded",
+                )
+            ]
         else:
             out = [self._make_clip(window)]
         self.scenes[-1][1] = window.end_frame
@@ -226,24 +244,45 @@ class ClipSplitter:
         return [drop]
 
     def _drop(self, window: _Window, reason: str, detail: str) -> Drop:
-        return Drop(reason, window.start_frame, window.end_frame, window.start_time,
-                    window.start_time + self.config.seconds, detail)
+        return Drop(
+            reason,
+            window.start_frame,
+            window.end_frame,
+            window.start_time,
+            window.start_time + self.config.seconds,
+            detail,
+        )
 
     def _make_clip(self, window: _Window) -> Clip:
         cfg, film = self.config, self.film
         frames = np.stack([window.samples[m] for m in range(cfg.num_frames)])
         indices = list(window.sample_indices)
         clip = Clip(
-            clip_id=make_clip_id(film.film_id, indices, self.region, (cfg.height, cfg.width),
-                                 cfg.resize),
-            film_id=film.film_id, film_name=film.film_name, ip=self.ip,
-            segment_index=self.segment_index, scene_index=self.scene_index,
-            clip_index=self.clip_count, start_frame=window.start_frame,
-            end_frame=window.end_frame, start_time=window.start_time,
-            end_time=window.start_time + cfg.seconds, frame_indices=indices,
-            crop_x=self.region[0], crop_y=self.region[1], crop_w=self.region[2],
-            crop_h=self.region[3], height=cfg.height, width=cfg.width,
-            num_frames=cfg.num_frames, fps=cfg.clip_fps, source_fps=film.fps, frames=frames)
+            clip_id=make_clip_id(
+                film.film_id, indices, self.region, (cfg.height, cfg.width), cfg.resize
+            ),
+            film_id=film.film_id,
+            film_name=film.film_name,
+            ip=self.ip,
+            segment_index=self.segment_index,
+            scene_index=self.scene_index,
+            clip_index=self.clip_count,
+            start_frame=window.start_frame,
+            end_frame=window.end_frame,
+            start_time=window.start_time,
+            end_time=window.start_time + cfg.seconds,
+            frame_indices=indices,
+            crop_x=self.region[0],
+            crop_y=self.region[1],
+            crop_w=self.region[2],
+            crop_h=self.region[3],
+            height=cfg.height,
+            width=cfg.width,
+            num_frames=cfg.num_frames,
+            fps=cfg.clip_fps,
+            source_fps=film.fps,
+            frames=frames,
+        )
         self.clip_count += 1
         self.scene_clips += 1
         return clip

@@ -94,8 +94,10 @@ class BorderCrop:
     def _manifest_box(self, film: FilmInfo) -> CropBox:
         x, y, w, h = (int(v) for v in self.config.box)
         if w <= 0 or h <= 0 or x < 0 or y < 0 or x + w > film.width or y + h > film.height:
-            raise FilmError(f"{film.path}: crop box {self.config.box} does not fit inside the "
-                            f"{film.width}x{film.height} picture")
+            raise FilmError(
+                f"{film.path}: crop box {self.config.box} does not fit inside the "
+                f"{film.width}x{film.height} picture"
+            )
         return CropBox(x, y, w, h, "manifest")
 
 
@@ -106,5 +108,7 @@ def sample_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
     (the segments decode every frame once). Encoders place key frames at scene changes too, so
     they cover the film's variety of shots well."""
     reader = FrameReader(film.path, film.frame_pts)
-    return [rotate_frame(frame.to_ndarray(format="gray"), film.rotation)
-            for _, frame in reader.keyframes(max(1, count), film.keyframes)]
+    return [
+        rotate_frame(frame.to_ndarray(format="gray"), film.rotation)
+        for _, frame in reader.keyframes(max(1, count), film.keyframes)
+    ]

@@ -21,8 +21,9 @@ class EncodeMedia(ClipStage):
     def process(self, clip: Clip) -> Clip:
         if clip.frames is None:
             raise ValueError(f"clip {clip.clip_id} has no frames to encode")
-        clip.video = encode_mp4(clip.frames, clip.fps, crf=self.config.crf,
-                                preset=self.config.preset)
+        clip.video = encode_mp4(
+            clip.frames, clip.fps, crf=self.config.crf, preset=self.config.preset
+        )
         clip.first_frame = encode_image(clip.frames[0], self.config.image_format)
         clip.frames = None
         return clip

@@ -32,9 +32,11 @@ HELD_CHECK_SIZE = (120, 180)  # (h, w) the held-drawing test looks at: small eno
 
 BACKENDS = ("dis", "memflow")
 MEMFLOW_MIN_SIDE = 128
-DIS_PRESETS = {"ultrafast": cv2.DISOPTICAL_FLOW_PRESET_ULTRAFAST,
-               "fast": cv2.DISOPTICAL_FLOW_PRESET_FAST,
-               "medium": cv2.DISOPTICAL_FLOW_PRESET_MEDIUM}
+DIS_PRESETS = {
+    "ultrafast": cv2.DISOPTICAL_FLOW_PRESET_ULTRAFAST,
+    "fast": cv2.DISOPTICAL_FLOW_PRESET_FAST,
+    "medium": cv2.DISOPTICAL_FLOW_PRESET_MEDIUM,
+}
 
 
 @dataclass
@@ -80,6 +82,7 @@ class MotionError(ValueError):
 
 # ----------------------------------------------------------------------------- the rule
 
+
 @dataclass(frozen=True)
 class MotionMeasurement:
     scope: float
@@ -120,22 +123,28 @@ def measure_motion(frames: np.ndarray, backend, config: MotionConfig) -> MotionM
     moving = [i for i, is_held in enumerate(held) if not is_held]
     if not moving:
         return MotionMeasurement(scope=0.0, moving_pairs=0, held_pairs=len(held))
-    values = [pair_scope(speed, config.background_ratio, config.reference_percentile)
-              for speed in backend.speeds(frames, moving, small_grey)]
-    return MotionMeasurement(scope=float(np.mean(values)), moving_pairs=len(moving),
-                             held_pairs=len(held) - len(moving))
+    values = [
+        pair_scope(speed, config.background_ratio, config.reference_percentile)
+        for speed in backend.speeds(frames, moving, small_grey)
+    ]
+    return MotionMeasurement(
+        scope=float(np.mean(values)), moving_pairs=len(moving), held_pairs=len(held) - len(moving)
+    )
 
 
 def rule_descriptor(config: MotionConfig) -> str:
-    return (f"r{config.background_ratio:g}/p{config.reference_percentile:g}"
-            f"/held{config.held_pixel_delta:g}:{config.held_max_fraction:g}")
+    return (
+        f"r{config.background_ratio:g}/p{config.reference_percentile:g}"
+        f"/held{config.held_pixel_delta:g}:{config.held_max_fraction:g}"
+    )
 
 
 def _checked_frames(frames) -> np.ndarray:
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or len(frames) < 2:
-        raise MotionError(f"motion needs N >= 2 frames of H x W x 3 uint8 RGB, "
-                          f"got {frames.shape} {frames.dtype}")
+        raise MotionError(
+            f"motion needs N >= 2 frames of H x W x 3 uint8 RGB, got {frames.shape} {frames.dtype}"
+        )
     return frames
 
 
@@ -145,8 +154,9 @@ def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         return image
     # INTER_AREA when shrinking (averages, no aliasing), linear when enlarging.
     shrinking = image.shape[0] * image.shape[1] > height * width
-    return cv2.resize(image, (width, height),
-                      interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
+    return cv2.resize(
+        image, (width, height), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR
+    )
 
 
 def working_size(scale: float) -> tuple[int, int]:
@@ -155,13 +165,16 @@ def working_size(scale: float) -> tuple[int, int]:
     return max(8, round(UNIT_HEIGHT * scale)), max(8, round(UNIT_WIDTH * scale))
 
 
-def speed_in_unit_pixels(flow_x: np.ndarray, flow_y: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+def speed_in_unit_pixels(
+    flow_x: np.ndarray, flow_y: np.ndarray, size: tuple[int, int]
+) -> np.ndarray:
     """|flow| measured at `size`, converted to pixels of a 480x720 frame."""
     height, width = size
     return np.hypot(flow_x * (UNIT_WIDTH / width), flow_y * (UNIT_HEIGHT / height))
 
 
 # ----------------------------------------------------------------------------- backends
+
 
 class DisFlow:
     """OpenCV DIS optical flow on small grey frames: the CPU default (no weights).
@@ -185,7 +198,9 @@ class DisFlow:
         if self.patch_stride:
             self._dis.setPatchStride(self.patch_stride)
 
-    def speeds(self, frames: np.ndarray, pairs: list[int], small_grey: list[np.ndarray] | None = None):
+    def speeds(
+        self, frames: np.ndarray, pairs: list[int], small_grey: list[np.ndarray] | None = None
+    ):
         """Yield the speed map (480x720 pixel units) of each pair (i, i + 1) in `pairs`.
 
         `small_grey` (the frames as grey at HELD_CHECK_SIZE) is reused when it is our size.
@@ -208,16 +223,24 @@ class MemFlowBackend:
     the warm start from the previous pair's flow work as the model was trained to use them.
     """
 
-    def __init__(self, model: str = "memflow", checkpoint: str | None = None, device: str = "auto",
-                 scale: float = 1.0, random_weights: bool = False):
+    def __init__(
+        self,
+        model: str = "memflow",
+        checkpoint: str | None = None,
+        device: str = "auto",
+        scale: float = 1.0,
+        random_weights: bool = False,
+    ):
         if not random_weights:
             _check_checkpoint(checkpoint)
         self.model_name, self.checkpoint, self.device_name = model, checkpoint, device
         self.random_weights, self.size = random_weights, working_size(scale)
         if min(self.size) < MEMFLOW_MIN_SIDE:
-            raise MotionError(f"motion.memflow_scale={scale} gives {self.size[0]}x{self.size[1]}: "
-                              f"MemFlow needs at least {MEMFLOW_MIN_SIDE} pixels a side (its 4-level "
-                              f"correlation pyramid at 1/8 resolution degenerates below that)")
+            raise MotionError(
+                f"motion.memflow_scale={scale} gives {self.size[0]}x{self.size[1]}: "
+                f"MemFlow needs at least {MEMFLOW_MIN_SIDE} pixels a side (its 4-level "
+                f"correlation pyramid at 1/8 resolution degenerates below that)"
+            )
         weights = "random-weights-TEST-ONLY" if random_weights else Path(checkpoint).stem
         self.name = f"ptlflow-{model}:{weights}@{self.size[0]}x{self.size[1]}"
         self._model = None
@@ -238,8 +261,10 @@ class MemFlowBackend:
             with contextlib.redirect_stdout(io.StringIO()):
                 model = ptlflow.get_model(self.model_name, ckpt_path=checkpoint)
         except (RuntimeError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as exc:
-            raise MotionError(f"{checkpoint or self.model_name}: cannot build {self.model_name} "
-                              f"from it ({type(exc).__name__}: {exc})") from None
+            raise MotionError(
+                f"{checkpoint or self.model_name}: cannot build {self.model_name} "
+                f"from it ({type(exc).__name__}: {exc})"
+            ) from None
         self._model = model.to(self._device).eval()
 
     def speeds(self, frames: np.ndarray, pairs: list[int], small_grey=None):
@@ -250,10 +275,14 @@ class MemFlowBackend:
         with torch.inference_mode():
             previous = None
             for n, i in enumerate(pairs):
-                inputs = {"images": self._tensor(frames[i:i + 2]),
-                          "meta": {"is_seq_start": n == 0, "is_seq_end": n == len(pairs) - 1}}
+                inputs = {
+                    "images": self._tensor(frames[i : i + 2]),
+                    "meta": {"is_seq_start": n == 0, "is_seq_end": n == len(pairs) - 1},
+                }
                 if previous is not None and pairs[n - 1] == i - 1:
-                    inputs["prev_preds"] = {"flow_small": previous}  # warm start: adjacent pairs only
+                    inputs["prev_preds"] = {
+                        "flow_small": previous
+                    }  # warm start: adjacent pairs only
                 outputs = self._model(inputs)
                 previous = outputs["flow_small"]
                 flow = outputs["flows"][0, 0].float().cpu().numpy()
@@ -271,9 +300,11 @@ class MemFlowBackend:
 def _check_checkpoint(checkpoint: str | None) -> None:
     # ptlflow would treat a bare name such as 'things' as a URL to download: we only take files.
     if not checkpoint:
-        raise MotionError("motion.backend=memflow needs motion.memflow_checkpoint: the path to a "
-                          "MemFlow checkpoint file (for example memflow-things-90d0b74c.ckpt from "
-                          "ptlflow's release page); weights are never downloaded at run time")
+        raise MotionError(
+            "motion.backend=memflow needs motion.memflow_checkpoint: the path to a "
+            "MemFlow checkpoint file (for example memflow-things-90d0b74c.ckpt from "
+            "ptlflow's release page); weights are never downloaded at run time"
+        )
     if not Path(checkpoint).is_file():
         raise MotionError(f"motion.memflow_checkpoint={checkpoint}: no such file")
 
@@ -302,13 +333,18 @@ def make_backend(config: MotionConfig):
     if config.backend == "dis":
         return DisFlow(config.dis_preset, config.dis_scale, config.dis_patch_stride)
     if config.backend == "memflow":
-        return MemFlowBackend(config.memflow_model, config.memflow_checkpoint,
-                              config.memflow_device, config.memflow_scale,
-                              config.memflow_random_weights)
+        return MemFlowBackend(
+            config.memflow_model,
+            config.memflow_checkpoint,
+            config.memflow_device,
+            config.memflow_scale,
+            config.memflow_random_weights,
+        )
     raise MotionError(f"motion.backend={config.backend!r}: choose one of {list(BACKENDS)}")
 
 
 # ----------------------------------------------------------------------------- the stage
+
 
 class MotionScope(ClipStage):
     """Fills motion_scope, motion_level, motion_backend and motion_levels_version of a clip.
@@ -327,7 +363,9 @@ class MotionScope(ClipStage):
         self.levels: MotionLevels | None = None
 
     def setup(self) -> None:
-        cv2.setNumThreads(1)  # one worker per core already: OpenCV's own threads would oversubscribe
+        cv2.setNumThreads(
+            1
+        )  # one worker per core already: OpenCV's own threads would oversubscribe
         self.levels = load_levels(self.config.level_edges)
         self.backend.load()
 
@@ -335,8 +373,10 @@ class MotionScope(ClipStage):
         if not self.config.enabled:
             return clip
         if clip.frames is None:
-            raise MotionError(f"clip {clip.clip_id}: motion needs the in-memory frames "
-                              f"(clip.frames is None); run the motion stage before frames are dropped")
+            raise MotionError(
+                f"clip {clip.clip_id}: motion needs the in-memory frames "
+                f"(clip.frames is None); run the motion stage before frames are dropped"
+            )
         if self.levels is None:
             self.setup()
         measured = self.measure(clip.frames)

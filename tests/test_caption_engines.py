@@ -14,18 +14,35 @@ from types import SimpleNamespace
 
 import pytest
 from PIL import Image
+from test_caption_support import (  # noqa: F401
+    ADVERB_BY_LEVEL,
+    ROOT,
+    SINTEL_REFERENCES,
+    answer_well,
+    clip_videos,
+    film,
+    image_word,
+    make_clips,
+    read_raw,
+)
 
-from pipeline.captioning.engines import (EngineError, LmdeployEngine, OpenAIEngine, Request,
-                                         TransformersEngine, chat_messages, image_data_url,
-                                         import_lmdeploy, make_engine)
+from pipeline.captioning.engines import (
+    EngineError,
+    LmdeployEngine,
+    OpenAIEngine,
+    Request,
+    TransformersEngine,
+    chat_messages,
+    image_data_url,
+    import_lmdeploy,
+    make_engine,
+)
 from pipeline.captioning.film import caption_film
 from pipeline.captioning.images import clip_frame_grid
 from pipeline.cli import main as cli_main
 from pipeline.shards import read_clips
 from prompts import load_prompt
 from stages.caption import CaptionConfig, CaptionStage
-from test_caption_support import (ADVERB_BY_LEVEL, ROOT, SINTEL_REFERENCES, answer_well,  # noqa: F401
-                                  clip_videos, film, image_word, make_clips, read_raw)
 
 # ---- a tiny InternVL checkpoint, built offline ---------------------------------------------
 
@@ -34,24 +51,41 @@ _CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{% for part in message['content'] %}{% if part['type'] == 'image' %}<IMG_CONTEXT>"
     "{% else %}{{ part['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def _tiny_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    corpus = [load_prompt("character_match").text, load_prompt("game_state").text,
-              "[Number]2[Index]1,3 <S>Girl</S><MD>run</MD><EV>Forest</EV><MA>slowly</MA>"]
+    corpus = [
+        load_prompt("character_match").text,
+        load_prompt("game_state").text,
+        "[Number]2[Index]1,3 <S>Girl</S><MD>run</MD><EV>Forest</EV><MA>slowly</MA>",
+    ]
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(corpus * 4, trainers.BpeTrainer(
-        vocab_size=600, special_tokens=_SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.train_from_iterator(
+        corpus * 4,
+        trainers.BpeTrainer(
+            vocab_size=600,
+            special_tokens=_SPECIAL,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<|im_end|>",
-        extra_special_tokens={"start_image_token": "<img>", "end_image_token": "</img>",
-                              "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"})
+        tokenizer_object=tokenizer,
+        pad_token="<pad>",
+        eos_token="<|im_end|>",
+        extra_special_tokens={
+            "start_image_token": "<img>",
+            "end_image_token": "</img>",
+            "context_image_token": "<IMG_CONTEXT>",
+            "video_token": "<video>",
+        },
+    )
 
 
 @pytest.fixture(scope="session")
@@ -68,17 +102,36 @@ def tiny_internvl(tmp_path_factory):
     torch.manual_seed(0)
     tokenizer = _tiny_tokenizer()
     processor = InternVLProcessor(
-        image_processor=GotOcr2ImageProcessorPil(size={"height": 28, "width": 28}, crop_to_patches=True,
-                                                 min_patches=1, max_patches=4),
-        tokenizer=tokenizer, video_processor=InternVLVideoProcessor(), image_seq_length=1,
-        chat_template=_CHAT_TEMPLATE)
+        image_processor=GotOcr2ImageProcessorPil(
+            size={"height": 28, "width": 28}, crop_to_patches=True, min_patches=1, max_patches=4
+        ),
+        tokenizer=tokenizer,
+        video_processor=InternVLVideoProcessor(),
+        image_seq_length=1,
+        chat_template=_CHAT_TEMPLATE,
+    )
     config = InternVLConfig(
-        vision_config=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=32, image_size=28, patch_size=14),
-        text_config=dict(model_type="qwen2", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=1, intermediate_size=64, vocab_size=len(tokenizer),
-                         initializer_range=0.5),  # large weights: answers depend on the input
-        image_token_id=tokenizer.context_image_token_id, image_seq_length=1)
+        vision_config=dict(
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            image_size=28,
+            patch_size=14,
+        ),
+        text_config=dict(
+            model_type="qwen2",
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=64,
+            vocab_size=len(tokenizer),
+            initializer_range=0.5,
+        ),  # large weights: answers depend on the input
+        image_token_id=tokenizer.context_image_token_id,
+        image_seq_length=1,
+    )
     path = tmp_path_factory.mktemp("tiny-internvl")
     processor.save_pretrained(path)
     InternVLForConditionalGeneration(config).save_pretrained(path)
@@ -86,8 +139,16 @@ def tiny_internvl(tmp_path_factory):
 
 
 def tiny_config(path, **changes) -> CaptionConfig:
-    base = CaptionConfig(model=str(path), engine="transformers", device="cpu", num_frames=4,
-                         frame_height=56, max_new_tokens=6, max_retries=1, batch_size=4)
+    base = CaptionConfig(
+        model=str(path),
+        engine="transformers",
+        device="cpu",
+        num_frames=4,
+        frame_height=56,
+        max_new_tokens=6,
+        max_retries=1,
+        batch_size=4,
+    )
     return replace(base, **changes)
 
 
@@ -96,8 +157,10 @@ def test_transformers_engine_batches_without_mixing_answers(tiny_internvl, clip_
     engine = TransformersEngine(tiny_config(tiny_internvl))
     engine.load()
     grids = [Image.frombytes("RGB", (60, 40), bytes([i * 40]) * (60 * 40 * 3)) for i in range(3)]
-    requests = [Request(f"r{i}", "Image-1: <image>" + "describe " * i, (grid,), max_new_tokens=6)
-                for i, grid in enumerate(grids)]
+    requests = [
+        Request(f"r{i}", "Image-1: <image>" + "describe " * i, (grid,), max_new_tokens=6)
+        for i, grid in enumerate(grids)
+    ]
     together = {c.key: c.text for c in engine.generate(requests)}
     alone = {r.key: engine.generate([r])[0].text for r in requests}
     assert together == alone
@@ -131,6 +194,7 @@ def test_stage_end_to_end_on_the_tiny_checkpoint(tiny_internvl, film):
 
 # ---- an OpenAI-compatible server on 127.0.0.1 ----------------------------------------------
 
+
 class ScriptedServer:
     """Answers /v1/chat/completions from the pictures it is sent, after a random delay so that
     requests finish out of order; refuses more than `max_requests`. Loopback only."""
@@ -146,7 +210,9 @@ class ScriptedServer:
 
             def do_GET(self):
                 if self.path.endswith("/models"):
-                    self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]})
+                    self._send(
+                        200, {"object": "list", "data": [{"id": server.model, "object": "model"}]}
+                    )
                 else:
                     self._send(404, {"error": "not found"})
 
@@ -160,10 +226,22 @@ class ScriptedServer:
                     return
                 time.sleep(delay)
                 status, text = server.answer(body, count)
-                self._send(status, {"id": str(count), "object": "chat.completion", "created": 0,
-                                    "model": server.model, "choices": [{
-                                        "index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": text}}]})
+                self._send(
+                    status,
+                    {
+                        "id": str(count),
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": server.model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": text},
+                            }
+                        ],
+                    },
+                )
 
             def _send(self, status, payload):
                 data = json.dumps(payload).encode()
@@ -203,8 +281,16 @@ def _as_request(body) -> SimpleNamespace:
 
 
 def http_config(url, **changes) -> CaptionConfig:
-    base = CaptionConfig(model="tiny-internvl", engine="openai", endpoint=url, num_frames=8,
-                         frame_height=96, max_retries=2, concurrency=4, request_timeout=20)
+    base = CaptionConfig(
+        model="tiny-internvl",
+        engine="openai",
+        endpoint=url,
+        num_frames=8,
+        frame_height=96,
+        max_retries=2,
+        concurrency=4,
+        request_timeout=20,
+    )
     return replace(base, **changes)
 
 
@@ -222,8 +308,22 @@ def test_http_engine_binds_out_of_order_answers_to_their_clips(clip_videos):
         assert clip.adverb == ADVERB_BY_LEVEL[clip.motion_level]
     # the server named each picture it got; each clip carries the name of its own frame grid
     for clip in done:
-        sent = _as_request({"messages": [{"content": [{"type": "image_url", "image_url": {
-            "url": image_data_url(clip_frame_grid(clip.video, 8, 96, 4))}}]}]}).images[0]
+        sent = _as_request(
+            {
+                "messages": [
+                    {
+                        "content": [
+                            {
+                                "type": "image_url",
+                                "image_url": {
+                                    "url": image_data_url(clip_frame_grid(clip.video, 8, 96, 4))
+                                },
+                            }
+                        ]
+                    }
+                ]
+            }
+        ).images[0]
         assert clip.subject == image_word(sent)
     assert len({clip.subject for clip in done}) == 5
     body = server.bodies[0]
@@ -245,7 +345,9 @@ def test_http_engine_retries_server_errors_and_bad_answers(clip_videos):
         [clip] = stage.process_batch(make_clips(clip_videos)[:1])
     assert clip.caption_status == "ok" and clip.characters == ["Scales"]
     assert [b["temperature"] for b in server.bodies].count(0.7) == 1
-    assert read_raw(clip)["problems"]["state"] == ["missing tags ['MD', 'EV', 'MA', 'SC', 'ET', 'ST']"]
+    assert read_raw(clip)["problems"]["state"] == [
+        "missing tags ['MD', 'EV', 'MA', 'SC', 'ET', 'ST']"
+    ]
 
 
 def test_http_engine_names_an_unserved_model_and_a_dead_endpoint():
@@ -266,7 +368,9 @@ def test_chat_messages_put_each_picture_in_its_slot():
     [message] = chat_messages(Request("k", "Image-1: <image>Image-2: <image>Which?", (red, blue)))
     kinds = [p["type"] for p in message["content"]]
     assert kinds == ["text", "image_url", "text", "image_url", "text"]
-    assert message["content"][0]["text"] == "Image-1: " and message["content"][4]["text"] == "Which?"
+    assert (
+        message["content"][0]["text"] == "Image-1: " and message["content"][4]["text"] == "Which?"
+    )
 
 
 def test_cli_captions_a_film_over_http_with_an_ip_manifest(film, tmp_path, capsys):
@@ -274,11 +378,25 @@ def test_cli_captions_a_film_over_http_with_an_ip_manifest(film, tmp_path, capsy
     manifest.write_text(
         "name: sintel\nprotagonists:\n"
         f"  - name: Sintel\n    images: [{ROOT}/manifests/sintel/sintel_1.png]\n"
-        f"  - name: Scales\n    images: [{ROOT}/manifests/sintel/scales_1.png]\n")
+        f"  - name: Scales\n    images: [{ROOT}/manifests/sintel/scales_1.png]\n"
+    )
     with ScriptedServer(lambda body, count: (200, answer_well(_as_request(body), 0))) as server:
-        code = cli_main(["caption", str(film), "--engine", "openai", "--endpoint", server.url,
-                         "--model", "tiny-internvl", "--ip", str(manifest),
-                         "--set", "caption.num_frames=4"])
+        code = cli_main(
+            [
+                "caption",
+                str(film),
+                "--engine",
+                "openai",
+                "--endpoint",
+                server.url,
+                "--model",
+                "tiny-internvl",
+                "--ip",
+                str(manifest),
+                "--set",
+                "caption.num_frames=4",
+            ]
+        )
     assert code == 0
     assert '{"ok": 5}' in capsys.readouterr().out
     clips = list(read_clips(film / "shards"))
@@ -294,6 +412,7 @@ def test_cli_without_a_model_marks_pending_and_says_how(film, capsys):
 
 
 # ---- lmdeploy, up to its boundary ----------------------------------------------------------
+
 
 class FakeLmdeploy:
     """Stands in for the lmdeploy module only (it cannot be installed here): records what the
@@ -313,7 +432,9 @@ class FakeLmdeploy:
 
     def _pipe(self, prompts, gen_config):
         self.calls.append((prompts, gen_config))
-        return [SimpleNamespace(text=self.answer(text, images, gen_config)) for text, images in prompts]
+        return [
+            SimpleNamespace(text=self.answer(text, images, gen_config)) for text, images in prompts
+        ]
 
 
 def lmdeploy_answer(text, images, gen_config):
@@ -323,12 +444,21 @@ def lmdeploy_answer(text, images, gen_config):
 
 def test_lmdeploy_engine_builds_batched_prompts_and_generation_configs(clip_videos):
     fake = FakeLmdeploy(lmdeploy_answer)
-    config = CaptionConfig(model="/models/InternVL2_5-26B", engine="lmdeploy", tensor_parallel=2,
-                           session_len=8192, num_frames=8, frame_height=96)
+    config = CaptionConfig(
+        model="/models/InternVL2_5-26B",
+        engine="lmdeploy",
+        tensor_parallel=2,
+        session_len=8192,
+        num_frames=8,
+        frame_height=96,
+    )
     stage = CaptionStage(config, SINTEL_REFERENCES, engine=LmdeployEngine(config, api=fake))
     assert stage.resources.gpus == 2
     done = stage.process_batch(make_clips(clip_videos))
-    assert fake.pipeline_args == ("/models/InternVL2_5-26B", ("turbomind", {"tp": 2, "session_len": 8192}))
+    assert fake.pipeline_args == (
+        "/models/InternVL2_5-26B",
+        ("turbomind", {"tp": 2, "session_len": 8192}),
+    )
     [(prompts, gen_config)] = fake.calls  # one call for the whole round: lmdeploy batches
     assert len(prompts) == 10
     for text, images in prompts:
@@ -388,6 +518,7 @@ def test_lmdeploy_real_checkpoint_on_a_gpu(clip_videos):
 
 # ---- Ray actors ----------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_ray_actor_pool_captions_a_film_like_the_local_run(tiny_internvl, film, tmp_path):
     """An actor loading the tiny checkpoint; results land on the right clips, in order,
@@ -415,11 +546,32 @@ def test_ray_actor_pool_captions_a_film_like_the_local_run(tiny_internvl, film, 
 def test_dataset_command_with_a_model_captions_the_films_it_cut(tiny_internvl, tmp_path, capsys):
     """`make dataset FILM=... MODEL=...`: cut, then caption through the configured engine."""
     from conftest import BIKES as bikes
-    code = cli_main(["dataset", str(bikes), "--out", str(tmp_path), "--executor", "local", "--quiet",
-                     "--ip", "sintel", "--model", str(tiny_internvl),
-                     "--set", "caption.device=cpu", "--set", "caption.num_frames=4",
-                     "--set", "caption.frame_height=56", "--set", "caption.max_new_tokens=6",
-                     "--set", "caption.max_retries=0"])
+
+    code = cli_main(
+        [
+            "dataset",
+            str(bikes),
+            "--out",
+            str(tmp_path),
+            "--executor",
+            "local",
+            "--quiet",
+            "--ip",
+            "sintel",
+            "--model",
+            str(tiny_internvl),
+            "--set",
+            "caption.device=cpu",
+            "--set",
+            "caption.num_frames=4",
+            "--set",
+            "caption.frame_height=56",
+            "--set",
+            "caption.max_new_tokens=6",
+            "--set",
+            "caption.max_retries=0",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "captions: caption_failed 3" in out  # random weights answer nonsense, counted
@@ -431,4 +583,7 @@ def test_dataset_command_with_a_model_captions_the_films_it_cut(tiny_internvl, t
         assert read_raw(clip)["state"]  # the model's own text is kept
         assert clip.motion_level is not None  # the state prompt was given the clip's level
     summary = json.loads((film_dir / "summary.json").read_text())
-    assert summary["captions"] == "incomplete" and summary["caption"]["protagonists"] == ["Sintel", "Scales"]
+    assert summary["captions"] == "incomplete" and summary["caption"]["protagonists"] == [
+        "Sintel",
+        "Scales",
+    ]

@@ -8,6 +8,18 @@ from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
+from test_caption_support import (  # noqa: F401
+    ADVERB_BY_LEVEL,
+    SINTEL_REFERENCES,
+    ScriptedEngine,
+    answer_well,
+    clip_videos,
+    film,
+    good_character_answer,
+    image_word,
+    make_clips,
+    read_raw,
+)
 
 from pipeline.captioning.engines import EngineError
 from pipeline.captioning.film import CACHE_FILE, caption_film
@@ -16,9 +28,6 @@ from pipeline.config import PipelineConfig
 from pipeline.record import STATUS_ERROR
 from pipeline.shards import read_clips, read_table
 from stages.caption import CaptionConfig, CaptionStage
-from test_caption_support import (ADVERB_BY_LEVEL, SINTEL_REFERENCES, ScriptedEngine, answer_well,  # noqa: F401
-                                  clip_videos, film, good_character_answer,
-                                  image_word, make_clips, read_raw)
 
 CONFIG = CaptionConfig(model="scripted-internvl", num_frames=8, frame_height=96, max_retries=2)
 
@@ -29,8 +38,9 @@ def stage_with(answer, protagonists=SINTEL_REFERENCES, config=CONFIG, seed=0):
 
 
 def expected_subject(clip, config=CONFIG) -> str:
-    return image_word(clip_frame_grid(clip.video, config.num_frames, config.frame_height,
-                                      config.grid_columns))
+    return image_word(
+        clip_frame_grid(clip.video, config.num_frames, config.frame_height, config.grid_columns)
+    )
 
 
 def test_valid_answers_fill_typed_columns_bound_to_their_own_clips(clip_videos):
@@ -44,12 +54,15 @@ def test_valid_answers_fill_typed_columns_bound_to_their_own_clips(clip_videos):
             assert clip.adverb == ADVERB_BY_LEVEL[clip.motion_level]  # ITS motion level
             assert clip.characters == ["Sintel"] and clip.num_characters == 1
             assert (clip.social, clip.entertainment, clip.stamina) == (0, 1, -1)
-            assert clip.instruction == (f"Character: Sintel; Motion: {clip.adverb} rides a bike; "
-                                        "Background: street.")
+            assert clip.instruction == (
+                f"Character: Sintel; Motion: {clip.adverb} rides a bike; Background: street."
+            )
             assert clip.caption_model == "scripted-internvl"
             assert clip.prompt_version == stage.prompt_version
-            assert read_raw(clip)["state"] == f"<S>{clip.subject}</S><MD>rides a bike</MD>" \
+            assert (
+                read_raw(clip)["state"] == f"<S>{clip.subject}</S><MD>rides a bike</MD>"
                 f"<EV>street</EV><MA>{clip.adverb}</MA><SC>0</SC><ET>1</ET><ST>-1</ST>"
+            )
         assert len(engine.requests) == 2 * len(clips)  # both prompts per clip, nothing retried
 
 
@@ -88,12 +101,15 @@ def test_invalid_answers_are_retried_with_sampling_then_accepted(clip_videos):
     assert stage.stats["retried_requests"] == 4
 
 
-@pytest.mark.parametrize("bad_state", [
-    "",                                                                   # empty
-    "<S>Girl</S><MD>run</MD><EV>Forest</EV>",                              # partial
-    "<S>Girl</S><MD>run</MD><EV>Forest</EV><MA>slowly</MA><SC>0</SC><ET>1</ET><ST>5</ST>",
-    "I'm sorry, I can't help with that.",                                  # chatter only
-])
+@pytest.mark.parametrize(
+    "bad_state",
+    [
+        "",  # empty
+        "<S>Girl</S><MD>run</MD><EV>Forest</EV>",  # partial
+        "<S>Girl</S><MD>run</MD><EV>Forest</EV><MA>slowly</MA><SC>0</SC><ET>1</ET><ST>5</ST>",
+        "I'm sorry, I can't help with that.",  # chatter only
+    ],
+)
 def test_answers_invalid_after_all_retries_are_caption_failed_with_raw_kept(clip_videos, bad_state):
     def answer(request, attempt):
         return good_character_answer(request) if "[Num]" in request.text else bad_state
@@ -101,7 +117,12 @@ def test_answers_invalid_after_all_retries_are_caption_failed_with_raw_kept(clip
     stage, engine = stage_with(answer)
     [clip] = stage.process_batch(make_clips(clip_videos)[:1])
     assert clip.caption_status == "caption_failed"
-    assert (clip.subject, clip.stamina, clip.instruction, clip.characters) == (None, None, None, None)
+    assert (clip.subject, clip.stamina, clip.instruction, clip.characters) == (
+        None,
+        None,
+        None,
+        None,
+    )
     raw = read_raw(clip)
     assert raw["state"] == bad_state and raw["characters"] == "[Number]1[Index]1"
     assert raw["attempts"]["state"] == 1 + CONFIG.max_retries
@@ -120,8 +141,10 @@ def test_engine_errors_count_as_failed_attempts(clip_videos):
 
 
 def test_an_engine_failing_everything_stops_the_run(clip_videos):
-    stage, _ = stage_with(lambda request, attempt: RuntimeError("connection refused"),
-                          config=replace(CONFIG, max_retries=10))
+    stage, _ = stage_with(
+        lambda request, attempt: RuntimeError("connection refused"),
+        config=replace(CONFIG, max_retries=10),
+    )
     with pytest.raises(EngineError, match="failed on 24 requests in a row.*connection refused"):
         stage.process_batch(make_clips(clip_videos))
 
@@ -141,7 +164,11 @@ def test_an_answer_the_engine_lost_is_asked_again_not_dropped(clip_videos):
     class LosesOne(ScriptedEngine):
         def generate(self, requests):
             completions = super().generate(requests)
-            return [c for c in completions if c.key != lost] if len(self.requests) <= 4 else completions
+            return (
+                [c for c in completions if c.key != lost]
+                if len(self.requests) <= 4
+                else completions
+            )
 
     clips = make_clips(clip_videos)[:2]
     lost = f"{clips[1].clip_id}/state/0"
@@ -158,8 +185,11 @@ def test_clips_that_cannot_be_captioned_are_skipped_with_a_reason(clip_videos):
     clips[1].motion_level = None
     clips[2].video = None
     stage, engine = stage_with(answer_well)
-    assert [c.caption_status for c in stage.process_batch(clips)] == \
-        ["skipped_clip_error", "skipped_no_motion_level", "skipped_no_video"]
+    assert [c.caption_status for c in stage.process_batch(clips)] == [
+        "skipped_clip_error",
+        "skipped_no_motion_level",
+        "skipped_no_video",
+    ]
     assert engine.requests == []
 
 
@@ -177,9 +207,21 @@ def test_a_failed_recaption_keeps_no_values_of_the_earlier_caption(clip_videos):
     assert clip.caption_status == "ok" and clip.subject
     [clip] = stage_with(lambda request, attempt: "no")[0].process_batch([clip])
     assert clip.caption_status == "caption_failed"
-    assert all(getattr(clip, name) is None for name in (
-        "characters", "num_characters", "subject", "motion_description", "environment", "adverb",
-        "social", "entertainment", "stamina", "instruction"))
+    assert all(
+        getattr(clip, name) is None
+        for name in (
+            "characters",
+            "num_characters",
+            "subject",
+            "motion_description",
+            "environment",
+            "adverb",
+            "social",
+            "entertainment",
+            "stamina",
+            "instruction",
+        )
+    )
 
 
 def test_without_protagonists_the_subject_names_the_character(clip_videos):
@@ -201,9 +243,12 @@ def test_without_a_model_captions_are_pending_and_nothing_loads(clip_videos):
 
 # ---- a film folder -------------------------------------------------------------------------
 
+
 def caption_columns(film_dir):
-    return read_table(film_dir / "shards", columns=["clip_id", "caption_status", "subject",
-                                                     "instruction", "prompt_version"]).to_pylist()
+    return read_table(
+        film_dir / "shards",
+        columns=["clip_id", "caption_status", "subject", "instruction", "prompt_version"],
+    ).to_pylist()
 
 
 def test_caption_film_rewrites_shards_manifest_and_summary(film):
@@ -244,15 +289,18 @@ def test_rerun_takes_captions_from_the_cache_and_a_changed_prompt_recaptions(fil
     text = load_prompt("game_state")
     changed.write_text(f"# name: game_state\n# version: v2\n---\n{text.text} Be brief.\n")
     recaption = ScriptedEngine(answer_well)
-    summary = caption_film(film, replace(CONFIG, state_prompt=str(changed)), SINTEL_REFERENCES,
-                           engine=recaption)
+    summary = caption_film(
+        film, replace(CONFIG, state_prompt=str(changed)), SINTEL_REFERENCES, engine=recaption
+    )
     assert summary["from_cache"] == 0 and summary["sent_to_model"] == 5
-    assert {r["prompt_version"].split("+")[1].split("#")[0] for r in caption_columns(film)} == \
-        {"game_state@v2"}
+    assert {r["prompt_version"].split("+")[1].split("#")[0] for r in caption_columns(film)} == {
+        "game_state@v2"
+    }
 
     other_model = ScriptedEngine(answer_well)
-    summary = caption_film(film, replace(CONFIG, model="another-internvl"), SINTEL_REFERENCES,
-                           engine=other_model)
+    summary = caption_film(
+        film, replace(CONFIG, model="another-internvl"), SINTEL_REFERENCES, engine=other_model
+    )
     assert summary["sent_to_model"] == 5 and len(other_model.requests) == 10
 
 
@@ -262,7 +310,9 @@ def test_failed_clips_are_not_cached_and_are_retried_on_the_next_run(film):
             return "no idea"
         return answer_well(request, attempt)
 
-    summary = caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(state_fails_for_level_3))
+    summary = caption_film(
+        film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(state_fails_for_level_3)
+    )
     assert summary["by_status"] == {"caption_failed": 1, "ok": 4}
     assert json.loads((film / "summary.json").read_text())["captions"] == "incomplete"
     failed = [c for c in read_clips(film / "shards") if c.caption_status == "caption_failed"]
@@ -307,7 +357,9 @@ def test_without_a_model_the_film_is_marked_pending_with_a_hint(film):
     assert summary["by_status"] == {"pending": 5} and summary["pending"] == 5
     assert "animegamer caption" in summary["hint"] and "make caption FILM=" in summary["hint"]
     assert json.loads((film / "summary.json").read_text())["captions"] == "pending"
-    assert set(pq.read_table(film / "manifest.parquet").column("caption_status").to_pylist()) == {"pending"}
+    assert set(pq.read_table(film / "manifest.parquet").column("caption_status").to_pylist()) == {
+        "pending"
+    }
 
 
 def test_several_films_share_one_loaded_model_and_count_separately(film, tmp_path):
@@ -332,8 +384,9 @@ def test_a_film_named_twice_is_captioned_once_and_each_input_gets_its_summary(fi
 
     other = tmp_path / "other"
     shutil.copytree(film, other)
-    summaries = caption_films([film, other, film], CONFIG, SINTEL_REFERENCES,
-                              engine=ScriptedEngine(answer_well))
+    summaries = caption_films(
+        [film, other, film], CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well)
+    )
     assert len(summaries) == 3 and summaries[0] is summaries[2]
     assert summaries[0]["by_status"] == summaries[1]["by_status"] == {"ok": 5}
     assert summaries[0]["sent_to_model"] == 5  # not sent a second time

@@ -46,8 +46,9 @@ def clip_videos() -> list[tuple[list[int], bytes]]:
     videos = []
     for n in range(NUM_TEST_CLIPS):
         indices = list(range(n * 50, n * 50 + 2 * CLIP_FRAMES, 2))
-        resized = np.stack([cv2.resize(frames[i], (720, 480), interpolation=cv2.INTER_AREA)
-                            for i in indices])
+        resized = np.stack(
+            [cv2.resize(frames[i], (720, 480), interpolation=cv2.INTER_AREA) for i in indices]
+        )
         videos.append((indices, encode_mp4(resized, fps=8.0, preset="ultrafast")))
     return videos
 
@@ -55,15 +56,37 @@ def clip_videos() -> list[tuple[list[int], bytes]]:
 def make_clips(clip_videos, motion_levels=(1, 2, 3, 4, 5)) -> list[Clip]:
     clips = []
     for n, ((indices, video), level) in enumerate(zip(clip_videos, motion_levels)):
-        clips.append(Clip(
-            clip_id=make_clip_id("bikes", indices, (0, 0, 640, 272), (480, 720), "crop"),
-            film_id="bikes", film_name="bikes", ip="sintel", segment_index=0, scene_index=n,
-            clip_index=n, start_frame=indices[0], end_frame=indices[-1] + 1,
-            start_time=indices[0] / 25, end_time=(indices[-1] + 1) / 25, frame_indices=indices,
-            crop_x=0, crop_y=0, crop_w=640, crop_h=272, height=480, width=720,
-            num_frames=CLIP_FRAMES, fps=8.0, source_fps=25.0, video=video, first_frame=b"jpeg",
-            motion_scope=float(level), motion_level=level, motion_backend="test",
-            motion_levels_version="test"))
+        clips.append(
+            Clip(
+                clip_id=make_clip_id("bikes", indices, (0, 0, 640, 272), (480, 720), "crop"),
+                film_id="bikes",
+                film_name="bikes",
+                ip="sintel",
+                segment_index=0,
+                scene_index=n,
+                clip_index=n,
+                start_frame=indices[0],
+                end_frame=indices[-1] + 1,
+                start_time=indices[0] / 25,
+                end_time=(indices[-1] + 1) / 25,
+                frame_indices=indices,
+                crop_x=0,
+                crop_y=0,
+                crop_w=640,
+                crop_h=272,
+                height=480,
+                width=720,
+                num_frames=CLIP_FRAMES,
+                fps=8.0,
+                source_fps=25.0,
+                video=video,
+                first_frame=b"jpeg",
+                motion_scope=float(level),
+                motion_level=level,
+                motion_backend="test",
+                motion_levels_version="test",
+            )
+        )
     return clips
 
 
@@ -71,12 +94,18 @@ def write_film(film_dir: Path, clips: list[Clip], rows_per_shard: int = 3) -> Pa
     """The layout the pipeline writes: shards/, manifest.parquet, summary.json."""
     shutil.rmtree(film_dir, ignore_errors=True)
     for start in range(0, len(clips), rows_per_shard):
-        with ShardWriter(film_dir / "shards", f"part{start:03d}", ShardConfig(rows_per_group=2)) as writer:
-            writer.write_all(clips[start:start + rows_per_shard])
-    manifest = rows_to_table([{k: v for k, v in c.to_row().items() if k in MANIFEST_SCHEMA.names}
-                              for c in clips], MANIFEST_SCHEMA)
+        with ShardWriter(
+            film_dir / "shards", f"part{start:03d}", ShardConfig(rows_per_group=2)
+        ) as writer:
+            writer.write_all(clips[start : start + rows_per_shard])
+    manifest = rows_to_table(
+        [{k: v for k, v in c.to_row().items() if k in MANIFEST_SCHEMA.names} for c in clips],
+        MANIFEST_SCHEMA,
+    )
     write_table_atomic(manifest, film_dir / "manifest.parquet")
-    write_json_atomic({"clips_written": len(clips), "captions": "pending"}, film_dir / "summary.json")
+    write_json_atomic(
+        {"clips_written": len(clips), "captions": "pending"}, film_dir / "summary.json"
+    )
     return film_dir
 
 
@@ -86,6 +115,7 @@ def film(tmp_path, clip_videos) -> Path:
 
 
 # ---- an engine that answers from what it is shown ------------------------------------------
+
 
 def image_word(image) -> str:
     """A letters-only word that names one picture: the answer depends on the pixels sent."""
@@ -102,8 +132,10 @@ ADVERB_BY_LEVEL = {1: "barely", 2: "slowly", 3: "steadily", 4: "quickly", 5: "wi
 
 def good_state_answer(request) -> str:
     level = level_in(request.text)
-    return (f"<S>{image_word(request.images[0])}</S><MD>rides a bike</MD><EV>street</EV>"
-            f"<MA>{ADVERB_BY_LEVEL[level]}</MA><SC>0</SC><ET>1</ET><ST>-1</ST>")
+    return (
+        f"<S>{image_word(request.images[0])}</S><MD>rides a bike</MD><EV>street</EV>"
+        f"<MA>{ADVERB_BY_LEVEL[level]}</MA><SC>0</SC><ET>1</ET><ST>-1</ST>"
+    )
 
 
 def good_character_answer(request) -> str:

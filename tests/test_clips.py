@@ -8,8 +8,8 @@ import av
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import BIKES, BIKES_CUTS, local_config, make_video
+
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
 from pipeline.shards import read_clips
@@ -71,8 +71,9 @@ def test_clip_frames_match_the_source_frames(bikes_dataset):
         for k, index in enumerate(clip.frame_indices):
             expected = fit_frame(source[index], region, config).astype(int)
             error = np.abs(frames[k].astype(int) - expected).mean()
-            neighbour = np.abs(frames[k].astype(int)
-                               - fit_frame(source[index + 1], region, config).astype(int)).mean()
+            neighbour = np.abs(
+                frames[k].astype(int) - fit_frame(source[index + 1], region, config).astype(int)
+            ).mean()
             assert error < 6, f"frame {k} of {clip.clip_id} differs from source {index}"
             assert error < neighbour, "the stored frame is closer to the next source frame"
         first = decode_image(clip.first_frame)
@@ -81,8 +82,7 @@ def test_clip_frames_match_the_source_frames(bikes_dataset):
 
 def test_synthetic_cuts_and_segment_boundaries(tmp_path):
     film = make_video(tmp_path / "cuts.mp4", cuts=(30, 100, 150), num_frames=260, fps=24)
-    result = run_film(film, tmp_path / "out", local_config(run__segment_seconds=5),
-                      load_ip(None))
+    result = run_film(film, tmp_path / "out", local_config(run__segment_seconds=5), load_ip(None))
     summary = result.summary
     boundaries = summary["segment_boundaries"]
     assert boundaries == [130]  # 10.8 s in segments of about 5 s: two equal halves
@@ -94,7 +94,11 @@ def test_synthetic_cuts_and_segment_boundaries(tmp_path):
     # [130,150): none; [150,260): 110 frames = two windows
     assert manifest.start_frame.tolist() == [30, 150, 198]
     assert summary["drops"]["segment_tail"] == 1
-    assert manifest.scene_index.is_monotonic_increasing and manifest.clip_index.tolist() == [0, 1, 2]
+    assert manifest.scene_index.is_monotonic_increasing and manifest.clip_index.tolist() == [
+        0,
+        1,
+        2,
+    ]
 
 
 def test_output_is_deterministic(tmp_path):
@@ -118,11 +122,14 @@ def test_sintel_letterbox_is_cropped(sintel_dataset):
     _assert_no_clip_spans_a_cut(manifest, _summary(sintel_dataset)["scenes"])
 
 
-@pytest.mark.parametrize("mode,expected", [
-    ("center_crop", (154, 20, 546, 364)),  # 854x364 picture cut to 3:2: (854 - 546) / 2 = 154
-    ("pad", (0, 20, 854, 364)),
-    ("stretch", (0, 20, 854, 364)),
-])
+@pytest.mark.parametrize(
+    "mode,expected",
+    [
+        ("center_crop", (154, 20, 546, 364)),  # 854x364 picture cut to 3:2: (854 - 546) / 2 = 154
+        ("pad", (0, 20, 854, 364)),
+        ("stretch", (0, 20, 854, 364)),
+    ],
+)
 def test_output_region_per_resize_mode(mode, expected):
     assert output_region(CropBox(0, 20, 854, 364, "detected"), ClipConfig(resize=mode)) == expected
 
@@ -213,8 +220,9 @@ def test_cuts_reported_late_are_counted_and_lag_seconds_absorbs_them(tmp_path):
     settings = {"scenes__detector": "threshold", "scenes__min_scene_len": 5}
     late = run_film(film, tmp_path / "a", local_config(**settings), load_ip(None)).summary
     assert late["late_cuts"] >= 1
-    held = run_film(film, tmp_path / "b", local_config(scenes__lag_seconds=1.0, **settings),
-                    load_ip(None))
+    held = run_film(
+        film, tmp_path / "b", local_config(scenes__lag_seconds=1.0, **settings), load_ip(None)
+    )
     assert held.summary["late_cuts"] == 0
     assert 50 in [s for s, _ in held.summary["scenes"]]
     _assert_no_clip_spans_a_cut(_manifest(held.film_dir), held.summary["scenes"])

@@ -17,13 +17,16 @@ def test_yaml_and_set_override_in_that_order(tmp_path):
     assert config.crop.box == [0, 10, 640, 340]
 
 
-@pytest.mark.parametrize("override,message", [
-    ("nosuch.field=1", "unknown section 'nosuch'"),
-    ("clips.nosuch=1", "unknown setting 'clips.nosuch'"),
-    ("clips.crf=high", "clips.crf='high'"),
-    ("run.progress=maybe", "expected true or false"),
-    ("clips.crf", "expected section.field=value"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("nosuch.field=1", "unknown section 'nosuch'"),
+        ("clips.nosuch=1", "unknown setting 'clips.nosuch'"),
+        ("clips.crf=high", "clips.crf='high'"),
+        ("run.progress=maybe", "expected true or false"),
+        ("clips.crf", "expected section.field=value"),
+    ],
+)
 def test_bad_overrides_are_named(override, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("[", r"\[")):
         load_config(None, [override])
@@ -49,8 +52,9 @@ def test_ip_manifests(tmp_path):
     (tmp_path / "refs").mkdir()
     (tmp_path / "refs" / "hero.png").write_bytes(b"png")
     manifest = tmp_path / "show.yaml"
-    manifest.write_text("name: show\nfilms: [a.mp4]\nprotagonists:\n"
-                        "  - {name: Hero, images: [refs/hero.png]}\n")
+    manifest.write_text(
+        "name: show\nfilms: [a.mp4]\nprotagonists:\n  - {name: Hero, images: [refs/hero.png]}\n"
+    )
     ip = load_ip(manifest)
     assert ip.name == "show" and ip.films[0].path == tmp_path / "a.mp4"
     assert ip.protagonists[0].images == [tmp_path / "refs" / "hero.png"]

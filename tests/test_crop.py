@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import local_config, make_video
+
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
 from stages.crop import BorderCrop, CropBox, CropConfig
 from stages.probe import FilmError, Probe
 
 
-@pytest.mark.parametrize("border,box", [
-    ((40, 0), (0, 40, 640, 280)),  # letterbox
-    ((0, 80), (80, 0, 480, 360)),  # pillarbox
-    ((30, 60), (60, 30, 520, 300)),  # windowbox
-    ((0, 0), (0, 0, 640, 360)),  # nothing to crop
-])
+@pytest.mark.parametrize(
+    "border,box",
+    [
+        ((40, 0), (0, 40, 640, 280)),  # letterbox
+        ((0, 80), (80, 0, 480, 360)),  # pillarbox
+        ((30, 60), (60, 30, 520, 300)),  # windowbox
+        ((0, 0), (0, 0, 640, 360)),  # nothing to crop
+    ],
+)
 def test_detects_known_bars(tmp_path, border, box):
     film = Probe().process(make_video(tmp_path / "bars.mp4", border=border, num_frames=48))
     found = BorderCrop().process(film)
@@ -28,7 +31,7 @@ def test_detects_known_bars(tmp_path, border, box):
 def _luma(height=360, width=640, bar=40, picture=None):
     frame = np.zeros((height, width), np.uint8)
     if picture is not None:
-        frame[bar:height - bar] = picture
+        frame[bar : height - bar] = picture
     return frame
 
 
@@ -67,7 +70,8 @@ def test_manifest_override_is_used_and_checked(tmp_path):
         "name: testip\n"
         "films:\n"
         "  - path: film.mp4\n"
-        "    overrides: {crop: {box: [20, 60, 600, 240]}}\n")
+        "    overrides: {crop: {box: [20, 60, 600, 240]}}\n"
+    )
     ip = load_ip(manifest)
     from pipeline.runner import film_config
 

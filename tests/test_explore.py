@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------- fixtures shared by the suite
 
+
 @pytest.fixture(scope="session")
 def film_dir(bikes_dataset) -> Path:
     """The film folder `animegamer dataset` writes for tests/media/bikes.mp4 (tests/conftest.py)."""
@@ -57,11 +58,15 @@ def decode_directly(video: bytes) -> np.ndarray:
 
 
 def shard_rows(film: Path, columns: list[str]) -> list[dict]:
-    return [row for shard in sorted((film / "shards").glob("*.parquet"))
-            for row in pq.read_table(shard, columns=columns).to_pylist()]
+    return [
+        row
+        for shard in sorted((film / "shards").glob("*.parquet"))
+        for row in pq.read_table(shard, columns=columns).to_pylist()
+    ]
 
 
 # ---------------------------------------------------------------- tests of the notebook API
+
 
 def test_frames_are_identical_to_decoding_the_shard_video_bytes(film_dir):
     dataset = open_dataset(film_dir)
@@ -80,12 +85,16 @@ def test_clips_are_found_in_any_row_group_of_any_shard(film_dir, tmp_path):
     # A real run writes 256 MB shards of 32-row groups; re-shard the film into one row per group
     # and a new shard every two clips, and every clip must still come back intact.
     copy = Path(shutil.copytree(film_dir, tmp_path / "bikes"))
-    rows = [r for shard in sorted((copy / "shards").glob("*.parquet"))
-            for r in pq.read_table(shard).to_pylist()]
+    rows = [
+        r
+        for shard in sorted((copy / "shards").glob("*.parquet"))
+        for r in pq.read_table(shard).to_pylist()
+    ]
     shutil.rmtree(copy / "shards")
     two_clips = sum(len(r["video"]) + len(r["first_frame"]) + 512 for r in rows[:2])
-    with ShardWriter(copy / "shards", "clips", ShardConfig(max_bytes=two_clips,
-                                                           rows_per_group=1)) as writer:
+    with ShardWriter(
+        copy / "shards", "clips", ShardConfig(max_bytes=two_clips, rows_per_group=1)
+    ) as writer:
         writer.write_all(rows)
     assert len(writer.paths) >= 2 and pq.ParquetFile(writer.paths[0]).num_row_groups == 2
     dataset = open_dataset(copy)
@@ -106,8 +115,9 @@ def test_manifest_lists_every_shard_clip_in_order_without_media(film_dir):
 def test_manifest_is_rebuilt_from_shards_when_the_manifest_file_is_missing(film_dir, tmp_path):
     copy = Path(shutil.copytree(film_dir, tmp_path / "bikes"))
     (copy / "manifest.parquet").unlink()
-    assert list(open_dataset(copy).manifest["clip_id"]) == \
-        list(open_dataset(film_dir).manifest["clip_id"])
+    assert list(open_dataset(copy).manifest["clip_id"]) == list(
+        open_dataset(film_dir).manifest["clip_id"]
+    )
 
 
 def test_first_frame_is_the_stored_image_and_matches_the_video(film_dir):
@@ -172,5 +182,7 @@ def test_a_failed_clip_without_video_says_why(film_dir, tmp_path):
     failed = dataset.manifest["clip_id"].iloc[0]
     with pytest.raises(ValueError, match="has no video bytes.*decode failed"):
         dataset.frames(failed)
-    assert len(dataset.frames(dataset.manifest["clip_id"].iloc[1])) == \
-        dataset.manifest["num_frames"].iloc[1]
+    assert (
+        len(dataset.frames(dataset.manifest["clip_id"].iloc[1]))
+        == dataset.manifest["num_frames"].iloc[1]
+    )

@@ -9,8 +9,8 @@ import sys
 import av
 import numpy as np
 import pytest
-
 from conftest import BIKES, ROOT, local_config, make_video
+
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
 from pipeline.shards import read_clips
@@ -26,8 +26,9 @@ def _audio_only(path):
     with av.open(str(path), "w") as container:
         stream = container.add_stream("aac", rate=16000)
         for i in range(40):
-            frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp",
-                                               layout="mono")
+            frame = av.AudioFrame.from_ndarray(
+                np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
+            )
             frame.sample_rate, frame.pts = 16000, i * 1024
             for packet in stream.encode(frame):
                 container.mux(packet)
@@ -36,13 +37,16 @@ def _audio_only(path):
     return path
 
 
-@pytest.mark.parametrize("make,expected", [
-    (lambda d: d / "missing.mp4", "no such file"),
-    (lambda d: d, "is a directory"),
-    (lambda d: _write(d / "empty.mp4", b""), "the file is empty"),
-    (lambda d: _write(d / "notes.mp4", b"not a video\n" * 50), "not a readable video"),
-    (lambda d: _audio_only(d / "sound.m4a"), "has no video stream"),
-])
+@pytest.mark.parametrize(
+    "make,expected",
+    [
+        (lambda d: d / "missing.mp4", "no such file"),
+        (lambda d: d, "is a directory"),
+        (lambda d: _write(d / "empty.mp4", b""), "the file is empty"),
+        (lambda d: _write(d / "notes.mp4", b"not a video\n" * 50), "not a readable video"),
+        (lambda d: _audio_only(d / "sound.m4a"), "has no video stream"),
+    ],
+)
 def test_probe_rejects_bad_files_naming_them(tmp_path, make, expected):
     path = make(tmp_path)
     with pytest.raises(FilmError) as error:
@@ -76,7 +80,7 @@ def test_corrupt_packets_are_counted_not_fatal(tmp_path):
     data = bytearray(BIKES.read_bytes())
     rng = np.random.default_rng(3)
     for offset in rng.integers(len(data) // 3, len(data) * 2 // 3, 40):
-        data[offset:offset + 64] = rng.integers(0, 255, 64, dtype=np.uint8).tobytes()
+        data[offset : offset + 64] = rng.integers(0, 255, 64, dtype=np.uint8).tobytes()
     corrupt = tmp_path / "corrupt.mp4"
     corrupt.write_bytes(bytes(data))
     result = run_film(corrupt, tmp_path / "out", local_config(), load_ip(None))
@@ -99,9 +103,24 @@ def test_cli_reports_bad_film_and_still_processes_the_good_one(tmp_path):
     bad = tmp_path / "bad.mp4"
     bad.write_text("garbage")
     run = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "dataset", str(bad), str(good),
-         "--out", str(tmp_path / "out"), "--executor", "local", "--quiet"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "dataset",
+            str(bad),
+            str(good),
+            "--out",
+            str(tmp_path / "out"),
+            "--executor",
+            "local",
+            "--quiet",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 1
     assert f"error: {bad}: not a readable video" in run.stdout
     assert "Traceback" not in run.stderr + run.stdout
@@ -110,24 +129,55 @@ def test_cli_reports_bad_film_and_still_processes_the_good_one(tmp_path):
 
 
 def test_cli_help_lists_every_setting():
-    run = subprocess.run([sys.executable, "-m", "pipeline.cli", "dataset", "--help"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "dataset", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0
-    for name in ("crop.box", "scenes.detector", "clips.resize", "run.segment_seconds",
-                 "shards.max_bytes", "motion.enabled", "caption.model"):
+    for name in (
+        "crop.box",
+        "scenes.detector",
+        "clips.resize",
+        "run.segment_seconds",
+        "shards.max_bytes",
+        "motion.enabled",
+        "caption.model",
+    ):
         assert name in run.stdout
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--set", "clips.resize=squash"], "clips.resize='squash': choose one of"),
-    (["--set", "scenes.detector=magic"], "scenes.detector='magic': choose one of"),
-    (["--set", "clips.crf=[1"], "the value is not valid YAML"),
-    (["--set", "motion.backend=memflow"], "memflow"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--set", "clips.resize=squash"], "clips.resize='squash': choose one of"),
+        (["--set", "scenes.detector=magic"], "scenes.detector='magic': choose one of"),
+        (["--set", "clips.crf=[1"], "the value is not valid YAML"),
+        (["--set", "motion.backend=memflow"], "memflow"),
+    ],
+)
 def test_bad_settings_stop_before_any_film_with_one_line(tmp_path, args, message):
-    run = subprocess.run([sys.executable, "-m", "pipeline.cli", "dataset", str(BIKES),
-                          "--out", str(tmp_path), "--executor", "local", "--quiet", *args],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "dataset",
+            str(BIKES),
+            "--out",
+            str(tmp_path),
+            "--executor",
+            "local",
+            "--quiet",
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 2
     assert message in run.stderr and "Traceback" not in run.stderr
     assert not list(tmp_path.iterdir())
@@ -137,7 +187,9 @@ def test_bad_manifests_are_refused_when_loaded(tmp_path):
     from pipeline.ip import ManifestError
 
     manifest = tmp_path / "ip.yaml"
-    manifest.write_text("name: x\nfilms:\n  - path: a.mp4\n    overrides: {scene: {threshold: 3}}\n")
+    manifest.write_text(
+        "name: x\nfilms:\n  - path: a.mp4\n    overrides: {scene: {threshold: 3}}\n"
+    )
     with pytest.raises(ManifestError, match="unknown section 'scene'"):
         load_ip(manifest)
     manifest.write_text("name: x\nfilms: [a.mp4\n")
@@ -146,14 +198,32 @@ def test_bad_manifests_are_refused_when_loaded(tmp_path):
 
 
 def test_a_crop_box_that_does_not_fit_fails_only_its_film(tmp_path):
-    good = make_video(tmp_path / "good.mp4", cuts=(50,), num_frames=110, fps=24)
+    make_video(tmp_path / "good.mp4", cuts=(50,), num_frames=110, fps=24)
     small = make_video(tmp_path / "small.mp4", size=(120, 160), num_frames=60, fps=24)
     manifest = tmp_path / "ip.yaml"
-    manifest.write_text("name: x\nfilms:\n  - path: small.mp4\n"
-                        "    overrides: {crop: {box: [0, 0, 640, 360]}}\n  - path: good.mp4\n")
-    run = subprocess.run([sys.executable, "-m", "pipeline.cli", "dataset", "--ip", str(manifest),
-                          "--out", str(tmp_path / "out"), "--executor", "local", "--quiet"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    manifest.write_text(
+        "name: x\nfilms:\n  - path: small.mp4\n"
+        "    overrides: {crop: {box: [0, 0, 640, 360]}}\n  - path: good.mp4\n"
+    )
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "dataset",
+            "--ip",
+            str(manifest),
+            "--out",
+            str(tmp_path / "out"),
+            "--executor",
+            "local",
+            "--quiet",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 1
     assert f"error: {small.resolve()}: crop box [0, 0, 640, 360] does not fit" in run.stdout
     assert "Traceback" not in run.stdout + run.stderr

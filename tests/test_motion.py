@@ -12,18 +12,35 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from bench.motion_bench import SINTEL, real_clip_levels
 from pipeline.cli import main as cli_main
 from pipeline.config import ConfigError, load_config
 from pipeline.record import Clip, make_clip_id
 from pipeline.schema import MANIFEST_SCHEMA, rows_to_table
-from pipeline.shards import ShardConfig, ShardWriter, read_table, write_json_atomic, write_table_atomic
+from pipeline.shards import (
+    ShardConfig,
+    ShardWriter,
+    read_table,
+    write_json_atomic,
+    write_table_atomic,
+)
 from pipeline.video import decode_mp4, encode_mp4
-from stages.motion import (MotionConfig, MotionError, MotionScope, grey_frames, held_pairs,
-                           HELD_CHECK_SIZE, pair_scope)
-from stages.motion_levels import (DEFAULT_LEVELS, LevelsError, calibrate_levels, levels_from_dict,
-                                  load_levels)
-
-from bench.motion_bench import SINTEL, real_clip_levels
+from stages.motion import (
+    HELD_CHECK_SIZE,
+    MotionConfig,
+    MotionError,
+    MotionScope,
+    grey_frames,
+    held_pairs,
+    pair_scope,
+)
+from stages.motion_levels import (
+    DEFAULT_LEVELS,
+    LevelsError,
+    calibrate_levels,
+    levels_from_dict,
+    load_levels,
+)
 
 # ----------------------------------------------------------------------------- synthetic clips
 
@@ -31,8 +48,10 @@ from bench.motion_bench import SINTEL, real_clip_levels
 def texture(height: int, width: int, seed: int) -> np.ndarray:
     """Random texture with detail at every scale (flat noise has nothing to track when shrunk)."""
     rng = np.random.default_rng(seed)
-    layers = sum(cv2.resize(rng.random((height // c + 2, width // c + 2, 3)), (width, height))
-                 for c in (64, 32, 16, 8, 4))
+    layers = sum(
+        cv2.resize(rng.random((height // c + 2, width // c + 2, 3)), (width, height))
+        for c in (64, 32, 16, 8, 4)
+    )
     return (255 * (layers - layers.min()) / np.ptp(layers)).astype(np.uint8)
 
 
@@ -51,14 +70,14 @@ def moving_object_clip(side: int, speed: float, frames: int = 16) -> np.ndarray:
     for i in range(frames):
         frame = background.copy()
         x = 100 + int(round(speed * i))
-        frame[200:200 + side, x:x + side] = thing
+        frame[200 : 200 + side, x : x + side] = thing
         clips.append(frame)
     return np.stack(clips)
 
 
 def on_twos(frames: np.ndarray) -> np.ndarray:
     """Each drawing shown for two frames, as anime animated 'on twos' looks at the clip rate."""
-    return np.repeat(frames, 2, axis=0)[:len(frames)]
+    return np.repeat(frames, 2, axis=0)[: len(frames)]
 
 
 @pytest.fixture(scope="module")
@@ -69,14 +88,34 @@ def stage() -> MotionScope:
 
 
 def clip_with(frames: np.ndarray | None) -> Clip:
-    return Clip(clip_id=make_clip_id("film", [0], (0, 0, 720, 480), (480, 720), "crop"),
-                film_id="film", film_name="Film", ip="generic", segment_index=0, scene_index=0,
-                clip_index=0, start_frame=0, end_frame=48, start_time=0.0, end_time=2.0,
-                frame_indices=list(range(0, 48, 3)), crop_x=0, crop_y=0, crop_w=720, crop_h=480,
-                height=480, width=720, num_frames=16, fps=8.0, source_fps=24.0, frames=frames)
+    return Clip(
+        clip_id=make_clip_id("film", [0], (0, 0, 720, 480), (480, 720), "crop"),
+        film_id="film",
+        film_name="Film",
+        ip="generic",
+        segment_index=0,
+        scene_index=0,
+        clip_index=0,
+        start_frame=0,
+        end_frame=48,
+        start_time=0.0,
+        end_time=2.0,
+        frame_indices=list(range(0, 48, 3)),
+        crop_x=0,
+        crop_y=0,
+        crop_w=720,
+        crop_h=480,
+        height=480,
+        width=720,
+        num_frames=16,
+        fps=8.0,
+        source_fps=24.0,
+        frames=frames,
+    )
 
 
 # ----------------------------------------------------------------------------- the rule
+
 
 @pytest.mark.parametrize("speed", [1.5, 6.0, 20.0, 40.0])
 def test_a_pan_of_k_pixels_per_frame_has_scope_close_to_k(stage, speed):
@@ -132,9 +171,9 @@ def test_scopes_are_in_480x720_pixels_whatever_the_frame_or_working_size(stage):
 
 def test_pair_scope_keeps_pixels_at_or_above_r_times_the_reference():
     speed = np.zeros((10, 100))
-    speed[0, :5] = 10.0      # 0.5 % of pixels at 10: the 99th percentile is below them
-    speed[1:3, :] = 2.0      # 20 % at 2
-    speed[3, :] = 0.3        # 10 % at 0.3: below 0.2 x 2 = 0.4, background
+    speed[0, :5] = 10.0  # 0.5 % of pixels at 10: the 99th percentile is below them
+    speed[1:3, :] = 2.0  # 20 % at 2
+    speed[3, :] = 0.3  # 10 % at 0.3: below 0.2 x 2 = 0.4, background
     assert pair_scope(speed, 0.2, 99.0) == pytest.approx((5 * 10 + 200 * 2) / 205)
     assert pair_scope(np.zeros((4, 4)), 0.2, 99.0) == 0.0
     with pytest.raises(MotionError, match="non-finite"):
@@ -142,6 +181,7 @@ def test_pair_scope_keeps_pixels_at_or_above_r_times_the_reference():
 
 
 # ----------------------------------------------------------------------------- the stage contract
+
 
 def test_the_stage_fills_the_four_motion_fields(stage):
     clip = stage.process(clip_with(panning_clip(20.0)))
@@ -165,10 +205,11 @@ def test_a_disabled_stage_leaves_the_clip_alone():
 
 
 def test_the_backend_is_one_configuration_value():
-    config = load_config(overrides=["motion.backend=memflow",
-                                    "motion.memflow_random_weights=true"])
+    config = load_config(overrides=["motion.backend=memflow", "motion.memflow_random_weights=true"])
     assert config.motion.backend == "memflow"
-    assert MotionScope(config.motion).backend.name.startswith("ptlflow-memflow:random-weights-TEST-ONLY")
+    assert MotionScope(config.motion).backend.name.startswith(
+        "ptlflow-memflow:random-weights-TEST-ONLY"
+    )
     assert MotionScope().resources.gpus == 0.0
     gpu = MotionConfig(backend="memflow", memflow_random_weights=True, memflow_device="cuda")
     assert MotionScope(gpu).resources.gpus == 1.0  # declared for the executor; nothing loaded yet
@@ -179,6 +220,7 @@ def test_the_backend_is_one_configuration_value():
 
 
 # ----------------------------------------------------------------------------- levels
+
 
 def test_default_levels_are_geometric_midpoints_of_the_decoder_values():
     levels = load_levels(DEFAULT_LEVELS)
@@ -214,11 +256,14 @@ def test_equal_population_calibration_puts_a_fifth_of_the_clips_in_each_level():
 
 # ----------------------------------------------------------------------------- MemFlow
 
+
 def test_memflow_without_a_checkpoint_file_is_a_clear_error(tmp_path):
     with pytest.raises(MotionError, match="needs motion.memflow_checkpoint"):
         MotionScope(MotionConfig(backend="memflow"))
     with pytest.raises(MotionError, match=r"missing\.ckpt: no such file"):
-        MotionScope(MotionConfig(backend="memflow", memflow_checkpoint=str(tmp_path / "missing.ckpt")))
+        MotionScope(
+            MotionConfig(backend="memflow", memflow_checkpoint=str(tmp_path / "missing.ckpt"))
+        )
     with pytest.raises(MotionError, match="at least 128 pixels"):
         MotionScope(MotionConfig(backend="memflow", memflow_random_weights=True, memflow_scale=0.2))
 
@@ -231,8 +276,12 @@ def memflow_stage():
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    config = MotionConfig(backend="memflow", memflow_random_weights=True,
-                          memflow_scale=128 / 480, memflow_device="cpu")
+    config = MotionConfig(
+        backend="memflow",
+        memflow_random_weights=True,
+        memflow_scale=128 / 480,
+        memflow_device="cpu",
+    )
     motion = MotionScope(config)
     motion.setup()
     yield motion
@@ -254,16 +303,28 @@ def test_memflow_loads_a_checkpoint_file(memflow_stage, tmp_path):
     weights = memflow_stage.backend._model.state_dict()
     path = tmp_path / "memflow-test.ckpt"
     torch.save({"state_dict": weights, "hyper_parameters": {"train_avg_length": 6750}}, path)
-    loaded = MotionScope(MotionConfig(backend="memflow", memflow_checkpoint=str(path),
-                                      memflow_scale=128 / 480, memflow_device="cpu"))
+    loaded = MotionScope(
+        MotionConfig(
+            backend="memflow",
+            memflow_checkpoint=str(path),
+            memflow_scale=128 / 480,
+            memflow_device="cpu",
+        )
+    )
     loaded.setup()
     assert loaded.backend.name.startswith("ptlflow-memflow:memflow-test@")
     restored = loaded.backend._model.state_dict()
     assert all(torch.equal(restored[k], v) for k, v in weights.items())
     garbage = tmp_path / "truncated.ckpt"
     garbage.write_bytes(path.read_bytes()[:1000])
-    broken = MotionScope(MotionConfig(backend="memflow", memflow_checkpoint=str(garbage),
-                                      memflow_scale=128 / 480, memflow_device="cpu"))
+    broken = MotionScope(
+        MotionConfig(
+            backend="memflow",
+            memflow_checkpoint=str(garbage),
+            memflow_scale=128 / 480,
+            memflow_device="cpu",
+        )
+    )
     with pytest.raises(MotionError, match=r"truncated\.ckpt: cannot build memflow"):
         broken.setup()
 
@@ -278,7 +339,10 @@ def test_memflow_on_the_gpu_at_480x720():
 
 # ----------------------------------------------------------------------------- motion-calibrate
 
-def write_film(root: Path, slug: str, scopes: list[float | None], caption_status: str = "pending") -> None:
+
+def write_film(
+    root: Path, slug: str, scopes: list[float | None], caption_status: str = "pending"
+) -> None:
     """A film folder as the pipeline writes it: shards (with video bytes), manifest, summary."""
     video = encode_mp4(np.zeros((2, 16, 16, 3), np.uint8), 8.0)
     clips = []
@@ -294,11 +358,15 @@ def write_film(root: Path, slug: str, scopes: list[float | None], caption_status
     small_shards = ShardConfig(rows_per_group=4, max_bytes=6000)  # several files, several groups
     with ShardWriter(root / slug / "shards", "clips", small_shards) as writer:
         writer.write_all(clips)
-    manifest = rows_to_table([{k: v for k, v in c.to_row().items() if k in MANIFEST_SCHEMA.names}
-                              for c in clips], MANIFEST_SCHEMA)
+    manifest = rows_to_table(
+        [{k: v for k, v in c.to_row().items() if k in MANIFEST_SCHEMA.names} for c in clips],
+        MANIFEST_SCHEMA,
+    )
     write_table_atomic(manifest, root / slug / "manifest.parquet")
-    write_json_atomic({"film": slug, "motion_levels": load_levels(DEFAULT_LEVELS).to_dict()},
-                      root / slug / "summary.json")
+    write_json_atomic(
+        {"film": slug, "motion_levels": load_levels(DEFAULT_LEVELS).to_dict()},
+        root / slug / "summary.json",
+    )
 
 
 def test_motion_calibrate_rewrites_levels_without_touching_anything_else(tmp_path, capsys):
@@ -316,22 +384,27 @@ def test_motion_calibrate_rewrites_levels_without_touching_anything_else(tmp_pat
     assert Counter(measured["motion_level"].to_pylist()) == {k: 8 for k in range(1, 6)}
     assert set(measured["motion_levels_version"].to_pylist()) == {levels.version}
     assert after.drop_columns(["motion_level", "motion_levels_version"]).equals(
-        before.drop_columns(["motion_level", "motion_levels_version"]))  # video bytes included
+        before.drop_columns(["motion_level", "motion_levels_version"])
+    )  # video bytes included
     assert {p: pq.ParquetFile(p).num_row_groups for p in groups_before} == groups_before
     unmeasured = after.filter(after["motion_scope"].is_null())
     assert unmeasured["motion_level"].to_pylist() == [None]
     for slug in ("film-a", "film-b"):
         manifest = pq.read_table(tmp_path / slug / "manifest.parquet").to_pandas()
         manifest = manifest.dropna(subset=["motion_scope"])
-        assert (manifest["motion_level"] == [levels.level(s) for s in manifest["motion_scope"]]).all()
+        assert (
+            manifest["motion_level"] == [levels.level(s) for s in manifest["motion_scope"]]
+        ).all()
         summary = json.loads((tmp_path / slug / "summary.json").read_text())
         assert summary["motion_levels"]["version"] == levels.version and summary["film"] == slug
     assert "level 3:      8 clips" in capsys.readouterr().out
 
     assert cli_main(["motion-calibrate", str(tmp_path), "--apply", DEFAULT_LEVELS]) == 0
     restored = read_table(tmp_path).filter(after["motion_scope"].is_valid())
-    assert restored["motion_level"].to_pylist() == before.filter(
-        before["motion_scope"].is_valid())["motion_level"].to_pylist()
+    assert (
+        restored["motion_level"].to_pylist()
+        == before.filter(before["motion_scope"].is_valid())["motion_level"].to_pylist()
+    )
 
 
 def test_motion_calibrate_reports_problems_instead_of_writing(tmp_path, capsys):
@@ -368,6 +441,7 @@ def test_calibration_refuses_edges_that_leave_a_level_empty():
 
 # ----------------------------------------------------------------------------- motion-eval
 
+
 def test_motion_eval_reports_acc_f_and_mae_f(tmp_path, capsys):
     clips = tmp_path / "generated"
     clips.mkdir()
@@ -379,10 +453,16 @@ def test_motion_eval_reports_acc_f_and_mae_f(tmp_path, capsys):
     requested = tmp_path / "requested.csv"
     requested.write_text("clip,level\nstill.mp4,1\nslow,2\nmedium,4\nfast,3\n")
     out = tmp_path / "eval.json"
-    assert cli_main(["motion-eval", str(clips), "--levels", str(requested), "--json", str(out)]) == 0
+    assert (
+        cli_main(["motion-eval", str(clips), "--levels", str(requested), "--json", str(out)]) == 0
+    )
     result = json.loads(out.read_text())
     assert {r["clip"]: r["measured"] for r in result["per_clip"]} == {
-        "still.mp4": 1, "slow.mp4": 2, "medium.mp4": 3, "fast.mp4": 5}
+        "still.mp4": 1,
+        "slow.mp4": 2,
+        "medium.mp4": 3,
+        "fast.mp4": 5,
+    }
     assert result["acc_f"] == 0.5 and result["mae_f"] == 0.75  # |4-3| + |3-5| over 4 clips
     assert "ACC-F 0.500   MAE-F 0.750" in capsys.readouterr().out
 
@@ -419,11 +499,16 @@ def test_motion_eval_leaves_out_unreadable_clips_and_refuses_slow_ones(tmp_path,
     levels = tmp_path / "levels.json"
     levels.write_text(json.dumps({"good": 2, "broken": 3, "slow": 2}))
     out = tmp_path / "eval.json"
-    assert cli_main(["motion-eval", str(tmp_path), "--levels", str(levels), "--json", str(out)]) == 0
+    assert (
+        cli_main(["motion-eval", str(tmp_path), "--levels", str(levels), "--json", str(out)]) == 0
+    )
     printed = capsys.readouterr().out
     assert "broken.mp4: not a readable video" in printed and "1 clips (2 unreadable" in printed
     result = json.loads(out.read_text())
-    assert result["clips"] == 1 and {f["clip"] for f in result["failed"]} == {"broken.mp4", "slow.mp4"}
+    assert result["clips"] == 1 and {f["clip"] for f in result["failed"]} == {
+        "broken.mp4",
+        "slow.mp4",
+    }
     with pytest.raises(ValueError, match="runs at 4 fps, slower than the 8 fps"):
         read_clip_frames(slow, fps=8.0)
     assert cli_main(["motion-eval", str(tmp_path), "--levels", str(levels), "--fps", "0"]) == 1
@@ -432,10 +517,12 @@ def test_motion_eval_leaves_out_unreadable_clips_and_refuses_slow_ones(tmp_path,
 
 # ----------------------------------------------------------------------------- real clips
 
+
 def test_real_clips_spread_over_several_levels():
     rows = real_clip_levels(SINTEL)
     counts = Counter(r["level"] for r in rows)
-    print(f"\nSintel trailer, {len(rows)} cut-free 2-s windows, levels: {dict(sorted(counts.items()))}")
+    print(
+        f"\nSintel trailer, {len(rows)} cut-free 2-s windows, levels: {dict(sorted(counts.items()))}"
+    )
     assert len(rows) >= 15
     assert len(counts) >= 3 and max(counts.values()) < 0.6 * len(rows)
-

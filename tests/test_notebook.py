@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import nbformat
 from nbclient import NotebookClient
+from test_explore import REPO
 
 from pipeline.explore import open_dataset
-from test_explore import REPO
 
 NOTEBOOK = REPO / "examples" / "explore_dataset.ipynb"
 ARTIFACTS = REPO / "test-artifacts"
@@ -26,21 +26,27 @@ def test_example_notebook_runs_on_the_sample_films_output(sintel_dataset, tmp_pa
     monkeypatch.setenv("ANIMEGAMER_REPORT", str(tmp_path / "report.html"))
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     # The kernel starts in the repository root, as it does when a user opens the notebook there.
-    NotebookClient(notebook, timeout=180, kernel_name="python3",
-                   resources={"metadata": {"path": str(REPO)}}).execute()
+    NotebookClient(
+        notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}
+    ).execute()
     ARTIFACTS.mkdir(exist_ok=True)
     nbformat.write(notebook, ARTIFACTS / "explore_dataset.executed.ipynb")
 
-    outputs = [output for cell in notebook.cells if cell.cell_type == "code"
-               for output in cell.outputs]
+    outputs = [
+        output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
+    ]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     dataset = open_dataset(film_dir)
     ok = dataset.manifest[dataset.manifest.status == "ok"]
     clip_id = ok.clip_id.iloc[len(ok) // 2]
     assert f"{clip_id} {dataset.frames(clip_id).shape} uint8" in text
-    previews = [o for o in outputs if o.output_type == "display_data"
-                and f'alt="clip {clip_id}"' in o.data.get("text/html", "")]
+    previews = [
+        o
+        for o in outputs
+        if o.output_type == "display_data"
+        and f'alt="clip {clip_id}"' in o.data.get("text/html", "")
+    ]
     assert len(previews) == 1  # ds.show() rendered the animated clip inline
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the frame plot
     assert (tmp_path / "report.html").stat().st_size > 0

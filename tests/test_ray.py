@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conftest import BIKES, local_config
+
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
 from pipeline.shards import read_clips

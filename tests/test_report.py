@@ -24,23 +24,25 @@ import subprocess
 import time
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import ClassVar
 
 import av
 import cv2
 import numpy as np
 import pytest
 from PIL import Image
+from test_explore import REPO, decode_directly, film_dir, rewrite_film, shard_rows  # noqa: F401
 
 from pipeline.cli import main as cli_main
 from pipeline.explore import DatasetError, open_dataset
 from pipeline.report import ReportOptions, build_report, source_frame_at, write_report
-from test_explore import REPO, decode_directly, film_dir, rewrite_film, shard_rows  # noqa: F401
 
 ARTIFACTS = REPO / "test-artifacts"
 LEVEL_EDGES = [1.0, 3.0, 6.0, 12.0]  # the test's own level edges, stored like the motion stage's
 
 
 # ---------------------------------------------------------------- film variants
+
 
 def _motion_and_caption(row: dict) -> dict:
     """Fill the motion and caption columns from the clip itself: the mean absolute change between
@@ -49,20 +51,40 @@ def _motion_and_caption(row: dict) -> dict:
     scope = float(np.abs(np.diff(frames, axis=0)).mean())
     level = 1 + int(np.searchsorted(LEVEL_EDGES, scope, side="right"))
     rider = ["Rider", "Walker"][row["clip_index"] % 2]
-    row.update(motion_scope=scope, motion_level=level, motion_backend="framediff",
-               motion_levels_version="test-1", characters=[rider], num_characters=1,
-               subject=rider.lower(), motion_description="ride along the street",
-               environment=["street", "square"][row["clip_index"] % 2], adverb="slowly",
-               social=0, entertainment=1, stamina=-1, caption_status="ok",
-               instruction=f"Character: {rider}; Motion: riding past <the> camera; "
-                           f"Background: street {row['clip_index']}.")
+    row.update(
+        motion_scope=scope,
+        motion_level=level,
+        motion_backend="framediff",
+        motion_levels_version="test-1",
+        characters=[rider],
+        num_characters=1,
+        subject=rider.lower(),
+        motion_description="ride along the street",
+        environment=["street", "square"][row["clip_index"] % 2],
+        adverb="slowly",
+        social=0,
+        entertainment=1,
+        stamina=-1,
+        caption_status="ok",
+        instruction=f"Character: {rider}; Motion: riding past <the> camera; "
+        f"Background: street {row['clip_index']}.",
+    )
     return row
 
 
 def _without_motion_and_captions(row: dict) -> dict:
-    for column in ("motion_scope", "motion_level", "motion_backend", "motion_levels_version",
-                   "characters", "num_characters", "subject", "environment", "instruction",
-                   "caption_status"):
+    for column in (
+        "motion_scope",
+        "motion_level",
+        "motion_backend",
+        "motion_levels_version",
+        "characters",
+        "num_characters",
+        "subject",
+        "environment",
+        "instruction",
+        "caption_status",
+    ):
         row[column] = None
     return row
 
@@ -72,8 +94,9 @@ def annotated_film(film_dir, tmp_path_factory) -> Path:
     def add_levels(summary):
         return {**summary, "motion_levels": {"version": "test-1", "edges": LEVEL_EDGES}}
 
-    return rewrite_film(film_dir, tmp_path_factory.mktemp("annotated") / "bikes",
-                        _motion_and_caption, add_levels)
+    return rewrite_film(
+        film_dir, tmp_path_factory.mktemp("annotated") / "bikes", _motion_and_caption, add_levels
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,23 +108,36 @@ def annotated_page(annotated_film) -> str:
 @pytest.fixture(scope="module")
 def bare_film(film_dir, tmp_path_factory) -> Path:
     """The film as the early pipeline writes it, with a summary missing most optional keys."""
+
     def strip(summary):
         return {"film": {"film_name": summary["film"]["film_name"]}}
 
-    film = rewrite_film(film_dir, tmp_path_factory.mktemp("bare") / "bikes",
-                        _without_motion_and_captions, strip)
+    film = rewrite_film(
+        film_dir, tmp_path_factory.mktemp("bare") / "bikes", _without_motion_and_captions, strip
+    )
     (film / "drops.parquet").unlink()
     return film
 
 
 # ---------------------------------------------------------------- headless Chromium
 
+
 class Chromium:
     """One headless Chromium, spoken to over the DevTools protocol on a pipe."""
 
-    FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--hide-scrollbars", "--mute-audio", "--remote-debugging-pipe"]
+    FLAGS: ClassVar[list[str]] = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        "--mute-audio",
+        "--remote-debugging-pipe",
+    ]
 
     def __init__(self, executable: str, workdir: Path):
         self.events: list[dict] = []
@@ -116,15 +152,30 @@ class Chromium:
         command = f'exec "$0" "$@" 3<&{to_browser_r} 4>&{from_browser_w}'
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                ["bash", "-c", command, executable, *self.FLAGS,
-                 f"--user-data-dir={workdir / 'profile'}", "about:blank"],
-                pass_fds=(to_browser_r, from_browser_w), stdin=subprocess.DEVNULL,
-                stdout=log, stderr=log)
+                [
+                    "bash",
+                    "-c",
+                    command,
+                    executable,
+                    *self.FLAGS,
+                    f"--user-data-dir={workdir / 'profile'}",
+                    "about:blank",
+                ],
+                pass_fds=(to_browser_r, from_browser_w),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
         os.close(to_browser_r)
         os.close(from_browser_w)
 
-    def call(self, method: str, params: dict | None = None, session: str | None = None,
-             timeout: float = 30) -> dict:
+    def call(
+        self,
+        method: str,
+        params: dict | None = None,
+        session: str | None = None,
+        timeout: float = 30,
+    ) -> dict:
         self._next_id += 1
         message = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
@@ -141,26 +192,34 @@ class Chromium:
 
     def wait_for(self, event: str, session: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
-        while not any(e.get("method") == event and e.get("sessionId") == session
-                      for e in self.events):
+        while not any(
+            e.get("method") == event and e.get("sessionId") == session for e in self.events
+        ):
             self.events.append(self._receive(deadline))
 
     def open(self, url: str, width: int = 1280, height: int = 900) -> str:
         """Load `url` in a new tab and wait for its load event; returns the tab's session id."""
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = self.call("Target.attachToTarget",
-                            {"targetId": target, "flatten": True})["sessionId"]
+        session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})[
+            "sessionId"
+        ]
         for domain in ("Page", "Runtime", "Log"):
             self.call(f"{domain}.enable", session=session)
-        self.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
-                  "deviceScaleFactor": 1, "mobile": False}, session=session)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            session=session,
+        )
         self.call("Page.navigate", {"url": url}, session=session)
         self.wait_for("Page.loadEventFired", session)
         return session
 
     def evaluate(self, expression: str, session: str):
-        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                                "awaitPromise": True}, session=session)
+        result = self.call(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            session=session,
+        )
         if "exceptionDetails" in result:
             raise RuntimeError(f"page script failed: {result['exceptionDetails']}")
         return result["result"].get("value")
@@ -172,22 +231,33 @@ class Chromium:
             params = event.get("params", {})
             method = event["method"]
             if method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
-                errors.append(" ".join(str(a.get("value", a.get("description")))
-                                       for a in params["args"]))
+                errors.append(
+                    " ".join(str(a.get("value", a.get("description"))) for a in params["args"])
+                )
             elif method == "Runtime.exceptionThrown":
                 details = params["exceptionDetails"]
-                errors.append(f'{details.get("text", "exception")} '
-                              f'{details.get("exception", {}).get("description", "")}'.strip())
+                errors.append(
+                    f"{details.get('text', 'exception')} "
+                    f"{details.get('exception', {}).get('description', '')}".strip()
+                )
             elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
                 errors.append(params["entry"]["text"])
         return errors
 
     def screenshot(self, session: str, path: Path, max_height: int = 12000) -> Path:
         size = self.call("Page.getLayoutMetrics", session=session)["cssContentSize"]
-        clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], max_height),
-                "scale": 1}
-        data = self.call("Page.captureScreenshot", {"format": "png", "clip": clip,
-                                                    "captureBeyondViewport": True}, session=session)
+        clip = {
+            "x": 0,
+            "y": 0,
+            "width": size["width"],
+            "height": min(size["height"], max_height),
+            "scale": 1,
+        }
+        data = self.call(
+            "Page.captureScreenshot",
+            {"format": "png", "clip": clip, "captureBeyondViewport": True},
+            session=session,
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data["data"]))
         return path
@@ -236,8 +306,10 @@ def chromium(tmp_path_factory):
     if not Path(executable).exists():
         if os.environ.get("ANIMEGAMER_SKIP_BROWSER") == "1":
             pytest.skip("ANIMEGAMER_SKIP_BROWSER=1 and no chromium")
-        pytest.fail(f"chromium not found at {executable}: run scripts/install-chromium.sh "
-                    "(or set CHROMIUM=/path/to/chromium)")
+        pytest.fail(
+            f"chromium not found at {executable}: run scripts/install-chromium.sh "
+            "(or set CHROMIUM=/path/to/chromium)"
+        )
     browser = Chromium(executable, tmp_path_factory.mktemp("chromium"))
     yield browser
     browser.close()
@@ -268,6 +340,7 @@ def _render(chromium: Chromium, report: Path, screenshot_name: str) -> tuple[dic
 
 
 # ---------------------------------------------------------------- tests
+
 
 def test_report_renders_in_headless_chromium(annotated_film, chromium, tmp_path):
     report = write_report(annotated_film, tmp_path / "report.html")
@@ -325,8 +398,12 @@ def test_report_is_self_contained(annotated_page):
 
 
 def test_previews_are_rendered_from_the_shards(annotated_film, annotated_page):
-    previews = [base64.b64decode(data) for data in re.findall(
-        r'class="preview" src="data:image/(?:webp|gif);base64,([^"]+)"', annotated_page)]
+    previews = [
+        base64.b64decode(data)
+        for data in re.findall(
+            r'class="preview" src="data:image/(?:webp|gif);base64,([^"]+)"', annotated_page
+        )
+    ]
     stored = shard_rows(annotated_film, ["video"])
     assert len(previews) == len(stored)
     firsts = []
@@ -352,14 +429,17 @@ def test_preview_count_is_limited_and_evenly_spaced(film_dir):
     assert 'class="preview"' not in without
 
 
-def test_crop_box_is_drawn_on_the_source_frame_when_the_film_is_reachable(annotated_film,
-                                                                          annotated_page):
+def test_crop_box_is_drawn_on_the_source_frame_when_the_film_is_reachable(
+    annotated_film, annotated_page
+):
     dataset = open_dataset(annotated_film)
     source = dataset.summary["film"]["path"]
     assert Path(source).is_file()  # the pipeline records where the film is
     crop = dataset.summary["crop"]
-    assert (f"Left: the source frame where the clip starts, with the crop box {crop['w']}x"
-            f"{crop['h']} at ({crop['x']}, {crop['y']})") in annotated_page
+    assert (
+        f"Left: the source frame where the clip starts, with the crop box {crop['w']}x"
+        f"{crop['h']} at ({crop['x']}, {crop['y']})"
+    ) in annotated_page
     assert 'data-plot="crop"' in annotated_page
     # bikes.mp4 is 2.35:1 and clips are 3:2, so the clips show a centred part of the box: inside
     # it, centred, at the clips' aspect
@@ -394,8 +474,10 @@ def _film_of_ip(source: Path, target: Path, ip: str) -> Path:
         return {**row, "film_id": film_id, "film_name": film_id, "ip": ip}
 
     def relabel_summary(summary):
-        return {**summary, "film": {**summary["film"], "film_id": film_id, "film_name": film_id,
-                                    "ip": ip}}
+        return {
+            **summary,
+            "film": {**summary["film"], "film_id": film_id, "film_name": film_id, "ip": ip},
+        }
 
     return rewrite_film(source, target, relabel, relabel_summary)
 
@@ -412,7 +494,7 @@ def test_dataset_report_covers_every_film_or_one_ip(film_dir, tmp_path):
     assert 'id="film-film-a"' in everything and 'id="film-film-b"' in everything
     assert everything.count('class="preview"') == 2
     for film, ip in (("film-a", "Sintel"), ("film-b", "Bunny")):  # each film's row, its clips
-        assert re.search(f'{film}</a></td><td>{ip}</td><td>[^<]*</td><td>{clips}</td>', everything)
+        assert re.search(f"{film}</a></td><td>{ip}</td><td>[^<]*</td><td>{clips}</td>", everything)
 
     options.ip = "Bunny"
     one_ip = write_report(root, options=options)
@@ -434,8 +516,9 @@ def test_cli_writes_the_report_and_names_a_folder_without_shards(film_dir, tmp_p
     assert f"{tmp_path / 'empty'}: no film folders found" in capsys.readouterr().err
 
 
-def test_level_edges_come_from_the_clips_version_when_the_summary_lacks_them(annotated_film,
-                                                                            tmp_path):
+def test_level_edges_come_from_the_clips_version_when_the_summary_lacks_them(
+    annotated_film, tmp_path
+):
     from stages.motion_levels import DEFAULT_LEVELS, load_levels
 
     def bundled_version(row):
@@ -465,8 +548,8 @@ def test_crop_figure_uses_the_frame_on_screen_at_the_clip_start(tmp_path):
     from fractions import Fraction
 
     import av
-
     from conftest import make_video
+
     from pipeline.report import source_frame_at
 
     film = make_video(tmp_path / "ntsc.mp4", num_frames=72, fps=Fraction(24000, 1001), motion=8)

@@ -10,12 +10,26 @@ import sys
 import time
 
 from conftest import ROOT, make_video
+
 from pipeline.shards import read_clips
 
 
 def _cli(film, out, *extra):
-    return [sys.executable, "-m", "pipeline.cli", "dataset", str(film), "--out", str(out),
-            "--executor", "local", "--quiet", "--set", "run.segment_seconds=2", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "pipeline.cli",
+        "dataset",
+        str(film),
+        "--out",
+        str(out),
+        "--executor",
+        "local",
+        "--quiet",
+        "--set",
+        "run.segment_seconds=2",
+        *extra,
+    ]
 
 
 def _rows(film_dir):
@@ -24,14 +38,21 @@ def _rows(film_dir):
 
 def test_kill_9_then_rerun_gives_the_uninterrupted_output(tmp_path):
     film = make_video(tmp_path / "long.mp4", cuts=(70, 200, 330), num_frames=480, fps=24, seed=7)
-    reference = subprocess.run(_cli(film, tmp_path / "reference"), cwd=ROOT, capture_output=True,
-                               text=True, timeout=600)
+    reference = subprocess.run(
+        _cli(film, tmp_path / "reference"), cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert reference.returncode == 0, reference.stderr
 
     out = tmp_path / "crashed"
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
-    victim = subprocess.Popen(_cli(film, out), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    victim = subprocess.Popen(
+        _cli(film, out),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     while not list(out.glob("*/work/segment-*/DONE.json")):  # kill once a segment is done
         assert victim.poll() is None, "the run finished before it could be killed"

@@ -10,20 +10,60 @@ from pipeline.schema import CLIP_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION
 from pipeline.shards import ShardConfig, ShardWriter, read_clips, read_table
 
 REQUIRED_COLUMNS = [
-    "clip_id", "film_id", "ip", "scene_index", "clip_index", "start_frame", "end_frame",
-    "start_time", "end_time", "frame_indices", "crop_x", "crop_y", "crop_w", "crop_h", "height",
-    "width", "num_frames", "fps", "video", "first_frame", "motion_scope", "motion_level",
-    "status", "error"]
+    "clip_id",
+    "film_id",
+    "ip",
+    "scene_index",
+    "clip_index",
+    "start_frame",
+    "end_frame",
+    "start_time",
+    "end_time",
+    "frame_indices",
+    "crop_x",
+    "crop_y",
+    "crop_w",
+    "crop_h",
+    "height",
+    "width",
+    "num_frames",
+    "fps",
+    "video",
+    "first_frame",
+    "motion_scope",
+    "motion_level",
+    "status",
+    "error",
+]
 
 
 def _clip(i: int, video_bytes: int = 1000) -> Clip:
     return Clip(
-        clip_id=f"{i:032x}", film_id="f" * 32, film_name="film", ip="generic", segment_index=0,
-        scene_index=i // 2, clip_index=i, start_frame=48 * i, end_frame=48 * i + 48,
-        start_time=2.0 * i, end_time=2.0 * i + 2, frame_indices=list(range(48 * i, 48 * i + 48, 3)),
-        crop_x=0, crop_y=0, crop_w=720, crop_h=480, height=480, width=720, num_frames=16, fps=8.0,
-        source_fps=24.0, video=bytes([i % 256]) * video_bytes, first_frame=b"\xff\xd8jpeg",
-        characters=["Sintel"] if i % 2 else None)
+        clip_id=f"{i:032x}",
+        film_id="f" * 32,
+        film_name="film",
+        ip="generic",
+        segment_index=0,
+        scene_index=i // 2,
+        clip_index=i,
+        start_frame=48 * i,
+        end_frame=48 * i + 48,
+        start_time=2.0 * i,
+        end_time=2.0 * i + 2,
+        frame_indices=list(range(48 * i, 48 * i + 48, 3)),
+        crop_x=0,
+        crop_y=0,
+        crop_w=720,
+        crop_h=480,
+        height=480,
+        width=720,
+        num_frames=16,
+        fps=8.0,
+        source_fps=24.0,
+        video=bytes([i % 256]) * video_bytes,
+        first_frame=b"\xff\xd8jpeg",
+        characters=["Sintel"] if i % 2 else None,
+    )
 
 
 def test_schema_and_record_declare_the_same_columns():
@@ -79,10 +119,16 @@ def test_real_shards_open_in_every_common_reader(bikes_dataset):
     assert pd.read_parquet(shards[0]).clip_id.tolist() == expected
     assert pl.read_parquet(shards[0])["clip_id"].to_list() == expected
     pattern = str(bikes_dataset / "shards" / "*.parquet")
-    rows = duckdb.sql(f"select clip_id, len(frame_indices) n from '{pattern}' order by clip_index").fetchall()
+    rows = duckdb.sql(
+        f"select clip_id, len(frame_indices) n from '{pattern}' order by clip_index"
+    ).fetchall()
     assert rows == [(c, 16) for c in expected]
-    loaded = datasets.load_dataset("parquet", data_files=[str(p) for p in shards], split="train",
-                                   cache_dir=str(bikes_dataset.parent / "hf-cache"))
+    loaded = datasets.load_dataset(
+        "parquet",
+        data_files=[str(p) for p in shards],
+        split="train",
+        cache_dir=str(bikes_dataset.parent / "hf-cache"),
+    )
     assert loaded["clip_id"] == expected and len(loaded[0]["video"]) > 1000
 
     manifest = pd.read_parquet(bikes_dataset / "manifest.parquet")

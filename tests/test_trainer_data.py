@@ -5,16 +5,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from trainer_fixtures import write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from trainer.config import ConfigError, load_config
-from trainer.data import ClipCatalog, ShotDataset, StepBatches, captioned_runs, clip_samples, game_sequences
-from trainer.prompt import (IGNORE, PromptBuilder, add_game_tokens, attention_allowed, pad_batch, parse_states,
-                            state_text)
-from trainer_fixtures import write_bikes_dataset
+from trainer.data import (
+    ClipCatalog,
+    ShotDataset,
+    StepBatches,
+    captioned_runs,
+    clip_samples,
+    game_sequences,
+)
+from trainer.prompt import (
+    IGNORE,
+    PromptBuilder,
+    add_game_tokens,
+    attention_allowed,
+    pad_batch,
+    parse_states,
+    state_text,
+)
 
 CONFIGS = Path(__file__).parent.parent / "trainer" / "configs"
 
@@ -41,8 +54,11 @@ def test_catalog_reads_every_clip_and_its_media(catalog):
 def test_runs_keep_time_order_and_film_boundaries_and_skip_uncaptioned(catalog):
     runs = [[_key(catalog, i) for i in run] for run in captioned_runs(catalog.rows)]
     # bikes-a clip 2 has no caption: its film splits in two runs around it
-    assert runs == [[("bikes-a", 0), ("bikes-a", 1)], [("bikes-a", 3), ("bikes-a", 4)],
-                    [("bikes-b", i) for i in range(5)]]
+    assert runs == [
+        [("bikes-a", 0), ("bikes-a", 1)],
+        [("bikes-a", 3), ("bikes-a", 4)],
+        [("bikes-b", i) for i in range(5)],
+    ]
 
 
 def test_game_sequences_end_at_their_target_with_the_history_before_it(catalog):
@@ -72,7 +88,11 @@ def test_samples_carry_frames_first_frame_motion_and_states(catalog):
     # the JPEG first frame and the video's first frame are the same picture
     assert (target["first_frame"].float() - video[0].float()).abs().mean() < 12
     assert target["instruction"].startswith("Character: ") and 1 <= target["motion_level"] <= 5
-    assert target["stamina"] in (-1, 1) and target["social"] in (0, 1) and target["entertainment"] in (0, 1)
+    assert (
+        target["stamina"] in (-1, 1)
+        and target["social"] in (0, 1)
+        and target["entertainment"] in (0, 1)
+    )
     assert len(clip_samples(catalog)) == 9
 
 
@@ -84,12 +104,23 @@ def test_no_usable_clip_is_an_error_naming_the_shards(catalog):
 def test_instruction_is_composed_from_caption_fields_when_missing():
     from trainer.data import instruction_of
 
-    row = {"instruction": None, "characters": ["Qiqi"], "subject": "girl", "adverb": "quickly",
-           "motion_description": "flying on broomstick", "environment": "sky"}
-    assert instruction_of(row) == "Character: Qiqi; Motion: quickly flying on broomstick; Background: sky."
+    row = {
+        "instruction": None,
+        "characters": ["Qiqi"],
+        "subject": "girl",
+        "adverb": "quickly",
+        "motion_description": "flying on broomstick",
+        "environment": "sky",
+    }
+    assert (
+        instruction_of(row)
+        == "Character: Qiqi; Motion: quickly flying on broomstick; Background: sky."
+    )
     assert instruction_of({**row, "characters": []}).startswith("Character: girl;")
     assert instruction_of({**row, "environment": None}) is None
-    assert instruction_of({**row, "instruction": "Character: a; Motion: b; Background: c."}).endswith("c.")
+    assert instruction_of(
+        {**row, "instruction": "Character: a; Motion: b; Background: c."}
+    ).endswith("c.")
 
 
 def test_batches_split_ranks_disjointly_and_restart_exactly():
@@ -98,7 +129,9 @@ def test_batches_split_ranks_disjointly_and_restart_exactly():
     for step in range(7):
         together = single.batch_for_step(step)
         assert ranks[0].batch_for_step(step) + ranks[1].batch_for_step(step) == together
-    epoch = [index for step in range(single.steps_per_epoch) for index, _ in single.batch_for_step(step)]
+    epoch = [
+        index for step in range(single.steps_per_epoch) for index, _ in single.batch_for_step(step)
+    ]
     assert set(epoch) == set(range(11))  # an epoch sees every sample (padding repeats a few)
     uids = [uid for step in range(6) for _, uid in single.batch_for_step(step)]
     assert len(set(uids)) == len(uids)
@@ -112,12 +145,16 @@ def test_loader_workers_share_out_whole_batches_in_step_order(catalog):
     dataset = ShotDataset(catalog, game_sequences(catalog.rows, 2), (16, 24), 17, with_video=False)
     keys = []
     for workers in (0, 2):
-        loader = make_loader(dataset, batch_size=2, seed=1, rank=1, world_size=2, start_step=3, num_workers=workers)
+        loader = make_loader(
+            dataset, batch_size=2, seed=1, rank=1, world_size=2, start_step=3, num_workers=workers
+        )
         batches = [batch for _, batch in zip(range(4), loader)]
         keys.append([[t[-1]["clip_id"] for t in b["turns"]] + b["uid"].tolist() for b in batches])
     assert keys[0] == keys[1]
     expected = StepBatches(len(dataset), 2, 1, rank=1, world_size=2)
-    assert [k[2:] for k in keys[0]] == [[uid for _, uid in expected.batch_for_step(s)] for s in range(3, 7)]
+    assert [k[2:] for k in keys[0]] == [
+        [uid for _, uid in expected.batch_for_step(s)] for s in range(3, 7)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -130,21 +167,31 @@ def prompts() -> PromptBuilder:
 
 
 def _turn(k: int) -> dict:
-    return {"instruction": f"Character: girl; Motion: riding {k}; Background: road.", "motion_level": k,
-            "stamina": -1, "social": 1, "entertainment": 0}
+    return {
+        "instruction": f"Character: girl; Motion: riding {k}; Background: road.",
+        "motion_level": k,
+        "stamina": -1,
+        "social": 1,
+        "entertainment": 0,
+    }
 
 
 def test_prompt_puts_slots_in_order_and_labels_only_the_target_states(prompts):
     seq = prompts.sequence([_turn(1), _turn(2), _turn(3)])
     tokens = prompts.tokenizer.convert_ids_to_tokens(seq.input_ids)
-    assert len(seq.history_slots) == 2 and seq.history_slots[0] < seq.history_slots[1] < seq.query_start
+    assert (
+        len(seq.history_slots) == 2
+        and seq.history_slots[0] < seq.history_slots[1] < seq.query_start
+    )
     for start in seq.history_slots + [seq.query_start]:
-        assert tokens[start: start + 5] == [f"<ANIME_{i}>" for i in range(5)]
+        assert tokens[start : start + 5] == [f"<ANIME_{i}>" for i in range(5)]
         assert tokens[start - 1] == "<VS>" and tokens[start + 5] == "</VS>"
     labelled = [t for t in seq.labels if t != IGNORE]
     assert labelled == prompts.ids(state_text(_turn(3))) + [prompts.eos]
     assert seq.labels.index(labelled[0]) > seq.query_start + 5
-    assert parse_states(prompts.tokenizer.decode(labelled)) == {k: _turn(3)[k] for k in parse_states("")}
+    assert parse_states(prompts.tokenizer.decode(labelled)) == {
+        k: _turn(3)[k] for k in parse_states("")
+    }
     unlabelled = prompts.sequence([_turn(1), _turn(2)], target_states=False)
     assert all(t == IGNORE for t in unlabelled.labels)
     assert len(unlabelled.input_ids) == unlabelled.query_start + 5 + 1  # ends with </VS>
@@ -155,13 +202,13 @@ def test_attention_is_causal_except_inside_the_query_block(prompts):
     ids, _, lengths = pad_batch([long, short], pad_id=0)
     allowed = attention_allowed(lengths, [long.query_start, short.query_start], 5, ids.shape[1])
     q = long.query_start
-    block = allowed[0, q: q + 5, q: q + 5]
+    block = allowed[0, q : q + 5, q : q + 5]
     assert block.all()  # every query sees every other query, also later ones
     outside = allowed[0].clone()
-    outside[q: q + 5, q: q + 5] = False
+    outside[q : q + 5, q : q + 5] = False
     assert not torch.triu(outside, diagonal=1).any()  # elsewhere nothing sees the future
     assert allowed[0, q + 5, : q + 5].all()  # the states after the block see the whole history
-    assert not allowed[0, q - 1, q: q + 5].any()  # the history never sees the queries
+    assert not allowed[0, q - 1, q : q + 5].any()  # the history never sees the queries
     n = int(lengths[1])
     assert not allowed[1, :n, n:].any()  # padding is never attended to
     assert allowed[1, n:, n:].diagonal().all()
@@ -171,14 +218,22 @@ def test_phase_defaults_are_the_papers():
     encoder, mllm, adapt = (load_config(p) for p in ("encoder", "mllm", "adapt"))
     assert (encoder.lr, encoder.encoder_warmup_steps, encoder.max_steps) == (2e-4, 10_000, 90_000)
     assert (encoder.decoder_lora_rank, encoder.motion_hidden, encoder.text_tokens) == (64, 512, 30)
-    assert (mllm.lr, mllm.max_steps, mllm.lora_rank, mllm.lora_alpha, mllm.lora_dropout) == (5e-5, 15_000, 32, 32, 0.05)
+    assert (mllm.lr, mllm.max_steps, mllm.lora_rank, mllm.lora_alpha, mllm.lora_dropout) == (
+        5e-5,
+        15_000,
+        32,
+        32,
+        0.05,
+    )
     assert (mllm.mse_weight, mllm.cosine_weight) == (0.5, 0.5)
     assert (adapt.lr, adapt.max_steps) == (5e-5, 10_000)
 
 
 def test_config_layers_yaml_then_set_and_rejects_unknown_names(tmp_path):
     path = tmp_path / "run.yaml"
-    path.write_text("lr: 1e-3\nmax_steps: 7\nmllm:\n  max_turns: 2\nencoder:\n  encoder_warmup_steps: 3\n")
+    path.write_text(
+        "lr: 1e-3\nmax_steps: 7\nmllm:\n  max_turns: 2\nencoder:\n  encoder_warmup_steps: 3\n"
+    )
     mllm = load_config("mllm", path, ["max_steps=9"])
     assert (mllm.lr, mllm.max_steps, mllm.max_turns) == (1e-3, 9, 2)
     assert load_config("encoder", path).encoder_warmup_steps == 3
@@ -189,9 +244,17 @@ def test_config_layers_yaml_then_set_and_rejects_unknown_names(tmp_path):
         load_config("mllm", None, ["max_steps=many"])
 
 
-@pytest.mark.parametrize("name,phase", [("encoder.yaml", "encoder"), ("mllm.yaml", "mllm"),
-                                        ("adapt.yaml", "adapt"), ("tiny.yaml", "encoder"),
-                                        ("tiny.yaml", "mllm"), ("tiny.yaml", "adapt")])
+@pytest.mark.parametrize(
+    "name,phase",
+    [
+        ("encoder.yaml", "encoder"),
+        ("mllm.yaml", "mllm"),
+        ("adapt.yaml", "adapt"),
+        ("tiny.yaml", "encoder"),
+        ("tiny.yaml", "mllm"),
+        ("tiny.yaml", "adapt"),
+    ],
+)
 def test_shipped_configs_load(name, phase):
     config = load_config(phase, CONFIGS / name)
     assert config.max_steps > 0 and config.cogvideox_model

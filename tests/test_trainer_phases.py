@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from trainer_fixtures import caption_film, tiny_config, tiny_settings, write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from trainer import checkpoint
 from trainer.data import collate
 from trainer.loop import train
 from trainer.tiny import write_tiny_backbones
-from trainer_fixtures import caption_film, tiny_config, tiny_settings, write_bikes_dataset
 
 ROOT = Path(__file__).parent.parent
 
@@ -67,28 +67,47 @@ def resume_from_step_2(run_dir: Path, copy_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def encoder_run(backbones, shards, tmp_path_factory):
     out = tmp_path_factory.mktemp("encoder")
-    config = tiny_config("encoder", backbones, shards, out, max_steps=4, encoder_warmup_steps=2, lr=1e-2)
+    config = tiny_config(
+        "encoder", backbones, shards, out, max_steps=4, encoder_warmup_steps=2, lr=1e-2
+    )
     return out, config, run_phase("encoder", config)
 
 
 @pytest.fixture(scope="module")
 def mllm_run(backbones, shards, encoder_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("mllm")
-    config = tiny_config("mllm", backbones, shards, out, max_steps=4, max_turns=3, lr=3e-3,
-                         encoder_checkpoint=str(encoder_run[0]))
+    config = tiny_config(
+        "mllm",
+        backbones,
+        shards,
+        out,
+        max_steps=4,
+        max_turns=3,
+        lr=3e-3,
+        encoder_checkpoint=str(encoder_run[0]),
+    )
     return out, config, run_phase("mllm", config)
 
 
 @pytest.fixture(scope="module")
 def adapt_run(backbones, shards, encoder_run, mllm_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("adapt")
-    config = tiny_config("adapt", backbones, shards, out, max_steps=2, max_turns=3, lr=1e-3,
-                         encoder_checkpoint=str(encoder_run[0]), mllm_checkpoint=str(mllm_run[0]))
+    config = tiny_config(
+        "adapt",
+        backbones,
+        shards,
+        out,
+        max_steps=2,
+        max_turns=3,
+        lr=1e-3,
+        encoder_checkpoint=str(encoder_run[0]),
+        mllm_checkpoint=str(mllm_run[0]),
+    )
     return out, config, run_phase("adapt", config)
 
 
 def test_encoder_phase_trains_checkpoints_and_exports_lora(encoder_run):
-    out, config, metrics = encoder_run
+    out, _config, metrics = encoder_run
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert all(0 < loss < 10 for loss in losses(metrics))
     state = checkpoint.load(out)
@@ -96,7 +115,12 @@ def test_encoder_phase_trains_checkpoints_and_exports_lora(encoder_run):
     assert state["optimizer"]["state"], "optimiser moments are saved for resume"
     adapter = out / "checkpoints" / "step-00000004" / "decoder_lora"
     settings = json.loads((adapter / "adapter_config.json").read_text())
-    assert settings["r"] == 4 and set(settings["target_modules"]) == {"to_q", "to_k", "to_v", "to_out.0"}
+    assert settings["r"] == 4 and set(settings["target_modules"]) == {
+        "to_q",
+        "to_k",
+        "to_v",
+        "to_out.0",
+    }
     from safetensors.torch import load_file
 
     weights = load_file(adapter / "adapter_model.safetensors")
@@ -107,8 +131,9 @@ def test_warm_up_trains_only_the_encoder(encoder_run):
     out, _, _ = encoder_run
     after_warmup = torch.load(out / "checkpoints" / "step-00000002" / "state.pt")["trainable"]
     after_joint = checkpoint.load(out)["trainable"]
-    decoder_zero_init = [k for k in after_warmup if k.startswith("decoder.") and
-                         ("lora_B" in k or "motion.2" in k)]
+    decoder_zero_init = [
+        k for k in after_warmup if k.startswith("decoder.") and ("lora_B" in k or "motion.2" in k)
+    ]
     assert decoder_zero_init
     for name in decoder_zero_init:  # zero-initialised, untouched in warm-up, then trained
         assert not after_warmup[name].any(), name
@@ -122,13 +147,17 @@ def test_encoder_phase_resumes_exactly(encoder_run, tmp_path):
     resumed = run_phase("encoder", config)
     assert [m["step"] for m in resumed] == [3, 4]
     assert losses(resumed) == pytest.approx(losses(metrics)[2:], abs=1e-6)
-    _assert_same_weights(checkpoint.load(out)["trainable"], checkpoint.load(config.out_dir)["trainable"])
+    _assert_same_weights(
+        checkpoint.load(out)["trainable"], checkpoint.load(config.out_dir)["trainable"]
+    )
 
 
 def _overfit(module_name: str, config, steps: int, lr: float) -> list[dict]:
     import importlib
 
-    model, dataset = importlib.import_module(module_name).build_phase(config, torch.device("cpu"), torch.float32)
+    model, dataset = importlib.import_module(module_name).build_phase(
+        config, torch.device("cpu"), torch.float32
+    )
     batch = collate([dataset[(i, i)] for i in range(min(2, len(dataset)))])
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     history = []
@@ -172,11 +201,15 @@ def test_mllm_phase_resumes_exactly(mllm_run, tmp_path):
     config.out_dir = str(resume_from_step_2(out, tmp_path / "resumed"))
     resumed = run_phase("mllm", config)
     assert losses(resumed) == pytest.approx(losses(metrics)[2:], abs=1e-6)
-    _assert_same_weights(checkpoint.load(out)["trainable"], checkpoint.load(config.out_dir)["trainable"])
+    _assert_same_weights(
+        checkpoint.load(out)["trainable"], checkpoint.load(config.out_dir)["trainable"]
+    )
 
 
 def test_mllm_overfits_one_batch(backbones, shards, encoder_run, tmp_path):
-    config = tiny_config("mllm", backbones, shards, tmp_path, max_turns=3, encoder_checkpoint=str(encoder_run[0]))
+    config = tiny_config(
+        "mllm", backbones, shards, tmp_path, max_turns=3, encoder_checkpoint=str(encoder_run[0])
+    )
     history = _overfit("trainer.train_mllm", config, steps=12, lr=1e-2)
     first, last = history[0], history[-1]
     assert last["loss"] < 0.5 * first["loss"], (first, last)
@@ -184,23 +217,29 @@ def test_mllm_overfits_one_batch(backbones, shards, encoder_run, tmp_path):
 
 
 def test_adapt_phase_starts_from_phase_a_and_trains_only_the_decoder(adapt_run, encoder_run):
-    out, config, metrics = adapt_run
+    out, _config, metrics = adapt_run
     assert [m["step"] for m in metrics] == [1, 2] and all(0 < loss < 10 for loss in losses(metrics))
     trained = checkpoint.load(out)["trainable"]
     assert trained and all(k.startswith("decoder.") for k in trained)
     phase_a = checkpoint.load(encoder_run[0])["trainable"]
     assert set(trained) == {k for k in phase_a if k.startswith("decoder.")}
-    assert (out / "checkpoints" / "step-00000002" / "decoder_lora" / "adapter_model.safetensors").is_file()
+    assert (
+        out / "checkpoints" / "step-00000002" / "decoder_lora" / "adapter_model.safetensors"
+    ).is_file()
 
 
 def test_play_predicts_states_and_renders_shots(mllm_run, adapt_run, tmp_path):
     from pipeline.video import decode_mp4
     from trainer.play import play
 
-    instructions = ["Character: girl; Motion: quickly riding a bike; Background: road.",
-                    "Character: boy; Motion: slowly walking; Background: street.",
-                    "Character: cat; Motion: gently turning; Background: city."]
-    records = list(play(str(mllm_run[0]), instructions, tmp_path, str(adapt_run[0]), history=1, steps=2))
+    instructions = [
+        "Character: girl; Motion: quickly riding a bike; Background: road.",
+        "Character: boy; Motion: slowly walking; Background: street.",
+        "Character: cat; Motion: gently turning; Background: city.",
+    ]
+    records = list(
+        play(str(mllm_run[0]), instructions, tmp_path, str(adapt_run[0]), history=1, steps=2)
+    )
     assert [r["turn"] for r in records] == [0, 1, 2]
     for record in records:
         assert record["motion_level"] in range(1, 6) and record["stamina"] in (-1, 1)
@@ -225,18 +264,50 @@ def test_train_cli_names_a_missing_checkpoint(backbones, shards, tmp_path, capsy
 
     settings = {**tiny_settings(backbones), "clip_model": tmp_path / "no-clip"}
     argv = ["--phase", "encoder", "--shards", str(shards), "--out", str(tmp_path)]
-    code = main(argv + [item for k, v in settings.items() if k != "lora_dropout" and not k.startswith("lora_")
-                        for item in ("--set", f"{k}={v}")])
-    assert code == 2 and f"clip_model={tmp_path / 'no-clip'}: no such checkpoint" in capsys.readouterr().err
+    code = main(
+        argv
+        + [
+            item
+            for k, v in settings.items()
+            if k != "lora_dropout" and not k.startswith("lora_")
+            for item in ("--set", f"{k}={v}")
+        ]
+    )
+    assert (
+        code == 2
+        and f"clip_model={tmp_path / 'no-clip'}: no such checkpoint" in capsys.readouterr().err
+    )
 
 
 def test_two_gloo_processes_agree_with_one(backbones, shards, encoder_run, tmp_path):
-    settings = {**tiny_settings(backbones), "max_turns": 3, "lr": 3e-3, "max_steps": 3, "save_every": 3,
-                "encoder_checkpoint": str(encoder_run[0])}
-    single = tiny_config("mllm", backbones, shards, tmp_path / "one", **{**settings, "batch_size": 2})
+    settings = {
+        **tiny_settings(backbones),
+        "max_turns": 3,
+        "lr": 3e-3,
+        "max_steps": 3,
+        "save_every": 3,
+        "encoder_checkpoint": str(encoder_run[0]),
+    }
+    single = tiny_config(
+        "mllm", backbones, shards, tmp_path / "one", **{**settings, "batch_size": 2}
+    )
     single_metrics = run_phase("mllm", single)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "trainer.cli", "--phase", "mllm", "--shards", str(shards), "--out", str(tmp_path / "two")]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "trainer.cli",
+        "--phase",
+        "mllm",
+        "--shards",
+        str(shards),
+        "--out",
+        str(tmp_path / "two"),
+    ]
     from trainer.config import MllmConfig
 
     for name, value in {**settings, "batch_size": 1}.items():
@@ -245,11 +316,16 @@ def test_two_gloo_processes_agree_with_one(backbones, shards, encoder_run, tmp_p
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     done = _run_group(command, env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    two = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    two = [
+        json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert [m["step"] for m in two] == [1, 2, 3]
     assert losses(two) == pytest.approx(losses(single_metrics), rel=1e-4, abs=1e-5)
-    _assert_same_weights(checkpoint.load(tmp_path / "one")["trainable"],
-                         checkpoint.load(tmp_path / "two")["trainable"], atol=1e-5)
+    _assert_same_weights(
+        checkpoint.load(tmp_path / "one")["trainable"],
+        checkpoint.load(tmp_path / "two")["trainable"],
+        atol=1e-5,
+    )
 
 
 def _assert_same_weights(a: dict, b: dict, atol: float = 1e-6) -> None:
@@ -261,14 +337,23 @@ def _assert_same_weights(a: dict, b: dict, atol: float = 1e-6) -> None:
 def _run_group(command, env, timeout):
     """Run torchrun in its own process group and kill the whole group on a timeout, so a hung
     rank never outlives the test."""
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
-        raise AssertionError(f"torchrun did not finish in {timeout} s:\n{stdout[-2000:]}\n{stderr[-2000:]}")
+        raise AssertionError(
+            f"torchrun did not finish in {timeout} s:\n{stdout[-2000:]}\n{stderr[-2000:]}"
+        ) from None
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
@@ -284,19 +369,28 @@ def test_gradient_checkpointing_really_runs_in_the_mllm(backbones, shards, tmp_p
     assert layers
     calls = []
     for layer in layers:
+
         def counting(*args, _run=layer._gradient_checkpointing_func, **kwargs):
             calls.append(1)
             return _run(*args, **kwargs)
+
         layer._gradient_checkpointing_func = counting
-    turn = {"instruction": "Character: girl; Motion: runs; Background: road.", "motion_level": 2,
-            "stamina": -1, "social": 0, "entertainment": 1}
+    turn = {
+        "instruction": "Character: girl; Motion: runs; Background: road.",
+        "motion_level": 2,
+        "stamina": -1,
+        "social": 0,
+        "entertainment": 1,
+    }
     model([model.prompts.sequence([turn])], [torch.zeros(0, model.num_queries, model.shot_dim)])
     assert len(calls) == len(layers), "layers ran without checkpointing"
 
 
-def test_later_phases_refuse_settings_their_checkpoint_was_not_trained_with(backbones, shards, encoder_run,
-                                                                           tmp_path):
-    config = tiny_config("mllm", backbones, shards, tmp_path, encoder_checkpoint=str(encoder_run[0]),
-                         clip_layer=-1)
+def test_later_phases_refuse_settings_their_checkpoint_was_not_trained_with(
+    backbones, shards, encoder_run, tmp_path
+):
+    config = tiny_config(
+        "mllm", backbones, shards, tmp_path, encoder_checkpoint=str(encoder_run[0]), clip_layer=-1
+    )
     with pytest.raises(ValueError, match=r"clip_layer=-1 \(checkpoint: -2\)"):
         run_phase("mllm", config)

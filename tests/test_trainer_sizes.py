@@ -13,10 +13,23 @@ from trainer.models.mllm import GameStateModel
 from trainer.tiny import mistral_tokenizer
 
 # The released checkpoints' config.json values (diffusers' CogVideoX defaults are CogVideoX-2B's).
-CLIP_VIT_B16 = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                    image_size=224, patch_size=16)
-T5_V11_XXL = dict(vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
-                  feed_forward_proj="gated-gelu")
+CLIP_VIT_B16 = dict(
+    hidden_size=768,
+    intermediate_size=3072,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    image_size=224,
+    patch_size=16,
+)
+T5_V11_XXL = dict(
+    vocab_size=32128,
+    d_model=4096,
+    d_kv=64,
+    d_ff=10240,
+    num_layers=24,
+    num_heads=64,
+    feed_forward_proj="gated-gelu",
+)
 
 
 def test_real_size_encoder_fills_the_cogvideox_2b_text_slot_and_the_decoder_takes_it():
@@ -29,16 +42,34 @@ def test_real_size_encoder_fills_the_cogvideox_2b_text_slot_and_the_decoder_take
         transformer = CogVideoXTransformer3DModel()
         encoder = ShotEncoder(clip, t5, mistral_tokenizer(), out_dim=1920, text_tokens=30)
         assert encoder.num_tokens == transformer.config.max_text_seq_length == 226
-        visual = clip(pixel_values=torch.zeros(1, 3, 224, 224), output_hidden_states=True).hidden_states[-2][:, 1:]
-        shot = torch.cat([encoder.text_proj(torch.zeros(1, 30, 4096)), encoder.visual_proj(visual)], dim=1)
+        visual = clip(
+            pixel_values=torch.zeros(1, 3, 224, 224), output_hidden_states=True
+        ).hidden_states[-2][:, 1:]
+        shot = torch.cat(
+            [encoder.text_proj(torch.zeros(1, 30, 4096)), encoder.visual_proj(visual)], dim=1
+        )
         assert shot.shape == (1, 226, 1920)
-        decoder = ShotDecoder(transformer, AutoencoderKLCogVideoX(), None, 1920, 64, 64,
-                              ["to_q", "to_k", "to_v", "to_out.0"], motion_hidden=512)
+        decoder = ShotDecoder(
+            transformer,
+            AutoencoderKLCogVideoX(),
+            None,
+            1920,
+            64,
+            64,
+            ["to_q", "to_k", "to_v", "to_out.0"],
+            motion_hidden=512,
+        )
         # 17 frames of 480 x 720 are 5 x 16 x 60 x 90 latents
-        velocity = decoder(torch.zeros(1, 5, 16, 60, 90), shot, torch.tensor([500]), torch.tensor([2.5]))
+        velocity = decoder(
+            torch.zeros(1, 5, 16, 60, 90), shot, torch.tensor([500]), torch.tensor([2.5])
+        )
         assert velocity.shape == (1, 5, 16, 60, 90)
     motion = decoder.transformer.time_embedding.motion
-    assert (motion[0].in_features, motion[0].out_features, motion[2].out_features) == (1920, 512, 512)
+    assert (motion[0].in_features, motion[0].out_features, motion[2].out_features) == (
+        1920,
+        512,
+        512,
+    )
     lora_a = decoder.transformer.transformer_blocks[0].attn1.to_q.lora_A["default"]
     assert lora_a.out_features == 64
 
@@ -48,10 +79,24 @@ def test_real_size_mllm_projects_between_the_shot_and_mistral_7b():
 
     with torch.device("meta"):
         llm = MistralForCausalLM(MistralConfig())  # Mistral-7B: hidden 4096, 32 layers
-        model = GameStateModel(llm, mistral_tokenizer(), 1920, 226, 32, 32, 0.05,
-                               ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        model = GameStateModel(
+            llm,
+            mistral_tokenizer(),
+            1920,
+            226,
+            32,
+            32,
+            0.05,
+            ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        )
     assert model.queries.shape == (226, 4096)
-    assert [(m.in_features, m.out_features) for m in model.input_proj[::2]] == [(1920, 4096), (4096, 4096)]
-    assert [(m.in_features, m.out_features) for m in model.output_proj[::2]] == [(4096, 1920), (1920, 1920)]
+    assert [(m.in_features, m.out_features) for m in model.input_proj[::2]] == [
+        (1920, 4096),
+        (4096, 4096),
+    ]
+    assert [(m.in_features, m.out_features) for m in model.output_proj[::2]] == [
+        (4096, 1920),
+        (1920, 1920),
+    ]
     lora = model.llm.base_model.model.model.layers[0].self_attn.q_proj
     assert lora.r["default"] == 32 and lora.scaling["default"] == 1.0

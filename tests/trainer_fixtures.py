@@ -24,8 +24,14 @@ BIKES = Path(__file__).parent / "media" / "bikes.mp4"
 CLIP_FRAMES, CLIP_FPS = 16, 8.0
 SIZE = (96, 144)  # small, with the 480x720 aspect ratio
 SUBJECTS = ["cyclist", "rider", "man", "woman", "boy", "girl"]
-MOTIONS = ["riding a bike", "cycling along the road", "turning on the bike", "riding through the street",
-           "walking with the bike", "looking along the road"]
+MOTIONS = [
+    "riding a bike",
+    "cycling along the road",
+    "turning on the bike",
+    "riding through the street",
+    "walking with the bike",
+    "looking along the road",
+]
 ENVIRONMENTS = ["road", "street", "city", "forest", "road", "street"]
 
 
@@ -34,8 +40,10 @@ def sample_frames(path: Path = BIKES) -> tuple[np.ndarray, float]:
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         source_fps = float(stream.average_rate)
-        frames = [f.to_ndarray(format="rgb24", width=SIZE[1], height=SIZE[0])
-                  for f in container.decode(stream)]
+        frames = [
+            f.to_ndarray(format="rgb24", width=SIZE[1], height=SIZE[0])
+            for f in container.decode(stream)
+        ]
     step = source_fps / CLIP_FPS
     picks = np.arange(0, len(frames), step).astype(int)
     return np.stack([frames[i] for i in picks]), source_fps
@@ -53,8 +61,10 @@ def fill_captions(clip: Clip, k: int) -> None:
     clip.environment, clip.adverb = ENVIRONMENTS[k % 6], ["slowly", "quickly", "gently"][k % 3]
     clip.social, clip.entertainment, clip.stamina = k % 2, (k // 2) % 2, [1, -1][k % 2]
     clip.characters, clip.num_characters = [clip.subject], 1
-    clip.instruction = (f"Character: {clip.subject}; Motion: {clip.adverb} {clip.motion_description}; "
-                        f"Background: {clip.environment}.")
+    clip.instruction = (
+        f"Character: {clip.subject}; Motion: {clip.adverb} {clip.motion_description}; "
+        f"Background: {clip.environment}."
+    )
     clip.caption_status, clip.caption_model, clip.prompt_version = "ok", "fixture", "fixture-1"
 
 
@@ -63,8 +73,10 @@ def write_bikes_dataset(out: Path, uncaptioned: tuple[str, int] | None = ("bikes
     frames, source_fps = sample_frames()
     for film, mirror in (("bikes-a", False), ("bikes-b", True)):
         film_frames = frames[:, :, ::-1] if mirror else frames
-        clips = [_clip(film, i, film_frames[i * CLIP_FRAMES:(i + 1) * CLIP_FRAMES], source_fps)
-                 for i in range(len(film_frames) // CLIP_FRAMES)]
+        clips = [
+            _clip(film, i, film_frames[i * CLIP_FRAMES : (i + 1) * CLIP_FRAMES], source_fps)
+            for i in range(len(film_frames) // CLIP_FRAMES)
+        ]
         for clip in clips:
             k = clip.clip_index + (7 if mirror else 0)
             fill_motion(clip, k)
@@ -92,19 +104,48 @@ def _clip(film: str, index: int, frames: np.ndarray, source_fps: float) -> Clip:
     frames = np.ascontiguousarray(frames)
     start = index * CLIP_FRAMES
     indices = [round(i * source_fps / CLIP_FPS) for i in range(start, start + CLIP_FRAMES)]
-    return Clip(clip_id=make_clip_id(film, indices, (0, 0, 640, 272), SIZE, "fixture"), film_id=film,
-                film_name=film, ip="bikes", segment_index=0, scene_index=0, clip_index=index,
-                start_frame=indices[0], end_frame=indices[-1] + 1, start_time=index * 2.0,
-                end_time=index * 2.0 + 2.0, frame_indices=indices, crop_x=0, crop_y=0, crop_w=640,
-                crop_h=272, height=SIZE[0], width=SIZE[1], num_frames=CLIP_FRAMES, fps=CLIP_FPS,
-                source_fps=source_fps, video=encode_mp4(frames, CLIP_FPS), first_frame=encode_image(frames[0]))
+    return Clip(
+        clip_id=make_clip_id(film, indices, (0, 0, 640, 272), SIZE, "fixture"),
+        film_id=film,
+        film_name=film,
+        ip="bikes",
+        segment_index=0,
+        scene_index=0,
+        clip_index=index,
+        start_frame=indices[0],
+        end_frame=indices[-1] + 1,
+        start_time=index * 2.0,
+        end_time=index * 2.0 + 2.0,
+        frame_indices=indices,
+        crop_x=0,
+        crop_y=0,
+        crop_w=640,
+        crop_h=272,
+        height=SIZE[0],
+        width=SIZE[1],
+        num_frames=CLIP_FRAMES,
+        fps=CLIP_FPS,
+        source_fps=source_fps,
+        video=encode_mp4(frames, CLIP_FPS),
+        first_frame=encode_image(frames[0]),
+    )
 
 
 def tiny_settings(backbones: dict) -> dict:
     """Settings that point a config at tiny backbones and shrink every trained part."""
-    return {**backbones, "num_workers": 0, "decoder_lora_rank": 4, "decoder_lora_alpha": 4,
-            "motion_hidden": 16, "lora_rank": 4, "lora_alpha": 4, "lora_dropout": 0.0, "log_every": 1,
-            "batch_size": 2, "save_every": 2}
+    return {
+        **backbones,
+        "num_workers": 0,
+        "decoder_lora_rank": 4,
+        "decoder_lora_alpha": 4,
+        "motion_hidden": 16,
+        "lora_rank": 4,
+        "lora_alpha": 4,
+        "lora_dropout": 0.0,
+        "log_every": 1,
+        "batch_size": 2,
+        "save_every": 2,
+    }
 
 
 def tiny_config(phase: str, backbones: dict, shards: Path, out: Path, **settings):

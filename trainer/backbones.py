@@ -25,13 +25,19 @@ def resolve(setting: str, location: str, needs: tuple[str, ...] = ("config.json"
     if path.is_dir():
         missing = [n for n in needs if not (path / n).exists()]
         if missing:
-            raise MissingCheckpoint(f"{setting}={location}: folder lacks {', '.join(missing)}; "
-                                    f"is it the right checkpoint? (see docs/training.md)")
+            raise MissingCheckpoint(
+                f"{setting}={location}: folder lacks {', '.join(missing)}; "
+                f"is it the right checkpoint? (see docs/training.md)"
+            )
         return str(path)
-    if _HUB_NAME.match(location) and not location.startswith(("./", "../", "checkpoints/", "runs/")):
+    if _HUB_NAME.match(location) and not location.startswith(
+        ("./", "../", "checkpoints/", "runs/")
+    ):
         return location  # a hub name: from_pretrained downloads it where a network exists
-    raise MissingCheckpoint(f"{setting}={location}: no such checkpoint folder; download it and "
-                            f"point `{setting}` at it (see docs/training.md, 'Training from shards')")
+    raise MissingCheckpoint(
+        f"{setting}={location}: no such checkpoint folder; download it and "
+        f"point `{setting}` at it (see docs/training.md, 'Training from shards')"
+    )
 
 
 def frozen(module: torch.nn.Module) -> torch.nn.Module:
@@ -55,11 +61,20 @@ def load_t5(model_location: str, tokenizer_location: str, dtype: torch.dtype):
 
 def load_cogvideox(location: str, dtype: torch.dtype):
     """The transformer, VAE and noise scheduler of a diffusers CogVideoX folder."""
-    from diffusers import AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXTransformer3DModel
+    from diffusers import (
+        AutoencoderKLCogVideoX,
+        CogVideoXDDIMScheduler,
+        CogVideoXTransformer3DModel,
+    )
 
-    root = resolve("cogvideox_model", location,
-                   needs=("transformer/config.json", "vae/config.json", "scheduler/scheduler_config.json"))
-    transformer = CogVideoXTransformer3DModel.from_pretrained(root, subfolder="transformer", torch_dtype=dtype)
+    root = resolve(
+        "cogvideox_model",
+        location,
+        needs=("transformer/config.json", "vae/config.json", "scheduler/scheduler_config.json"),
+    )
+    transformer = CogVideoXTransformer3DModel.from_pretrained(
+        root, subfolder="transformer", torch_dtype=dtype
+    )
     vae = AutoencoderKLCogVideoX.from_pretrained(root, subfolder="vae", torch_dtype=dtype)
     scheduler = CogVideoXDDIMScheduler.from_pretrained(root, subfolder="scheduler")
     return frozen(transformer), frozen(vae), scheduler

@@ -15,7 +15,9 @@ def decoder_shape(config) -> tuple[int, int]:
     """(shot width, shot tokens) the decoder's text slot takes: 1920 x 226 for CogVideoX-2B."""
     from diffusers import CogVideoXTransformer3DModel
 
-    root = backbones.resolve("cogvideox_model", config.cogvideox_model, needs=("transformer/config.json",))
+    root = backbones.resolve(
+        "cogvideox_model", config.cogvideox_model, needs=("transformer/config.json",)
+    )
     tc = CogVideoXTransformer3DModel.load_config(root, subfolder="transformer")
     return tc["num_attention_heads"] * tc["attention_head_dim"], tc["max_text_seq_length"]
 
@@ -26,9 +28,11 @@ def shot_encoder(config, device: torch.device, dtype: torch.dtype) -> ShotEncode
     t5, tokenizer = backbones.load_t5(config.t5_model, config.t5_tokenizer, dtype)
     encoder = ShotEncoder(clip, t5, tokenizer, width, config.text_tokens, config.clip_layer)
     if encoder.num_tokens != tokens:
-        raise ValueError(f"E_a gives {config.text_tokens} text + {encoder.num_tokens - config.text_tokens} CLIP "
-                         f"tokens = {encoder.num_tokens}, but the decoder's text slot holds {tokens}: "
-                         f"set text_tokens to {tokens - encoder.num_tokens + config.text_tokens}")
+        raise ValueError(
+            f"E_a gives {config.text_tokens} text + {encoder.num_tokens - config.text_tokens} CLIP "
+            f"tokens = {encoder.num_tokens}, but the decoder's text slot holds {tokens}: "
+            f"set text_tokens to {tokens - encoder.num_tokens + config.text_tokens}"
+        )
     return encoder.to(device)
 
 
@@ -37,8 +41,16 @@ def shot_decoder(config, device: torch.device, dtype: torch.dtype) -> ShotDecode
     width, _ = decoder_shape(config)
     if config.gradient_checkpointing:
         transformer.enable_gradient_checkpointing()
-    return ShotDecoder(transformer, vae, scheduler, width, config.decoder_lora_rank, config.decoder_lora_alpha,
-                       config.decoder_lora_targets, config.motion_hidden).to(device)
+    return ShotDecoder(
+        transformer,
+        vae,
+        scheduler,
+        width,
+        config.decoder_lora_rank,
+        config.decoder_lora_alpha,
+        config.decoder_lora_targets,
+        config.motion_hidden,
+    ).to(device)
 
 
 def game_state_model(config, device: torch.device, dtype: torch.dtype) -> GameStateModel:
@@ -49,8 +61,16 @@ def game_state_model(config, device: torch.device, dtype: torch.dtype) -> GameSt
         # transformers checkpoints only in training mode; the frozen weights stay frozen through
         # requires_grad, and Mistral has no dropout to switch on
         llm.train()
-    return GameStateModel(llm, tokenizer, width, tokens, config.lora_rank, config.lora_alpha,
-                          config.lora_dropout, config.lora_targets).to(device)
+    return GameStateModel(
+        llm,
+        tokenizer,
+        width,
+        tokens,
+        config.lora_rank,
+        config.lora_alpha,
+        config.lora_dropout,
+        config.lora_targets,
+    ).to(device)
 
 
 # Settings that shape a part without being weights: a later phase that rebuilds the part must
@@ -63,11 +83,16 @@ DECODER_SHAPE = ("decoder_lora_rank", "decoder_lora_alpha", "decoder_lora_target
 def check_same_shape(config, location: str, names: tuple[str, ...]) -> None:
     """Refuse a config whose `names` differ from the ones saved with the checkpoint."""
     saved = checkpoint.load(location)["config"]
-    differ = [f"{n}={getattr(config, n)!r} (checkpoint: {saved[n]!r})"
-              for n in names if n in saved and hasattr(config, n) and getattr(config, n) != saved[n]]
+    differ = [
+        f"{n}={getattr(config, n)!r} (checkpoint: {saved[n]!r})"
+        for n in names
+        if n in saved and hasattr(config, n) and getattr(config, n) != saved[n]
+    ]
     if differ:
-        raise ValueError(f"{location}: trained with other settings than this run: "
-                         f"{'; '.join(differ)}; use the checkpoint's values")
+        raise ValueError(
+            f"{location}: trained with other settings than this run: "
+            f"{'; '.join(differ)}; use the checkpoint's values"
+        )
 
 
 def frozen_from_checkpoint(module: torch.nn.Module, location: str, prefix: str) -> torch.nn.Module:
@@ -78,7 +103,9 @@ def frozen_from_checkpoint(module: torch.nn.Module, location: str, prefix: str) 
     return module.eval()
 
 
-def trained_mllm(location: str, device: torch.device, dtype: torch.dtype) -> tuple[GameStateModel, object]:
+def trained_mllm(
+    location: str, device: torch.device, dtype: torch.dtype
+) -> tuple[GameStateModel, object]:
     """The MLLM of a phase (b) checkpoint, rebuilt from the config saved with it, frozen."""
     state = checkpoint.load(location)
     if state["phase"] != "mllm":
@@ -92,4 +119,4 @@ def trained_mllm(location: str, device: torch.device, dtype: torch.dtype) -> tup
 
 
 def _strip(weights: dict, prefix: str) -> dict:
-    return {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}

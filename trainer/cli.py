@@ -15,19 +15,39 @@ Settings come from the phase's defaults (the paper's), then --config YAML, then 
 `--settings` lists them. A run resumes from the latest checkpoint in its out_dir unless --fresh.
 Several processes: torchrun --nproc_per_node N -m trainer.cli --phase ... (gloo on CPU, NCCL on GPU)."""
 
-PHASE_MODULES = {"encoder": "trainer.train_encoder", "mllm": "trainer.train_mllm", "adapt": "trainer.train_adapt"}
+PHASE_MODULES = {
+    "encoder": "trainer.train_encoder",
+    "mllm": "trainer.train_mllm",
+    "adapt": "trainer.train_adapt",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser, phase: str | None = None) -> None:
     if phase is None:
-        parser.add_argument("--phase", required=True, choices=list(PHASE_MODULES), help="which phase to train")
+        parser.add_argument(
+            "--phase", required=True, choices=list(PHASE_MODULES), help="which phase to train"
+        )
     parser.add_argument("--config", help="YAML settings (trainer/configs/*.yaml)")
-    parser.add_argument("--shards", nargs="+", help="shard files or dataset/film folders (sets `shards`)")
+    parser.add_argument(
+        "--shards", nargs="+", help="shard files or dataset/film folders (sets `shards`)"
+    )
     parser.add_argument("--out", help="run folder for checkpoints and metrics (sets `out_dir`)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
-                        help="override one setting (repeatable), e.g. --set max_steps=100")
-    parser.add_argument("--fresh", action="store_true", help="start over: delete out_dir's checkpoints and metrics first")
-    parser.add_argument("--settings", action="store_true", help="list the phase's settings and exit")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one setting (repeatable), e.g. --set max_steps=100",
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over: delete out_dir's checkpoints and metrics first",
+    )
+    parser.add_argument(
+        "--settings", action="store_true", help="list the phase's settings and exit"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
 def module_parser(prog: str, description: str, add, *add_args) -> argparse.ArgumentParser:
     """The parser of a module run on its own (`python -m ...`, e.g. under torchrun), with the same
     arguments as its `animegamer` sub-command."""
-    parser = argparse.ArgumentParser(prog=prog, description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add(parser, *add_args)
     return parser
 

@@ -75,7 +75,9 @@ class TrainConfig:
 class DecoderFields:
     decoder_lora_rank: int = 64
     decoder_lora_alpha: int = 64
-    decoder_lora_targets: list[str] = field(default_factory=lambda: ["to_q", "to_k", "to_v", "to_out.0"])
+    decoder_lora_targets: list[str] = field(
+        default_factory=lambda: ["to_q", "to_k", "to_v", "to_out.0"]
+    )
     """The 3D attention's query/key/value and output projections."""
     motion_hidden: int = 512
     """Width of the motion-scope MLP (sinusoid -> Linear -> SiLU -> Linear, last zero-initialised)."""
@@ -84,6 +86,7 @@ class DecoderFields:
 @dataclass
 class EncoderConfig(DecoderFields, TrainConfig):
     """Phase (a): E_a warm-up with D_a frozen, then E_a + D_a jointly, diffusion loss."""
+
     lr: float = 2e-4
     encoder_warmup_steps: int = 10_000
     max_steps: int = 90_000
@@ -93,6 +96,7 @@ class EncoderConfig(DecoderFields, TrainConfig):
 @dataclass
 class MllmConfig(TrainConfig):
     """Phase (b): next game state prediction over game sequences, E_a frozen."""
+
     encoder_checkpoint: str = "runs/encoder"
     """Phase (a) output folder (its latest checkpoint) or one checkpoint folder: the trained E_a."""
     lr: float = 5e-5
@@ -100,8 +104,17 @@ class MllmConfig(TrainConfig):
     lora_rank: int = 32
     lora_alpha: int = 32
     lora_dropout: float = 0.05
-    lora_targets: list[str] = field(default_factory=lambda: [
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    lora_targets: list[str] = field(
+        default_factory=lambda: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+    )
     max_turns: int = 4
     """Clips per game sequence (history + target); shorter where a film's run of captioned clips is.
     The paper trains short and plays long with a sliding window; it gives no number."""
@@ -114,6 +127,7 @@ class MllmConfig(TrainConfig):
 @dataclass
 class AdaptConfig(DecoderFields, TrainConfig):
     """Phase (c): D_a fine-tuned on the frozen MLLM's predicted representations."""
+
     encoder_checkpoint: str = "runs/encoder"
     """Phase (a) output: E_a and the decoder's LoRA and motion MLP to start from."""
     mllm_checkpoint: str = "runs/mllm"
@@ -170,7 +184,9 @@ def read_yaml(path: str | Path) -> dict:
 def apply_mapping(config, phase: str, data: dict, source: str) -> None:
     """Top-level keys apply where the phase has them; a phase section applies to that phase only."""
     names = {f.name for f in dataclasses.fields(config)}
-    every_phase = set().union(*({f.name for f in dataclasses.fields(c)} for c in CONFIG_CLASSES.values()))
+    every_phase = set().union(
+        *({f.name for f in dataclasses.fields(c)} for c in CONFIG_CLASSES.values())
+    )
     for key, value in data.items():
         if key in PHASES:
             if not isinstance(value, dict):
@@ -187,8 +203,10 @@ def apply_mapping(config, phase: str, data: dict, source: str) -> None:
 def set_field(config, name: str, value, source: str) -> None:
     hints = typing.get_type_hints(type(config))
     if name not in hints:
-        raise ConfigError(f"{source}: unknown setting '{name}' for phase "
-                          f"{type(config).__name__} (see `animegamer train --help`)")
+        raise ConfigError(
+            f"{source}: unknown setting '{name}' for phase "
+            f"{type(config).__name__} (see `animegamer train --help`)"
+        )
     try:
         setattr(config, name, coerce(value, hints[name]))
     except (TypeError, ValueError) as exc:
@@ -200,4 +218,6 @@ def describe(phase: str) -> list[tuple[str, object, str]]:
     cls = CONFIG_CLASSES[phase]
     docs = field_docs(cls)
     default = cls()
-    return [(f.name, getattr(default, f.name), docs.get(f.name, "")) for f in dataclasses.fields(cls)]
+    return [
+        (f.name, getattr(default, f.name), docs.get(f.name, "")) for f in dataclasses.fields(cls)
+    ]

@@ -25,9 +25,23 @@ import torch.nn.functional as F
 from pipeline.shards import check_schema_version, shard_paths
 from pipeline.video import decode_image, decode_mp4
 
-CATALOG_COLUMNS = ["clip_id", "film_id", "clip_index", "status", "motion_scope", "motion_level", "instruction",
-                   "characters", "subject", "motion_description", "environment", "adverb", "social",
-                   "entertainment", "stamina"]
+CATALOG_COLUMNS = [
+    "clip_id",
+    "film_id",
+    "clip_index",
+    "status",
+    "motion_scope",
+    "motion_level",
+    "instruction",
+    "characters",
+    "subject",
+    "motion_description",
+    "environment",
+    "adverb",
+    "social",
+    "entertainment",
+    "stamina",
+]
 STATE_FIELDS = ("motion_level", "stamina", "social", "entertainment")
 CACHED_GROUPS = 4
 
@@ -48,8 +62,11 @@ class ClipCatalog:
         self.sources = [str(location) for location in locations]
         # resolved and deduplicated: a film named twice (data and data/film) would otherwise
         # interleave its clips with their copies and build sequences across the two
-        paths = list(dict.fromkeys(p.resolve() for location in locations
-                                   for p in _clip_shards(Path(location))))
+        paths = list(
+            dict.fromkeys(
+                p.resolve() for location in locations for p in _clip_shards(Path(location))
+            )
+        )
         if not paths:
             raise FileNotFoundError(f"no clip shards under {', '.join(map(str, locations))}")
         for path in paths:
@@ -84,7 +101,9 @@ class ClipCatalog:
         self._groups.move_to_end(key)
         data = self._groups[key][where.row]
         if not data:
-            raise ValueError(f"{where.path}: clip {self.rows[index]['clip_id']} has no {column} bytes")
+            raise ValueError(
+                f"{where.path}: clip {self.rows[index]['clip_id']} has no {column} bytes"
+            )
         return data
 
     def __getstate__(self):  # DataLoader workers get the catalog without another worker's cache
@@ -98,9 +117,11 @@ def _check_one_clip_per_position(rows: list[dict], sources: list[str]) -> None:
     for row in rows:
         key = (row["film_id"], row["clip_index"])
         if seen.setdefault(key, row["clip_id"]) != row["clip_id"]:
-            raise ValueError(f"{', '.join(sources)}: film {row['film_id'][:8]} has two different clips "
-                             f"at clip_index {row['clip_index']}: shards of two datasets of one film "
-                             f"are mixed; give one of them")
+            raise ValueError(
+                f"{', '.join(sources)}: film {row['film_id'][:8]} has two different clips "
+                f"at clip_index {row['clip_index']}: shards of two datasets of one film "
+                f"are mixed; give one of them"
+            )
 
 
 def _clip_shards(location: Path) -> list[Path]:
@@ -124,8 +145,13 @@ def instruction_of(row: dict) -> str | None:
 
 def is_captioned(row: dict) -> bool:
     """A clip a game turn can be made of: it is ok and every field of a turn is filled."""
-    return (row["status"] == "ok" and bool(row["instruction"]) and bool(row["motion_description"])
-            and row["motion_scope"] is not None and all(row[f] is not None for f in STATE_FIELDS))
+    return (
+        row["status"] == "ok"
+        and bool(row["instruction"])
+        and bool(row["motion_description"])
+        and row["motion_scope"] is not None
+        and all(row[f] is not None for f in STATE_FIELDS)
+    )
 
 
 def captioned_runs(rows: list[dict]) -> list[list[int]]:
@@ -159,8 +185,11 @@ def game_sequences(rows: list[dict], max_turns: int) -> list[list[int]]:
     """One sequence per captioned clip: up to `max_turns` clips ending at it (it is the target)."""
     if max_turns < 1:
         raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-    return [run[max(0, end - max_turns + 1): end + 1]
-            for run in captioned_runs(rows) for end in range(len(run))]
+    return [
+        run[max(0, end - max_turns + 1) : end + 1]
+        for run in captioned_runs(rows)
+        for end in range(len(run))
+    ]
 
 
 class ShotDataset(torch.utils.data.Dataset):
@@ -170,12 +199,20 @@ class ShotDataset(torch.utils.data.Dataset):
     seeds its diffusion noise, so a sample's loss does not depend on which rank or batch it is in.
     """
 
-    def __init__(self, catalog: ClipCatalog, samples: list[list[int]], frame_size: tuple[int, int],
-                 num_frames: int, with_video: bool):
+    def __init__(
+        self,
+        catalog: ClipCatalog,
+        samples: list[list[int]],
+        frame_size: tuple[int, int],
+        num_frames: int,
+        with_video: bool,
+    ):
         if not samples:
-            raise ValueError(f"{', '.join(catalog.sources)}: no training samples: no ok clip has the fields this "
-                             "phase needs (motion_description, motion_scope; for game sequences also "
-                             "instruction and the states motion_level, stamina, social, entertainment)")
+            raise ValueError(
+                f"{', '.join(catalog.sources)}: no training samples: no ok clip has the fields this "
+                "phase needs (motion_description, motion_scope; for game sequences also "
+                "instruction and the states motion_level, stamina, social, entertainment)"
+            )
         self.catalog, self.samples = catalog, samples
         self.frame_size, self.num_frames, self.with_video = frame_size, num_frames, with_video
 
@@ -194,11 +231,16 @@ class ShotDataset(torch.utils.data.Dataset):
     def _turn(self, clip: int) -> dict:
         row = self.catalog.rows[clip]
         first = decode_image(self.catalog.media_bytes(clip, "first_frame"))
-        return {"clip_id": row["clip_id"], "film_id": row["film_id"], "clip_index": row["clip_index"],
-                "first_frame": resize_frames(first[None], self.frame_size)[0],
-                "motion_description": row["motion_description"], "instruction": row["instruction"],
-                "motion_scope": float(row["motion_scope"]),
-                **{f: int(row[f]) for f in STATE_FIELDS}}
+        return {
+            "clip_id": row["clip_id"],
+            "film_id": row["film_id"],
+            "clip_index": row["clip_index"],
+            "first_frame": resize_frames(first[None], self.frame_size)[0],
+            "motion_description": row["motion_description"],
+            "instruction": row["instruction"],
+            "motion_scope": float(row["motion_scope"]),
+            **{f: int(row[f]) for f in STATE_FIELDS},
+        }
 
     def _video(self, clip: int) -> torch.Tensor:
         frames = decode_mp4(self.catalog.media_bytes(clip, "video"))
@@ -213,12 +255,17 @@ def resize_frames(frames: np.ndarray, size: tuple[int, int]) -> torch.Tensor:
     video = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)
     if tuple(video.shape[-2:]) == tuple(size):
         return video.contiguous()
-    resized = F.interpolate(video.float(), size=size, mode="bilinear", antialias=True, align_corners=False)
+    resized = F.interpolate(
+        video.float(), size=size, mode="bilinear", antialias=True, align_corners=False
+    )
     return resized.round().clamp(0, 255).to(torch.uint8)
 
 
 def collate(samples: list[dict]) -> dict:
-    batch = {"uid": torch.tensor([s["uid"] for s in samples]), "turns": [s["turns"] for s in samples]}
+    batch = {
+        "uid": torch.tensor([s["uid"] for s in samples]),
+        "turns": [s["turns"] for s in samples],
+    }
     if "video" in samples[0]:
         batch["video"] = torch.stack([s["video"] for s in samples])
     return batch
@@ -232,8 +279,15 @@ class StepBatches(torch.utils.data.Sampler):
     rank r takes the r-th batch_size slice of each global batch.
     """
 
-    def __init__(self, num_samples: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
-                 start_step: int = 0):
+    def __init__(
+        self,
+        num_samples: int,
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        start_step: int = 0,
+    ):
         self.num_samples, self.batch_size, self.seed = num_samples, batch_size, seed
         self.rank, self.world_size, self.start_step = rank, world_size, start_step
         self.global_batch = batch_size * world_size
@@ -259,23 +313,42 @@ class StepBatches(torch.utils.data.Sampler):
         return 2**31
 
 
-def make_loader(dataset: ShotDataset, batch_size: int, seed: int, rank: int, world_size: int,
-                start_step: int, num_workers: int) -> torch.utils.data.DataLoader:
+def make_loader(
+    dataset: ShotDataset,
+    batch_size: int,
+    seed: int,
+    rank: int,
+    world_size: int,
+    start_step: int,
+    num_workers: int,
+) -> torch.utils.data.DataLoader:
     sampler = StepBatches(len(dataset), batch_size, seed, rank, world_size, start_step)
-    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers,
-                                       collate_fn=collate, persistent_workers=False,
-                                       multiprocessing_context="spawn" if num_workers else None)
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=collate,
+        persistent_workers=False,
+        multiprocessing_context="spawn" if num_workers else None,
+    )
 
 
 def clip_samples(catalog: ClipCatalog) -> list[list[int]]:
     """Phase (a): every ok clip with a motion description and a motion scope, on its own."""
-    return [[i] for i, row in enumerate(catalog.rows)
-            if row["status"] == "ok" and row["motion_description"] and row["motion_scope"] is not None]
+    return [
+        [i]
+        for i, row in enumerate(catalog.rows)
+        if row["status"] == "ok" and row["motion_description"] and row["motion_scope"] is not None
+    ]
 
 
 def game_sequence_dataset(config, with_video: bool) -> ShotDataset:
     """The game sequences of phases (b) and (c) over the configured shards."""
     catalog = ClipCatalog(config.shards)
-    return ShotDataset(catalog, game_sequences(catalog.rows, config.max_turns),
-                       (config.frame_height, config.frame_width), config.num_frames,
-                       with_video=with_video)
+    return ShotDataset(
+        catalog,
+        game_sequences(catalog.rows, config.max_turns),
+        (config.frame_height, config.frame_width),
+        config.num_frames,
+        with_video=with_video,
+    )

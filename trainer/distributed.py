@@ -40,7 +40,9 @@ def setup(device_setting: str = "auto") -> Dist:
 
 def pick_device(setting: str, local_rank: int) -> torch.device:
     if setting == "auto":
-        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+        return (
+            torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+        )
     return torch.device(setting)
 
 
@@ -48,7 +50,12 @@ def pick_dtype(setting: str, device: torch.device) -> torch.dtype:
     if setting == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     # no fp16: it would need loss scaling, which the loop does not do; bf16 does not
-    names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32}
+    names = {
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+        "fp32": torch.float32,
+        "float32": torch.float32,
+    }
     if setting not in names:
         raise ValueError(f"dtype={setting!r}: use auto, bf16 or fp32")
     return names[setting]

@@ -42,14 +42,19 @@ def train(phase: str, config, build, resume: bool = True, log=print) -> list[dic
     torch.manual_seed(config.seed)
     model, dataset = build(config, env.device, dtype)
     trainable = [p for _, p in sorted(model.named_parameters()) if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=config.lr, betas=tuple(config.adam_betas),
-                                  weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(
+        trainable, lr=config.lr, betas=tuple(config.adam_betas), weight_decay=config.weight_decay
+    )
     start = _start_step(phase, model, optimizer, config.out_dir, resume, env, log)
     if env.is_main:
-        log(f"[{phase}] {len(dataset)} samples, {sum(p.numel() for p in trainable):,} trainable weights, "
-            f"{env.world_size} rank(s) on {env.device} in {dtype}, steps {start}..{config.max_steps}")
+        log(
+            f"[{phase}] {len(dataset)} samples, {sum(p.numel() for p in trainable):,} trainable weights, "
+            f"{env.world_size} rank(s) on {env.device} in {dtype}, steps {start}..{config.max_steps}"
+        )
     wrapped = _wrap(model, env)
-    loader = make_loader(dataset, config.batch_size, config.seed, env.rank, env.world_size, start, config.num_workers)
+    loader = make_loader(
+        dataset, config.batch_size, config.seed, env.rank, env.world_size, start, config.num_workers
+    )
     metrics, clock = [], time.time()
     for step, batch in zip(range(start, config.max_steps), loader):
         record = _step(wrapped, model, optimizer, trainable, batch, step, config, env, dtype)
@@ -79,8 +84,11 @@ def _step(wrapped, model, optimizer, trainable, batch, step: int, config, env, d
     torch.nn.utils.clip_grad_norm_(trainable, config.grad_clip)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    record = {"step": step + 1, "lr": optimizer.param_groups[0]["lr"],
-              **{k: distributed.mean_across_ranks(v) for k, v in out.items()}}
+    record = {
+        "step": step + 1,
+        "lr": optimizer.param_groups[0]["lr"],
+        **{k: distributed.mean_across_ranks(v) for k, v in out.items()},
+    }
     if not math.isfinite(record["loss"]):
         raise FloatingPointError(f"loss became {record['loss']} at step {step + 1}")
     return record
@@ -91,8 +99,10 @@ def _log(phase: str, record: dict, config, start: int, clock: float, log) -> Non
         handle.write(json.dumps(record) + "\n")
     step = record["step"]
     if step % config.log_every == 0 or step == start + 1:
-        log(f"[{phase}] step {step}/{config.max_steps} loss {record['loss']:.4f} lr {record['lr']:.2e} "
-            f"{(time.time() - clock) / (step - start):.2f}s/step")
+        log(
+            f"[{phase}] step {step}/{config.max_steps} loss {record['loss']:.4f} lr {record['lr']:.2e} "
+            f"{(time.time() - clock) / (step - start):.2f}s/step"
+        )
 
 
 def _start_step(phase: str, model, optimizer, out_dir: str, resume: bool, env, log) -> int:
@@ -114,7 +124,9 @@ def _resume(phase: str, model, optimizer, out_dir: str, log) -> int:
         return 0
     state = checkpoint.load(found)
     if state["phase"] != phase:
-        raise ValueError(f"{found}: a '{state['phase']}' checkpoint; phase {phase} needs its own out_dir")
+        raise ValueError(
+            f"{found}: a '{state['phase']}' checkpoint; phase {phase} needs its own out_dir"
+        )
     checkpoint.restore_trainable(model, state["trainable"], source=str(found))
     optimizer.load_state_dict(state["optimizer"])
     log(f"resuming from {found} at step {state['step']}")
@@ -125,7 +137,9 @@ def _drop_metrics_after(path: Path, step: int) -> None:
     """A resumed run rewrites the steps after its checkpoint: drop their old lines."""
     if not path.is_file():
         return
-    kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+    kept = [
+        line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step
+    ]
     write_text_atomic("".join(line + "\n" for line in kept), path)
 
 
@@ -139,8 +153,16 @@ def _clear(out_dir: str) -> None:
 def _save(phase, config, model, optimizer, step, env, log) -> None:
     if env.is_main:
         adapters = getattr(model, "adapters", lambda: {})()
-        path = checkpoint.save(config.out_dir, step, phase, dataclasses.asdict(config), model, optimizer,
-                               adapters, config.keep_checkpoints)
+        path = checkpoint.save(
+            config.out_dir,
+            step,
+            phase,
+            dataclasses.asdict(config),
+            model,
+            optimizer,
+            adapters,
+            config.keep_checkpoints,
+        )
         log(f"[{phase}] saved {path}")
     distributed.barrier()
 
@@ -150,12 +172,14 @@ def _wrap(model, env):
         return model
     # Frozen backbones (Mistral, T5-XXL, CogVideoX: tens of GB) are loaded from disk by every
     # rank already: DDP need not broadcast them at start-up nor watch them.
-    model._ddp_params_and_buffers_to_ignore = (
-        [name for name, p in model.named_parameters() if not p.requires_grad]
-        + [name for name, _ in model.named_buffers()])
+    model._ddp_params_and_buffers_to_ignore = [
+        name for name, p in model.named_parameters() if not p.requires_grad
+    ] + [name for name, _ in model.named_buffers()]
     return torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=[env.device.index] if env.device.type == "cuda" else None,
-        find_unused_parameters=getattr(model, "may_skip_parameters", False))
+        model,
+        device_ids=[env.device.index] if env.device.type == "cuda" else None,
+        find_unused_parameters=getattr(model, "may_skip_parameters", False),
+    )
 
 
 def _autocast(device: torch.device, dtype: torch.dtype):

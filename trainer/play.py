@@ -24,14 +24,27 @@ LEVEL_SCOPES = (0.5, 2.5, 10.0, 15.0, 40.0)  # the released decoder's flow value
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mllm", required=True, help="phase (b) run folder or checkpoint folder")
-    parser.add_argument("--instructions", required=True, help="text file, one game instruction per line")
-    parser.add_argument("--decoder", help="phase (a) or (c) run/checkpoint folder: also render each shot")
-    parser.add_argument("--out", required=True, help="folder for states.jsonl and the rendered shots")
-    parser.add_argument("--history", type=int, default=None,
-                        help="turns of history the MLLM sees (default: the training max_turns - 1)")
+    parser.add_argument(
+        "--instructions", required=True, help="text file, one game instruction per line"
+    )
+    parser.add_argument(
+        "--decoder", help="phase (a) or (c) run/checkpoint folder: also render each shot"
+    )
+    parser.add_argument(
+        "--out", required=True, help="folder for states.jsonl and the rendered shots"
+    )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=None,
+        help="turns of history the MLLM sees (default: the training max_turns - 1)",
+    )
     parser.add_argument("--steps", type=int, default=50, help="diffusion sampling steps per shot")
-    parser.add_argument("--level-scopes", default=",".join(map(str, LEVEL_SCOPES)),
-                        help="motion scope given to the decoder for levels 1..5")
+    parser.add_argument(
+        "--level-scopes",
+        default=",".join(map(str, LEVEL_SCOPES)),
+        help="motion scope given to the decoder for levels 1..5",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto")
 
@@ -45,8 +58,17 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"animegamer play: error: {exc}", file=sys.stderr)
         return 2
-    for record in play(args.mllm, instructions, Path(args.out), args.decoder, args.history, args.steps,
-                       scopes, args.seed, args.device):
+    for record in play(
+        args.mllm,
+        instructions,
+        Path(args.out),
+        args.decoder,
+        args.history,
+        args.steps,
+        scopes,
+        args.seed,
+        args.device,
+    ):
         print(json.dumps(record))
     return 0
 
@@ -58,16 +80,27 @@ def read_instructions(path: Path) -> list[str]:
         if not line or line.startswith("#"):
             continue
         if not INSTRUCTION.match(line):
-            raise ValueError(f"{path}:{number}: not a game instruction "
-                             f"('Character: ...; Motion: ...; Background: ...'): {line!r}")
+            raise ValueError(
+                f"{path}:{number}: not a game instruction "
+                f"('Character: ...; Motion: ...; Background: ...'): {line!r}"
+            )
         lines.append(line)
     if not lines:
         raise ValueError(f"{path}: no game instructions")
     return lines
 
 
-def play(mllm_location, instructions, out: Path, decoder_location=None, history=None, steps=50,
-         scopes=LEVEL_SCOPES, seed=0, device_setting="auto"):
+def play(
+    mllm_location,
+    instructions,
+    out: Path,
+    decoder_location=None,
+    history=None,
+    steps=50,
+    scopes=LEVEL_SCOPES,
+    seed=0,
+    device_setting="auto",
+):
     """Yield one record per turn (and write them to out/states.jsonl)."""
     import torch
 
@@ -76,7 +109,9 @@ def play(mllm_location, instructions, out: Path, decoder_location=None, history=
     device = distributed.pick_device(device_setting, 0)
     dtype = distributed.pick_dtype("auto", device)
     model, config = build.trained_mllm(mllm_location, device, dtype)
-    decoder, decoder_config = load_decoder(decoder_location, device, dtype) if decoder_location else (None, None)
+    decoder, decoder_config = (
+        load_decoder(decoder_location, device, dtype) if decoder_location else (None, None)
+    )
     window = history if history is not None else max(config.max_turns - 1, 0)
     out.mkdir(parents=True, exist_ok=True)
     turns, shots, totals = [], [], {"stamina": 0, "social": 0, "entertainment": 0}
@@ -84,14 +119,23 @@ def play(mllm_location, instructions, out: Path, decoder_location=None, history=
     with (out / "states.jsonl").open("w") as log:
         for index, instruction in enumerate(instructions):
             start = max(0, len(turns) - window) if window else len(turns)
-            shot, states = predict_turn(model, turns[start:] + [{"instruction": instruction}], shots[start:])
+            shot, states = predict_turn(
+                model, turns[start:] + [{"instruction": instruction}], shots[start:]
+            )
             turns.append({"instruction": instruction, **states})
             shots.append(shot)
             totals = {k: totals[k] + states[k] for k in totals}
             record = {"turn": index, "instruction": instruction, **states, "totals": dict(totals)}
             if decoder is not None:
-                record["video"] = render(decoder, decoder_config, shot, scopes[states["motion_level"] - 1],
-                                         steps, generator, out / f"turn-{index:03d}.mp4")
+                record["video"] = render(
+                    decoder,
+                    decoder_config,
+                    shot,
+                    scopes[states["motion_level"] - 1],
+                    steps,
+                    generator,
+                    out / f"turn-{index:03d}.mp4",
+                )
             log.write(json.dumps(record) + "\n")
             yield record
 
@@ -111,7 +155,9 @@ def predict_turn(model, turns: list[dict], history_shots: list):
             prefix += model.prompts.ids(f"<{tag}>")
             values = STATE_VALUES[name]
             endings = [model.prompts.ids(f"{v}</{tag}>") for v in values]
-            candidates = [Sequence(prefix + e, [], base.history_slots, base.query_start) for e in endings]
+            candidates = [
+                Sequence(prefix + e, [], base.history_slots, base.query_start) for e in endings
+            ]
             logits, _, _ = model(candidates, [shots] * len(candidates))
             scores = [_log_likelihood(logits[i], len(prefix), e) for i, e in enumerate(endings)]
             best = max(range(len(values)), key=lambda i: scores[i])
@@ -140,10 +186,14 @@ def load_decoder(location: str, device, dtype):
 
     state = checkpoint.load(location)
     if state["phase"] not in ("encoder", "adapt"):
-        raise ValueError(f"{location}: a '{state['phase']}' checkpoint holds no decoder (use phase encoder or adapt)")
+        raise ValueError(
+            f"{location}: a '{state['phase']}' checkpoint holds no decoder (use phase encoder or adapt)"
+        )
     config = config_from_dict(state["phase"], state["config"])
     decoder = build.shot_decoder(config, device, dtype)
-    weights = {k[len("decoder."):]: v for k, v in state["trainable"].items() if k.startswith("decoder.")}
+    weights = {
+        k[len("decoder.") :]: v for k, v in state["trainable"].items() if k.startswith("decoder.")
+    }
     checkpoint.restore_trainable(decoder, weights, source=str(location))
     return decoder.eval().requires_grad_(False), config
 
@@ -153,8 +203,14 @@ def render(decoder, config, shot, scope: float, steps: int, generator, path: Pat
 
     from pipeline.video import encode_mp4
 
-    frames = decoder.generate(shot[None], torch.tensor([scope], device=shot.device), config.num_frames,
-                              (config.frame_height, config.frame_width), steps, generator)
+    frames = decoder.generate(
+        shot[None],
+        torch.tensor([scope], device=shot.device),
+        config.num_frames,
+        (config.frame_height, config.frame_width),
+        steps,
+        generator,
+    )
     path.write_bytes(encode_mp4(frames[0].cpu().numpy(), fps=8.0))
     return path.name
 

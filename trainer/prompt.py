@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 import torch
 
 STATE_TAGS = (("motion_level", "MS"), ("stamina", "ST"), ("social", "SC"), ("entertainment", "ET"))
-STATE_VALUES = {"motion_level": (1, 2, 3, 4, 5), "stamina": (-1, 1), "social": (0, 1), "entertainment": (0, 1)}
+STATE_VALUES = {
+    "motion_level": (1, 2, 3, 4, 5),
+    "stamina": (-1, 1),
+    "social": (0, 1),
+    "entertainment": (0, 1),
+}
 IGNORE = -100
 
 
@@ -29,8 +34,10 @@ def special_tokens(num_queries: int) -> list[str]:
 
 def add_game_tokens(tokenizer, num_queries: int) -> list[int]:
     """Add the special tokens to a tokenizer (idempotent); return their ids."""
-    tokenizer.add_special_tokens({"additional_special_tokens": special_tokens(num_queries)},
-                                 replace_extra_special_tokens=False)
+    tokenizer.add_special_tokens(
+        {"additional_special_tokens": special_tokens(num_queries)},
+        replace_extra_special_tokens=False,
+    )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.unk_token or tokenizer.eos_token
     return tokenizer.convert_tokens_to_ids(special_tokens(num_queries))
@@ -52,6 +59,7 @@ def parse_states(text: str) -> dict:
 @dataclass
 class Sequence:
     """One tokenised game sequence."""
+
     input_ids: list[int] = field(default_factory=list)
     labels: list[int] = field(default_factory=list)
     history_slots: list[int] = field(default_factory=list)
@@ -62,7 +70,9 @@ class Sequence:
 class PromptBuilder:
     def __init__(self, tokenizer, num_queries: int):
         self.tokenizer, self.num_queries = tokenizer, num_queries
-        self.slot_ids = tokenizer.convert_tokens_to_ids([f"<ANIME_{i}>" for i in range(num_queries)])
+        self.slot_ids = tokenizer.convert_tokens_to_ids(
+            [f"<ANIME_{i}>" for i in range(num_queries)]
+        )
         self.eos = tokenizer.eos_token_id
         self.bos = tokenizer.bos_token_id
 
@@ -76,7 +86,11 @@ class PromptBuilder:
         self._add(seq, [self.bos] if self.bos is not None else [], trained=False)
         for index, turn in enumerate(turns):
             is_target = index == len(turns) - 1
-            self._add(seq, self.ids(f"[INST] {turn['instruction']} [/INST]") + self.ids("<VS>"), trained=False)
+            self._add(
+                seq,
+                self.ids(f"[INST] {turn['instruction']} [/INST]") + self.ids("<VS>"),
+                trained=False,
+            )
             if is_target:
                 seq.query_start = len(seq.input_ids)
             else:
@@ -94,7 +108,9 @@ class PromptBuilder:
         seq.labels.extend(ids if trained else [IGNORE] * len(ids))
 
 
-def pad_batch(sequences: list[Sequence], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pad_batch(
+    sequences: list[Sequence], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded input ids and labels, and the true lengths."""
     length = max(len(s.input_ids) for s in sequences)
     ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
@@ -105,7 +121,9 @@ def pad_batch(sequences: list[Sequence], pad_id: int) -> tuple[torch.Tensor, tor
     return ids, labels, torch.tensor([len(s.input_ids) for s in sequences])
 
 
-def attention_allowed(lengths: torch.Tensor, query_starts: list[int], num_queries: int, length: int) -> torch.Tensor:
+def attention_allowed(
+    lengths: torch.Tensor, query_starts: list[int], num_queries: int, length: int
+) -> torch.Tensor:
     """B x L x L booleans (True: the row's token may attend to the column's token).
 
     Causal over the sequence; within the target's query block every query sees every other (the
@@ -117,7 +135,7 @@ def attention_allowed(lengths: torch.Tensor, query_starts: list[int], num_querie
     allowed = causal[None].repeat(len(lengths), 1, 1)
     for row, (size, start) in enumerate(zip(lengths.tolist(), query_starts)):
         if start >= 0:
-            allowed[row, start: start + num_queries, start: start + num_queries] = True
+            allowed[row, start : start + num_queries, start : start + num_queries] = True
         allowed[row, :, size:] = False
         allowed[row, size:, :] = False
         allowed[row, positions[size:], positions[size:]] = True

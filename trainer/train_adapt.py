@@ -19,25 +19,34 @@ from trainer.train_mllm import encode_turns
 class AdaptPhase(nn.Module):
     def __init__(self, config, device, dtype):
         super().__init__()
-        build.check_same_shape(config, config.encoder_checkpoint, build.ENCODER_SHAPE + build.DECODER_SHAPE)
+        build.check_same_shape(
+            config, config.encoder_checkpoint, build.ENCODER_SHAPE + build.DECODER_SHAPE
+        )
         encoder = build.shot_encoder(config, device, dtype)
         self.encoder = build.frozen_from_checkpoint(encoder, config.encoder_checkpoint, "encoder.")
         self.mllm, mllm_config = build.trained_mllm(config.mllm_checkpoint, device, dtype)
-        _check_same_encoder(config.encoder_checkpoint, mllm_config.encoder_checkpoint, config.mllm_checkpoint)
+        _check_same_encoder(
+            config.encoder_checkpoint, mllm_config.encoder_checkpoint, config.mllm_checkpoint
+        )
         self.decoder = build.shot_decoder(config, device, dtype)
         weights = checkpoint.load(config.encoder_checkpoint)["trainable"]
-        checkpoint.restore_trainable(self, weights, prefix="decoder.", source=config.encoder_checkpoint)
+        checkpoint.restore_trainable(
+            self, weights, prefix="decoder.", source=config.encoder_checkpoint
+        )
         self.seed = config.seed
 
     def forward(self, batch: dict, step: int) -> dict:
         device = self.encoder.visual_proj[0].weight.device
         with torch.no_grad():
             shots = [encode_turns(self.encoder, turns) for turns in batch["turns"]]
-            sequences = [self.mllm.prompts.sequence(turns, target_states=False) for turns in batch["turns"]]
+            sequences = [
+                self.mllm.prompts.sequence(turns, target_states=False) for turns in batch["turns"]
+            ]
             _, predicted, _ = self.mllm(sequences, [s[:-1] for s in shots])
         scope = torch.tensor([turns[-1]["motion_scope"] for turns in batch["turns"]], device=device)
-        loss = self.decoder.diffusion_loss(batch["video"].to(device), predicted, scope,
-                                           sample_generators(self.seed, batch["uid"]))
+        loss = self.decoder.diffusion_loss(
+            batch["video"].to(device), predicted, scope, sample_generators(self.seed, batch["uid"])
+        )
         return {"loss": loss}
 
     def adapters(self) -> dict:
@@ -48,9 +57,15 @@ def _check_same_encoder(ours: str, mllms: str, mllm_checkpoint: str) -> None:
     """The MLLM learned to predict one E_a's shots; the decoder must be adapted on that E_a."""
     from pathlib import Path
 
-    if Path(ours).exists() and Path(mllms).exists() and Path(ours).resolve() != Path(mllms).resolve():
-        raise ValueError(f"{mllm_checkpoint}: its MLLM was trained on the shot encoder of {mllms}, "
-                         f"but this run's encoder_checkpoint is {ours}")
+    if (
+        Path(ours).exists()
+        and Path(mllms).exists()
+        and Path(ours).resolve() != Path(mllms).resolve()
+    ):
+        raise ValueError(
+            f"{mllm_checkpoint}: its MLLM was trained on the shot encoder of {mllms}, "
+            f"but this run's encoder_checkpoint is {ours}"
+        )
 
 
 def build_phase(config, device, dtype):

@@ -28,12 +28,15 @@ class EncoderPhase(nn.Module):
         first_frames = torch.stack([c["first_frame"] for c in clips]).to(device)
         shots = self.encoder(first_frames, [c["motion_description"] for c in clips])
         scope = torch.tensor([c["motion_scope"] for c in clips], device=device)
-        loss = self.decoder.diffusion_loss(batch["video"].to(device), shots, scope,
-                                           sample_generators(self.seed, batch["uid"]))
+        loss = self.decoder.diffusion_loss(
+            batch["video"].to(device), shots, scope, sample_generators(self.seed, batch["uid"])
+        )
         return {"loss": loss}
 
     def before_optimizer_step(self, step: int) -> None:
-        if step < self.warmup:  # warm-up: D_a frozen (its grads dropped, so AdamW leaves it as it is)
+        if (
+            step < self.warmup
+        ):  # warm-up: D_a frozen (its grads dropped, so AdamW leaves it as it is)
             for p in self.decoder.parameters():
                 p.grad = None
 
@@ -43,8 +46,13 @@ class EncoderPhase(nn.Module):
 
 def build_phase(config, device, dtype):
     catalog = ClipCatalog(config.shards)
-    dataset = ShotDataset(catalog, clip_samples(catalog), (config.frame_height, config.frame_width),
-                          config.num_frames, with_video=True)
+    dataset = ShotDataset(
+        catalog,
+        clip_samples(catalog),
+        (config.frame_height, config.frame_width),
+        config.num_frames,
+        with_video=True,
+    )
     return EncoderPhase(config, device, dtype), dataset
 
 

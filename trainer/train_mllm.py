@@ -30,8 +30,13 @@ class MllmPhase(nn.Module):
     def forward(self, batch: dict, step: int) -> dict:
         shots = [encode_turns(self.encoder, turns) for turns in batch["turns"]]
         sequences = [self.mllm.prompts.sequence(turns) for turns in batch["turns"]]
-        return self.mllm.loss(sequences, [s[:-1] for s in shots], torch.stack([s[-1] for s in shots]),
-                              self.mse_weight, self.cosine_weight)
+        return self.mllm.loss(
+            sequences,
+            [s[:-1] for s in shots],
+            torch.stack([s[-1] for s in shots]),
+            self.mse_weight,
+            self.cosine_weight,
+        )
 
     def adapters(self) -> dict:
         llm = self.mllm.llm

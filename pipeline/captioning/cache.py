@@ -52,8 +52,11 @@ class CaptionCache:
         for key, clip in items:
             caption = {name: getattr(clip, name) for name in CAPTION_FIELDS}
             self.entries[key] = caption
-            lines.append(json.dumps({"key": key, "clip_id": clip.clip_id, "caption": caption},
-                                    ensure_ascii=False))
+            lines.append(
+                json.dumps(
+                    {"key": key, "clip_id": clip.clip_id, "caption": caption}, ensure_ascii=False
+                )
+            )
         if not lines:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -48,8 +48,10 @@ class Request:
 
     def __post_init__(self):
         if self.text.count(IMAGE_SLOT) != len(self.images):
-            raise ValueError(f"request {self.key}: {self.text.count(IMAGE_SLOT)} image slots "
-                             f"but {len(self.images)} images")
+            raise ValueError(
+                f"request {self.key}: {self.text.count(IMAGE_SLOT)} image slots "
+                f"but {len(self.images)} images"
+            )
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class CaptionEngine(ABC):
     """Loads in `load()` (once per worker; calling it again does nothing, so one loaded engine
     can serve several films), answers in `generate()`."""
 
-    def load(self) -> None:
+    def load(self) -> None:  # noqa: B027 - optional hook: most engines load lazily or not at all
         pass
 
     @abstractmethod
@@ -97,6 +99,7 @@ def _failed(requests: list[Request], exc: BaseException) -> list[Completion]:
 
 # ---- transformers ------------------------------------------------------------------------
 
+
 class TransformersEngine(CaptionEngine):
     def __init__(self, config):
         self.config = config
@@ -121,19 +124,25 @@ class TransformersEngine(CaptionEngine):
             raise EngineError(
                 f"{source}: model type {model_config.model_type!r} is not the transformers-native "
                 "InternVL ('internvl'); use a '-hf' checkpoint (e.g. OpenGVLab/InternVL3-8B-hf) "
-                "with this engine, or serve the original checkpoint with engine lmdeploy/openai")
+                "with this engine, or serve the original checkpoint with engine lmdeploy/openai"
+            )
         device = _device(self.config.device, torch)
         dtype = _dtype(self.config.dtype, device, torch)
         self.processor = AutoProcessor.from_pretrained(source, trust_remote_code=remote)
         self.processor.tokenizer.padding_side = "left"  # generation appends on the right
-        self.model = InternVLForConditionalGeneration.from_pretrained(
-            source, dtype=dtype, trust_remote_code=remote).to(device).eval()
+        self.model = (
+            InternVLForConditionalGeneration.from_pretrained(
+                source, dtype=dtype, trust_remote_code=remote
+            )
+            .to(device)
+            .eval()
+        )
 
     def generate(self, requests: list[Request]) -> list[Completion]:
         completions = []
         for (temperature, max_new_tokens), group in _by_sampling(requests):
             for start in range(0, len(group), self.config.batch_size):
-                chunk = group[start:start + self.config.batch_size]
+                chunk = group[start : start + self.config.batch_size]
                 try:
                     texts = self._generate_chunk(chunk, temperature, max_new_tokens)
                 except Exception as exc:  # one failed batch must not lose the others
@@ -147,17 +156,25 @@ class TransformersEngine(CaptionEngine):
 
         texts = [self._model_text(r) for r in chunk]
         images = [im for r in chunk for im in r.images]
-        inputs = self.processor(text=texts, images=images or None, padding=True,
-                                return_tensors="pt").to(self.model.device)
+        inputs = self.processor(
+            text=texts, images=images or None, padding=True, return_tensors="pt"
+        ).to(self.model.device)
         if "pixel_values" in inputs:
             inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
-        sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else \
-            {"do_sample": False}
+        sampling = (
+            {"do_sample": True, "temperature": temperature}
+            if temperature > 0
+            else {"do_sample": False}
+        )
         tokenizer = self.processor.tokenizer
         with torch.inference_mode():
-            output = self.model.generate(**inputs, max_new_tokens=max_new_tokens,
-                                         pad_token_id=tokenizer.pad_token_id, **sampling)
-        new_tokens = output[:, inputs["input_ids"].shape[1]:]
+            output = self.model.generate(
+                **inputs,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                **sampling,
+            )
+        new_tokens = output[:, inputs["input_ids"].shape[1] :]
         return [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
 
     def _model_text(self, request: Request) -> str:
@@ -171,8 +188,9 @@ class TransformersEngine(CaptionEngine):
             if piece:
                 content.append({"type": "text", "text": piece})
         messages = [{"role": "user", "content": content}]
-        return self.processor.apply_chat_template(messages, add_generation_prompt=True,
-                                                  tokenize=False)
+        return self.processor.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
 
 
 def _device(name: str, torch) -> str:
@@ -195,11 +213,14 @@ def _dtype(name: str, device: str, torch):
 def _load_problem(source: str, exc: BaseException) -> str:
     if Path(source).exists():
         return f"{source}: not a loadable checkpoint folder ({exc})"
-    return (f"{source}: no such local folder, and it could not be fetched as a hub model "
-            f"(no network, or a wrong name): {exc}")
+    return (
+        f"{source}: no such local folder, and it could not be fetched as a hub model "
+        f"(no network, or a wrong name): {exc}"
+    )
 
 
 # ---- lmdeploy ----------------------------------------------------------------------------
+
 
 def import_lmdeploy() -> SimpleNamespace:
     """The parts of lmdeploy this engine calls; the one place that imports it."""
@@ -213,11 +234,13 @@ def import_lmdeploy() -> SimpleNamespace:
             f"`pip install '{LMDEPLOY_REQUIREMENT}'` (the project's `gpu` extra), or use "
             f"caption.engine=transformers, or caption.engine=openai with a running api_server"
         ) from exc
-    return SimpleNamespace(pipeline=lmdeploy.pipeline,
-                           TurbomindEngineConfig=lmdeploy.TurbomindEngineConfig,
-                           PytorchEngineConfig=lmdeploy.PytorchEngineConfig,
-                           GenerationConfig=lmdeploy.GenerationConfig,
-                           IMAGE_TOKEN=IMAGE_TOKEN)
+    return SimpleNamespace(
+        pipeline=lmdeploy.pipeline,
+        TurbomindEngineConfig=lmdeploy.TurbomindEngineConfig,
+        PytorchEngineConfig=lmdeploy.PytorchEngineConfig,
+        GenerationConfig=lmdeploy.GenerationConfig,
+        IMAGE_TOKEN=IMAGE_TOKEN,
+    )
 
 
 class LmdeployEngine(CaptionEngine):
@@ -232,33 +255,48 @@ class LmdeployEngine(CaptionEngine):
         if self.pipe is not None:
             return
         self.api = self.api or import_lmdeploy()
-        backends = {"turbomind": self.api.TurbomindEngineConfig,
-                    "pytorch": self.api.PytorchEngineConfig}
+        backends = {
+            "turbomind": self.api.TurbomindEngineConfig,
+            "pytorch": self.api.PytorchEngineConfig,
+        }
         if self.config.lmdeploy_backend not in backends:
-            raise EngineError(f"caption.lmdeploy_backend={self.config.lmdeploy_backend!r}: "
-                              f"choose turbomind or pytorch")
+            raise EngineError(
+                f"caption.lmdeploy_backend={self.config.lmdeploy_backend!r}: "
+                f"choose turbomind or pytorch"
+            )
         backend = backends[self.config.lmdeploy_backend](
-            tp=self.config.tensor_parallel, session_len=self.config.session_len)
+            tp=self.config.tensor_parallel, session_len=self.config.session_len
+        )
         self.pipe = self.api.pipeline(self.config.model, backend_config=backend)
 
     def generate(self, requests: list[Request]) -> list[Completion]:
         completions = []
         for (temperature, max_new_tokens), group in _by_sampling(requests):
-            prompts = [(r.text.replace(IMAGE_SLOT, self.api.IMAGE_TOKEN), list(r.images))
-                       for r in group]
+            prompts = [
+                (r.text.replace(IMAGE_SLOT, self.api.IMAGE_TOKEN), list(r.images)) for r in group
+            ]
             gen_config = self.api.GenerationConfig(
-                max_new_tokens=max_new_tokens, do_sample=temperature > 0,
-                temperature=temperature if temperature > 0 else 1.0, top_p=0.9 if temperature > 0 else 1.0)
+                max_new_tokens=max_new_tokens,
+                do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else 1.0,
+                top_p=0.9 if temperature > 0 else 1.0,
+            )
             try:
                 responses = self.pipe(prompts, gen_config=gen_config)
             except Exception as exc:
                 completions += _failed(group, exc)
                 continue
             if len(responses) != len(group):  # answers could no longer be bound to requests
-                completions += _failed(group, EngineError(
-                    f"lmdeploy returned {len(responses)} responses for {len(group)} prompts"))
+                completions += _failed(
+                    group,
+                    EngineError(
+                        f"lmdeploy returned {len(responses)} responses for {len(group)} prompts"
+                    ),
+                )
                 continue
-            completions += [Completion(r.key, _response_text(resp)) for r, resp in zip(group, responses)]
+            completions += [
+                Completion(r.key, _response_text(resp)) for r, resp in zip(group, responses)
+            ]
         return completions
 
 
@@ -268,6 +306,7 @@ def _response_text(response) -> str | None:
 
 
 # ---- OpenAI-compatible HTTP --------------------------------------------------------------
+
 
 class OpenAIEngine(CaptionEngine):
     def __init__(self, config):
@@ -280,11 +319,16 @@ class OpenAIEngine(CaptionEngine):
         from openai import OpenAI
 
         if not self.config.endpoint:
-            raise EngineError("caption.engine=openai needs caption.endpoint, e.g. "
-                              "http://gpu-host:23333/v1 (an lmdeploy api_server or vLLM)")
-        self.client = OpenAI(base_url=self.config.endpoint,
-                             api_key=os.environ.get(self.config.api_key_env) or "none",
-                             timeout=self.config.request_timeout, max_retries=2)
+            raise EngineError(
+                "caption.engine=openai needs caption.endpoint, e.g. "
+                "http://gpu-host:23333/v1 (an lmdeploy api_server or vLLM)"
+            )
+        self.client = OpenAI(
+            base_url=self.config.endpoint,
+            api_key=os.environ.get(self.config.api_key_env) or "none",
+            timeout=self.config.request_timeout,
+            max_retries=2,
+        )
         self._check_model_served()
 
     def _check_model_served(self) -> None:
@@ -293,8 +337,10 @@ class OpenAIEngine(CaptionEngine):
         except Exception as exc:
             raise EngineError(f"{self.config.endpoint}: endpoint not reachable ({exc})") from exc
         if self.config.model not in served:
-            raise EngineError(f"{self.config.endpoint}: model {self.config.model!r} is not served "
-                              f"there (served: {served})")
+            raise EngineError(
+                f"{self.config.endpoint}: model {self.config.model!r} is not served "
+                f"there (served: {served})"
+            )
 
     def generate(self, requests: list[Request]) -> list[Completion]:
         completions = []
@@ -310,8 +356,11 @@ class OpenAIEngine(CaptionEngine):
 
     def _ask(self, request: Request) -> str | None:
         response = self.client.chat.completions.create(
-            model=self.config.model, messages=chat_messages(request),
-            max_tokens=request.max_new_tokens, temperature=request.temperature)
+            model=self.config.model,
+            messages=chat_messages(request),
+            max_tokens=request.max_new_tokens,
+            temperature=request.temperature,
+        )
         return response.choices[0].message.content
 
 
@@ -323,7 +372,9 @@ def chat_messages(request: Request) -> list[dict]:
         if piece:
             content.append({"type": "text", "text": piece})
         if i < len(request.images):
-            content.append({"type": "image_url", "image_url": {"url": image_data_url(request.images[i])}})
+            content.append(
+                {"type": "image_url", "image_url": {"url": image_data_url(request.images[i])}}
+            )
     return [{"role": "user", "content": content}]
 
 

@@ -24,8 +24,14 @@ from pathlib import Path
 from pipeline.captioning.cache import CaptionCache
 from pipeline.executor import LocalStageRunner, StageActorPool
 from pipeline.record import Clip
-from pipeline.shards import (ShardConfig, ShardWriter, read_clips, shard_paths, write_json_atomic,
-                             write_manifest)
+from pipeline.shards import (
+    ShardConfig,
+    ShardWriter,
+    read_clips,
+    shard_paths,
+    write_json_atomic,
+    write_manifest,
+)
 from stages.caption import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, CaptionConfig, CaptionStage
 
 log = logging.getLogger(__name__)
@@ -55,14 +61,18 @@ def caption_films(film_dirs: list[Path], config, ip=None, engine=None) -> list[d
     film_shards = {Path(d).resolve(): _film_shards(Path(d)) for d in film_dirs}
     stage = CaptionStage(caption_config, protagonists_of(ip), engine=engine)
     if not caption_config.model:
-        summaries = {film_dir: _pending_film(film_dir, shards, stage, shard_config)
-                     for film_dir, shards in film_shards.items()}
+        summaries = {
+            film_dir: _pending_film(film_dir, shards, stage, shard_config)
+            for film_dir, shards in film_shards.items()
+        }
     else:
         stage.prepare()  # a bad prompt or reference image fails here, before any model loads
         runner = _make_runner(stage, caption_config, engine)
         try:
-            summaries = {film_dir: _caption_film(film_dir, shards, stage, runner, shard_config, engine)
-                         for film_dir, shards in film_shards.items()}
+            summaries = {
+                film_dir: _caption_film(film_dir, shards, stage, runner, shard_config, engine)
+                for film_dir, shards in film_shards.items()
+            }
         finally:
             runner.close()
     return [summaries[Path(d).resolve()] for d in film_dirs]  # one per input, in input order
@@ -101,19 +111,24 @@ def protagonists_of(ip) -> list[tuple[str, list[Path]]]:
 
 
 def caption_later_hint(film_dir: Path) -> str:
-    return (f"captions pending for {film_dir}: caption later with "
-            f"`make caption FILM={film_dir} MODEL=<InternVL checkpoint>` or "
-            f"`animegamer caption {film_dir} --model <InternVL checkpoint> --ip manifests/<ip>.yaml`")
+    return (
+        f"captions pending for {film_dir}: caption later with "
+        f"`make caption FILM={film_dir} MODEL=<InternVL checkpoint>` or "
+        f"`animegamer caption {film_dir} --model <InternVL checkpoint> --ip manifests/<ip>.yaml`"
+    )
 
 
 def _film_shards(film_dir: Path) -> list[Path]:
     shards_dir = film_dir / "shards"
     if not shards_dir.is_dir():
-        raise FileNotFoundError(f"{film_dir}: no shards/ folder (is this a film folder of a dataset?)")
+        raise FileNotFoundError(
+            f"{film_dir}: no shards/ folder (is this a film folder of a dataset?)"
+        )
     return shard_paths(shards_dir)
 
 
 # ---- the work ------------------------------------------------------------------------------
+
 
 def _caption_shards(shards, stage: CaptionStage, cache: CaptionCache, runner, shard_config):
     counts, work = Counter(), Counter()
@@ -127,13 +142,19 @@ def _caption_shards(shards, stage: CaptionStage, cache: CaptionCache, runner, sh
                 work["cached"] += 1
             else:
                 todo.append(clip)
-        batches = [todo[i:i + stage.config.batch_size]
-                   for i in range(0, len(todo), stage.config.batch_size)]
+        batches = [
+            todo[i : i + stage.config.batch_size]
+            for i in range(0, len(todo), stage.config.batch_size)
+        ]
         for sent, done in runner.map(batches):
             _check_bound(sent, done, path)
             _replace_clips(clips, done)
-            cache.put_many([(stage.cache_key(c), c) for c in done if c.caption_status == CAPTION_OK])
-            work["sent_to_model"] += sum(c.caption_status in (CAPTION_OK, CAPTION_FAILED) for c in done)
+            cache.put_many(
+                [(stage.cache_key(c), c) for c in done if c.caption_status == CAPTION_OK]
+            )
+            work["sent_to_model"] += sum(
+                c.caption_status in (CAPTION_OK, CAPTION_FAILED) for c in done
+            )
         _rewrite_shard(path, clips, shard_config)
         counts.update(c.caption_status for c in clips)
         log.info("%s: %d clips, %d from cache", path.name, len(clips), len(clips) - len(todo))
@@ -166,6 +187,7 @@ def _mark_pending(shards, stage: CaptionStage, shard_config) -> Counter:
 
 # ---- executors: this process, or Ray actors -----------------------------------------------
 
+
 def _make_runner(stage: CaptionStage, config: CaptionConfig, engine):
     executor = config.executor
     if executor == "auto":
@@ -181,6 +203,7 @@ def _make_runner(stage: CaptionStage, config: CaptionConfig, engine):
 
 # ---- files ---------------------------------------------------------------------------------
 
+
 def _read_shard(path: Path) -> list[Clip]:
     return list(read_clips(path))  # checks the shard's schema version before anything is rewritten
 
@@ -192,7 +215,7 @@ def _rewrite_shard(path: Path, clips: list[Clip], shard_config: ShardConfig) -> 
     aside = path.parent / _REWRITE_DIR
     for stale in aside.glob("*") if aside.is_dir() else []:
         stale.unlink()  # left by an interrupted rewrite; the shard itself was never touched
-    one_file = replace(shard_config, max_bytes=2 ** 62)  # the same rows must stay in one file
+    one_file = replace(shard_config, max_bytes=2**62)  # the same rows must stay in one file
     with ShardWriter(aside, path.stem, one_file) as writer:
         writer.write_all(clips)
     [written] = writer.paths
@@ -200,8 +223,9 @@ def _rewrite_shard(path: Path, clips: list[Clip], shard_config: ShardConfig) -> 
     aside.rmdir()
 
 
-def _summary(stage: CaptionStage, counts: Counter, work: Counter, stats: Counter,
-             started: float) -> dict:
+def _summary(
+    stage: CaptionStage, counts: Counter, work: Counter, stats: Counter, started: float
+) -> dict:
     config = stage.config
     return {
         "model": config.model,
@@ -238,4 +262,8 @@ def _captions_state(caption_summary: dict) -> str:
     by_status = caption_summary["by_status"]
     if not caption_summary["model"]:
         return "pending"
-    return "incomplete" if by_status.get("caption_failed") or by_status.get(CAPTION_PENDING) else "complete"
+    return (
+        "incomplete"
+        if by_status.get("caption_failed") or by_status.get(CAPTION_PENDING)
+        else "complete"
+    )

@@ -43,14 +43,19 @@ def clip_frame_grid(video: bytes, num_frames: int, frame_height: int, columns: i
     return tile_grid([Image.fromarray(f) for f in picked], frame_height, columns, gap=FRAME_GAP)
 
 
-def tile_grid(images: Sequence[Image.Image], height: int, columns: int, gap: int = 0) -> Image.Image:
+def tile_grid(
+    images: Sequence[Image.Image], height: int, columns: int, gap: int = 0
+) -> Image.Image:
     """Images scaled to `height`, in rows of `columns`, `gap` white pixels between cells."""
     scaled = [_scale_to_height(im, height) for im in images]
     width = max(im.width for im in scaled)
     columns = max(1, min(columns, len(scaled)))
     rows = -(-len(scaled) // columns)
-    grid = Image.new("RGB", (width * columns + gap * (columns - 1), height * rows + gap * (rows - 1)),
-                     _BACKGROUND)
+    grid = Image.new(
+        "RGB",
+        (width * columns + gap * (columns - 1), height * rows + gap * (rows - 1)),
+        _BACKGROUND,
+    )
     for i, im in enumerate(scaled):
         grid.paste(im, ((i % columns) * (width + gap), (i // columns) * (height + gap)))
     return grid
@@ -63,7 +68,9 @@ class ReferenceSheet:
     digest: str  # sha256 of names and image bytes: a changed sheet changes the caption cache key
 
 
-def build_reference_sheet(protagonists: Sequence[tuple[str, Sequence[str | Path]]]) -> ReferenceSheet:
+def build_reference_sheet(
+    protagonists: Sequence[tuple[str, Sequence[str | Path]]],
+) -> ReferenceSheet:
     """One labelled tile per (name, [image paths]) in the given order."""
     if not protagonists:
         raise ValueError("no protagonists to build a reference sheet from")
@@ -71,7 +78,9 @@ def build_reference_sheet(protagonists: Sequence[tuple[str, Sequence[str | Path]
     for index, (name, paths) in enumerate(protagonists, start=1):
         if not paths:
             raise ValueError(f"protagonist {name!r} has no reference images")
-        images = [_load_reference(Path(p), name) for p in list(paths)[:SHEET_IMAGES_PER_PROTAGONIST]]
+        images = [
+            _load_reference(Path(p), name) for p in list(paths)[:SHEET_IMAGES_PER_PROTAGONIST]
+        ]
         tiles.append(_labelled_tile(images, index))
         digest.update(name.encode() + b"\0")
         for image in images:
@@ -88,7 +97,9 @@ def _load_reference(path: Path, name: str) -> Image.Image:
         with Image.open(path) as image:
             return image.convert("RGB")
     except OSError as exc:
-        raise ValueError(f"{path}: reference image of {name!r} is not a readable image ({exc})")
+        raise ValueError(
+            f"{path}: reference image of {name!r} is not a readable image ({exc})"
+        ) from exc
 
 
 def _labelled_tile(images: list[Image.Image], index: int) -> Image.Image:
@@ -99,7 +110,9 @@ def _labelled_tile(images: list[Image.Image], index: int) -> Image.Image:
     box = draw.textbbox((8, 4), label, font=font)
     draw.rectangle((box[0] - 6, box[1] - 4, box[2] + 6, box[3] + 4), fill=(0, 0, 0))
     draw.text((8, 4), label, fill=(255, 255, 0), font=font)
-    framed = Image.new("RGB", (row.width + 2 * _SEPARATOR, row.height + 2 * _SEPARATOR), _BACKGROUND)
+    framed = Image.new(
+        "RGB", (row.width + 2 * _SEPARATOR, row.height + 2 * _SEPARATOR), _BACKGROUND
+    )
     framed.paste(row, (_SEPARATOR, _SEPARATOR))
     return framed
 

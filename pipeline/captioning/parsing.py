@@ -76,20 +76,68 @@ def _normalise_ids(ids_text: str) -> tuple[int, ...]:
 # ---- game state ----------------------------------------------------------------------------
 
 STATE_TAGS = ("S", "MD", "EV", "MA", "SC", "ET", "ST")
-_TAG = re.compile(r"<\s*(?P<tag>S|MD|EV|MA|SC|ET|ST)\s*>(?P<value>.*?)<\s*/\s*(?P=tag)\s*>",
-                  re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(
+    r"<\s*(?P<tag>S|MD|EV|MA|SC|ET|ST)\s*>(?P<value>.*?)<\s*/\s*(?P=tag)\s*>",
+    re.IGNORECASE | re.DOTALL,
+)
 _WORD = re.compile(r"^[A-Za-z][A-Za-z'-]*$")
 _PHRASE_WORD = re.compile(r"^[A-Za-z][A-Za-z'-]*$")
 MAX_MOTION_WORDS = 8
 # Adverbs that do not end in -ly but describe how something moves. Anything else must end in -ly:
 # a check on shape, not a dictionary, so "quickly" passes and "Forest" or "run" do not.
-FLAT_ADVERBS = frozenset({
-    "fast", "hard", "still", "straight", "far", "high", "low", "slow", "quick", "loud", "long",
-    "together", "forward", "forwards", "backward", "backwards", "upward", "upwards", "downward",
-    "downwards", "away", "around", "ahead", "apart", "aside", "back", "down", "up", "across",
-    "abroad", "alone", "almost", "already", "well", "much", "little", "less", "more", "very",
-    "quite", "rather", "too", "again", "once", "twice", "often", "soon", "now", "then",
-})
+FLAT_ADVERBS = frozenset(
+    {
+        "fast",
+        "hard",
+        "still",
+        "straight",
+        "far",
+        "high",
+        "low",
+        "slow",
+        "quick",
+        "loud",
+        "long",
+        "together",
+        "forward",
+        "forwards",
+        "backward",
+        "backwards",
+        "upward",
+        "upwards",
+        "downward",
+        "downwards",
+        "away",
+        "around",
+        "ahead",
+        "apart",
+        "aside",
+        "back",
+        "down",
+        "up",
+        "across",
+        "abroad",
+        "alone",
+        "almost",
+        "already",
+        "well",
+        "much",
+        "little",
+        "less",
+        "more",
+        "very",
+        "quite",
+        "rather",
+        "too",
+        "again",
+        "once",
+        "twice",
+        "often",
+        "soon",
+        "now",
+        "then",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -175,6 +223,7 @@ def _choice(value: str, tag: str, allowed: tuple[int, ...]) -> int:
 
 # ---- the game-turn text --------------------------------------------------------------------
 
+
 def instruction_text(characters: list[str] | None, state: StateAnswer) -> str:
     """`Character: ...; Motion: <adverb> <motion>; Background: <environment>.` (game_demo/demo.txt).
 
@@ -182,5 +231,7 @@ def instruction_text(characters: list[str] | None, state: StateAnswer) -> str:
     state prompt's subject does.
     """
     who = ", ".join(characters) if characters else state.subject
-    return (f"Character: {who}; Motion: {state.adverb} {state.motion_description}; "
-            f"Background: {state.environment}.")
+    return (
+        f"Character: {who}; Motion: {state.adverb} {state.motion_description}; "
+        f"Background: {state.environment}."
+    )

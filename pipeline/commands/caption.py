@@ -8,33 +8,63 @@ import logging
 import sys
 from pathlib import Path
 
-from pipeline.captioning.film import caption_film, caption_films, caption_later_hint, protagonists_of
+from pipeline.captioning.film import (
+    caption_film,
+    caption_films,
+    caption_later_hint,
+    protagonists_of,
+)
 from pipeline.config import ConfigError, describe_fields, load_config
 from pipeline.ip import GENERIC, ManifestError, load_ip
 
-__all__ = ["HELP", "add_arguments", "run", "caption_film", "caption_films"]
+__all__ = ["HELP", "add_arguments", "caption_film", "caption_films", "run"]
 
-HELP = ("Caption clips with InternVL (character matching and game-state prompts) and rewrite the "
-        "film's shards, manifest.parquet and summary.json with the caption columns filled.")
+HELP = (
+    "Caption clips with InternVL (character matching and game-state prompts) and rewrite the "
+    "film's shards, manifest.parquet and summary.json with the caption columns filled."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("film_dirs", nargs="+", type=Path, metavar="film_dir",
-                        help="a film folder (OUT/<film>/ holding shards/), or a dataset folder "
-                             "holding several")
-    parser.add_argument("--model", help="InternVL checkpoint folder, hub name (needs a network), "
-                                        "or served model name (engine openai)")
-    parser.add_argument("--engine", choices=("transformers", "lmdeploy", "openai"),
-                        help="shorthand for --set caption.engine=...")
+    parser.add_argument(
+        "film_dirs",
+        nargs="+",
+        type=Path,
+        metavar="film_dir",
+        help="a film folder (OUT/<film>/ holding shards/), or a dataset folder holding several",
+    )
+    parser.add_argument(
+        "--model",
+        help="InternVL checkpoint folder, hub name (needs a network), "
+        "or served model name (engine openai)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("transformers", "lmdeploy", "openai"),
+        help="shorthand for --set caption.engine=...",
+    )
     parser.add_argument("--endpoint", help="OpenAI-compatible base URL (engine openai)")
-    parser.add_argument("--ip", help="IP name (manifests/<ip>.yaml) or manifest path; default: the "
-                                     "clips' own IP. 'generic': no character matching")
-    parser.add_argument("--config", type=Path, help="YAML file of settings, {section: {field: value}}")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
+    parser.add_argument(
+        "--ip",
+        help="IP name (manifests/<ip>.yaml) or manifest path; default: the "
+        "clips' own IP. 'generic': no character matching",
+    )
+    parser.add_argument(
+        "--config", type=Path, help="YAML file of settings, {section: {field: value}}"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override one setting (repeatable)",
+    )
     parser.epilog = "caption settings (--set caption.FIELD=VALUE):\n" + "\n".join(
-        f"  {name} = {default!r}\n      {text}" for name, default, text in describe_fields()
-        if name.startswith("caption."))
+        f"  {name} = {default!r}\n      {text}"
+        for name, default, text in describe_fields()
+        if name.startswith("caption.")
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,8 +85,10 @@ def run(args: argparse.Namespace) -> int:
             failed += len(group)
             continue
         for film_dir, summary in zip(group, summaries):
-            print(f"{film_dir}: {json.dumps(summary['by_status'])} "
-                  f"({summary['from_cache']} from cache, {summary['seconds']} s)")
+            print(
+                f"{film_dir}: {json.dumps(summary['by_status'])} "
+                f"({summary['from_cache']} from cache, {summary['seconds']} s)"
+            )
             if summary.get("hint"):
                 print(caption_later_hint(film_dir))
     return 1 if failed else 0
@@ -76,7 +108,9 @@ def film_folders(path: Path) -> list[Path]:
         return [path]
     inside = sorted(p for p in path.iterdir() if (p / "shards").is_dir()) if path.is_dir() else []
     if not inside:
-        raise FileNotFoundError(f"{path}: neither a film folder (with shards/) nor a folder of them")
+        raise FileNotFoundError(
+            f"{path}: neither a film folder (with shards/) nor a folder of them"
+        )
     return inside
 
 

@@ -18,23 +18,41 @@ HELP = "Cut films into 2-second, 16-frame, 480x720 clips and write Parquet shard
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("films", nargs="*", type=Path,
-                        help="video files or folders of videos (default: the IP manifest's films, "
-                             f"else the bundled sample {SAMPLE_FILM.name})")
-    parser.add_argument("--ip", default=GENERIC,
-                        help="IP name (manifests/<ip>.yaml) or manifest path (default: generic, "
-                             "no characters)")
-    parser.add_argument("--out", type=Path, default=Path("data"), help="output folder (default: data)")
-    parser.add_argument("--config", type=Path, help="YAML file of settings, {section: {field: value}}")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="SECTION.FIELD=VALUE", help="override one setting (repeatable)")
+    parser.add_argument(
+        "films",
+        nargs="*",
+        type=Path,
+        help="video files or folders of videos (default: the IP manifest's films, "
+        f"else the bundled sample {SAMPLE_FILM.name})",
+    )
+    parser.add_argument(
+        "--ip",
+        default=GENERIC,
+        help="IP name (manifests/<ip>.yaml) or manifest path (default: generic, no characters)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("data"), help="output folder (default: data)"
+    )
+    parser.add_argument(
+        "--config", type=Path, help="YAML file of settings, {section: {field: value}}"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override one setting (repeatable)",
+    )
     parser.add_argument("--model", help="caption model: shorthand for --set caption.model=...")
-    parser.add_argument("--executor", choices=("ray", "local"),
-                        help="shorthand for --set run.executor=...")
+    parser.add_argument(
+        "--executor", choices=("ray", "local"), help="shorthand for --set run.executor=..."
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.epilog = "settings (--set SECTION.FIELD=VALUE):\n" + "\n".join(
         f"  {name} = {default!r}\n      {text}" if text else f"  {name} = {default!r}"
-        for name, default, text in describe_fields())
+        for name, default, text in describe_fields()
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
             overrides.append("run.progress=false")
         config = load_config(args.config, overrides)
         clip_stages(config)  # builds and checks the stages' settings, loading nothing
-        films = expand_films(args.films) if args.films else [e.path for e in ip.films] or [SAMPLE_FILM]
+        films = (
+            expand_films(args.films) if args.films else [e.path for e in ip.films] or [SAMPLE_FILM]
+        )
     except (ConfigError, ManifestError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -70,8 +90,9 @@ def expand_films(paths: list[Path]) -> list[Path]:
         if path.is_dir():
             inside = sorted(p for p in path.iterdir() if p.suffix.lower() in VIDEO_SUFFIXES)
             if not inside:
-                raise FileNotFoundError(f"{path}: folder holds no video files "
-                                        f"({', '.join(sorted(VIDEO_SUFFIXES))})")
+                raise FileNotFoundError(
+                    f"{path}: folder holds no video files ({', '.join(sorted(VIDEO_SUFFIXES))})"
+                )
             films += inside
         else:
             films.append(path)  # a missing file is reported per film, with the others still run
@@ -81,6 +102,8 @@ def expand_films(paths: list[Path]) -> list[Path]:
 def _caption_hint(results, config, out: Path) -> None:
     if config.caption.model or not any(r.ok for r in results):
         return
-    print("captions: pending (no caption model configured). Caption later with\n"
-          f"  make caption FILM=<film folder under {out}> MODEL=<local InternVL path>\n"
-          "  or: animegamer caption <film folder> --model <local InternVL path>")
+    print(
+        "captions: pending (no caption model configured). Caption later with\n"
+        f"  make caption FILM=<film folder under {out}> MODEL=<local InternVL path>\n"
+        "  or: animegamer caption <film folder> --model <local InternVL path>"
+    )

@@ -20,42 +20,74 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.shards import (check_schema_version, publish, shard_paths, write_json_atomic,
-                             write_manifest)
-from stages.motion_levels import (EQUAL_POPULATION, NUM_LEVELS, LevelsError, MotionLevels,
-                                  calibrate_levels, load_levels, write_levels)
+from pipeline.shards import (
+    check_schema_version,
+    publish,
+    shard_paths,
+    write_json_atomic,
+    write_manifest,
+)
+from stages.motion_levels import (
+    EQUAL_POPULATION,
+    NUM_LEVELS,
+    LevelsError,
+    MotionLevels,
+    calibrate_levels,
+    load_levels,
+    write_levels,
+)
 
-HELP = ("Recalibrate the five motion levels from the clips' stored motion scopes (no flow is "
-        "recomputed) and rewrite the levels in the shards and manifests.")
+HELP = (
+    "Recalibrate the five motion levels from the clips' stored motion scopes (no flow is "
+    "recomputed) and rewrite the levels in the shards and manifests."
+)
 
 MANIFEST_NAME = "manifest.parquet"
 SUMMARY_NAME = "summary.json"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("datasets", nargs="+", type=Path,
-                        help="dataset or film folders (OUT or OUT/<film>) whose shards are read "
-                             "and rewritten")
-    parser.add_argument("--quantiles", default=",".join(f"{q:g}" for q in EQUAL_POPULATION),
-                        help="four increasing quantiles of the scopes that become the edges "
-                             "(default: equal population, 0.2,0.4,0.6,0.8)")
-    parser.add_argument("--apply", metavar="EDGES",
-                        help="skip calibration: rewrite the levels with this edges file "
-                             "(or bundled name)")
-    parser.add_argument("--output", type=Path,
-                        help="where to write the new edges file "
-                             "(default: <first folder>/motion_levels/<version>.json)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the edges and the level counts, write nothing")
+    parser.add_argument(
+        "datasets",
+        nargs="+",
+        type=Path,
+        help="dataset or film folders (OUT or OUT/<film>) whose shards are read and rewritten",
+    )
+    parser.add_argument(
+        "--quantiles",
+        default=",".join(f"{q:g}" for q in EQUAL_POPULATION),
+        help="four increasing quantiles of the scopes that become the edges "
+        "(default: equal population, 0.2,0.4,0.6,0.8)",
+    )
+    parser.add_argument(
+        "--apply",
+        metavar="EDGES",
+        help="skip calibration: rewrite the levels with this edges file (or bundled name)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="where to write the new edges file "
+        "(default: <first folder>/motion_levels/<version>.json)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the edges and the level counts, write nothing"
+    )
 
 
 def run(args) -> int:
     try:
         shards, manifests = find_tables(args.datasets)
         scopes, backends = read_scopes(shards)
-        levels = (load_levels(args.apply) if args.apply
-                  else calibrate_levels(scopes, parse_quantiles(args.quantiles),
-                                        note=", ".join(str(d) for d in args.datasets)))
+        levels = (
+            load_levels(args.apply)
+            if args.apply
+            else calibrate_levels(
+                scopes,
+                parse_quantiles(args.quantiles),
+                note=", ".join(str(d) for d in args.datasets),
+            )
+        )
     except (LevelsError, FileNotFoundError, ValueError) as exc:
         print(f"motion-calibrate: {exc}")
         return 1
@@ -71,11 +103,15 @@ def run(args) -> int:
     except (OSError, ValueError) as exc:
         print(f"motion-calibrate: {exc}")
         return 1
-    print(f"rewrote levels in {len(shards)} shard(s) of {len(stale)} film(s) "
-          f"to version {levels.version}")
+    print(
+        f"rewrote levels in {len(shards)} shard(s) of {len(stale)} film(s) "
+        f"to version {levels.version}"
+    )
     if sum(stale.values()):
-        print(f"{sum(stale.values())} captioned clip(s) changed level: their captions were written "
-              f"for the old level and are pending again; recaption with make caption FILM=...")
+        print(
+            f"{sum(stale.values())} captioned clip(s) changed level: their captions were written "
+            f"for the old level and are pending again; recaption with make caption FILM=..."
+        )
     return 0
 
 
@@ -121,18 +157,25 @@ def read_scopes(shards: list[Path]) -> tuple[np.ndarray, Counter]:
         values = table.column("motion_scope").to_numpy(zero_copy_only=False)
         measured = ~np.isnan(values.astype(float))
         scopes.append(values[measured].astype(float))
-        backends.update(b for b, m in zip(table.column("motion_backend").to_pylist(), measured) if m)
+        backends.update(
+            b for b, m in zip(table.column("motion_backend").to_pylist(), measured) if m
+        )
     return np.concatenate(scopes), backends
 
 
-def print_report(levels: MotionLevels, scopes: np.ndarray, backends: Counter, num_shards: int,
-                 num_manifests: int) -> None:
+def print_report(
+    levels: MotionLevels, scopes: np.ndarray, backends: Counter, num_shards: int, num_manifests: int
+) -> None:
     counts = Counter(levels.levels(scopes).tolist())
-    print(f"{len(scopes)} clips with a motion scope in {num_shards} shard(s), "
-          f"{num_manifests} manifest(s)")
+    print(
+        f"{len(scopes)} clips with a motion scope in {num_shards} shard(s), "
+        f"{num_manifests} manifest(s)"
+    )
     if len(backends) > 1:
-        print("warning: the scopes come from different flow backends or rules, which are not "
-              "strictly comparable: " + "; ".join(f"{b} ({n})" for b, n in backends.items()))
+        print(
+            "warning: the scopes come from different flow backends or rules, which are not "
+            "strictly comparable: " + "; ".join(f"{b} ({n})" for b, n in backends.items())
+        )
     print(f"levels {levels.version}: edges {list(levels.edges)}")
     for level in range(1, NUM_LEVELS + 1):
         share = counts.get(level, 0) / max(len(scopes), 1)
@@ -149,13 +192,18 @@ def relevel(table: pa.Table, levels: MotionLevels) -> tuple[pa.Table, int]:
     level[measured] = levels.levels(scope[measured])
     old_level = table.column("motion_level").to_pylist()
     status = table.column("caption_status").to_pylist()
-    stale = [m and s == "ok" and old != int(new)
-             for m, s, old, new in zip(measured, status, old_level, level)]
+    stale = [
+        m and s == "ok" and old != int(new)
+        for m, s, old, new in zip(measured, status, old_level, level)
+    ]
     old_version = table.column("motion_levels_version").to_pylist()
     version = [levels.version if m else v for m, v in zip(measured, old_version)]
     table = _replace(table, "motion_level", pa.array(level, pa.int8(), mask=~measured))
-    table = _replace(table, "caption_status",
-                     pa.array(["pending" if x else s for x, s in zip(stale, status)], pa.string()))
+    table = _replace(
+        table,
+        "caption_status",
+        pa.array(["pending" if x else s for x, s in zip(stale, status)], pa.string()),
+    )
     return _replace(table, "motion_levels_version", pa.array(version, pa.string())), sum(stale)
 
 

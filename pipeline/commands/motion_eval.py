@@ -17,25 +17,40 @@ from pathlib import Path
 import av
 import numpy as np
 
-HELP = ("Measure the motion level of generated clips (a folder of mp4) and report ACC-F and "
-        "MAE-F against the level each clip was asked for.")
+HELP = (
+    "Measure the motion level of generated clips (a folder of mp4) and report ACC-F and "
+    "MAE-F against the level each clip was asked for."
+)
 
 CLIP_FPS = 8.0  # the dataset's clip rate: motion per frame step is measured at this rate
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("clips", type=Path, help="folder of generated .mp4 clips")
-    parser.add_argument("--levels", type=Path, required=True,
-                        help="requested level per clip: a JSON object {clip: level} or a CSV "
-                             "with columns clip,level (clip = file name, with or without .mp4)")
-    parser.add_argument("--json", type=Path,
-                        help="also write the results (per clip too) to this JSON file")
+    parser.add_argument(
+        "--levels",
+        type=Path,
+        required=True,
+        help="requested level per clip: a JSON object {clip: level} or a CSV "
+        "with columns clip,level (clip = file name, with or without .mp4)",
+    )
+    parser.add_argument(
+        "--json", type=Path, help="also write the results (per clip too) to this JSON file"
+    )
     parser.add_argument("--config", help="pipeline YAML config (its motion section is used)")
-    parser.add_argument("--set", action="append", default=[], metavar="motion.FIELD=VALUE",
-                        help="override a motion setting, e.g. --set motion.backend=memflow")
-    parser.add_argument("--fps", type=float, default=CLIP_FPS,
-                        help="rate the clips are sampled at before measuring "
-                             "(default 8, the dataset's)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="motion.FIELD=VALUE",
+        help="override a motion setting, e.g. --set motion.backend=memflow",
+    )
+    parser.add_argument(
+        "--fps",
+        type=float,
+        default=CLIP_FPS,
+        help="rate the clips are sampled at before measuring (default 8, the dataset's)",
+    )
 
 
 def run(args) -> int:
@@ -86,8 +101,10 @@ def read_requested_levels(path: Path) -> dict[str, int]:
         with path.open(newline="") as handle:
             reader = csv.DictReader(handle)
             if not reader.fieldnames or not {"clip", "level"} <= set(reader.fieldnames):
-                raise ValueError(f"{path}: expected a CSV header with columns clip,level, "
-                                 f"got {reader.fieldnames}")
+                raise ValueError(
+                    f"{path}: expected a CSV header with columns clip,level, "
+                    f"got {reader.fieldnames}"
+                )
             pairs = [(row["clip"], row["level"]) for row in reader]
     return {_clip_name(name): _checked_level(level, name, path) for name, level in pairs}
 
@@ -113,12 +130,15 @@ def match_clips(folder: Path, requested: dict[str, int]) -> dict[str, Path]:
     found = {p.stem: p for p in sorted(folder.glob("*.mp4"))}
     missing = sorted(set(requested) - set(found))
     if missing:
-        raise FileNotFoundError(f"{folder}: no mp4 for {len(missing)} requested clip(s): "
-                                f"{', '.join(missing[:10])}")
+        raise FileNotFoundError(
+            f"{folder}: no mp4 for {len(missing)} requested clip(s): {', '.join(missing[:10])}"
+        )
     unrequested = sorted(set(found) - set(requested))
     if unrequested:
-        print(f"note: {len(unrequested)} clip(s) have no requested level and are skipped: "
-              f"{', '.join(unrequested[:10])}")
+        print(
+            f"note: {len(unrequested)} clip(s) have no requested level and are skipped: "
+            f"{', '.join(unrequested[:10])}"
+        )
     if not requested:
         raise ValueError("the requested-levels file lists no clip")
     return {name: found[name] for name in sorted(requested)}
@@ -139,8 +159,10 @@ def read_clip_frames(path: Path, fps: float) -> np.ndarray:
     except av.error.FFmpegError as exc:
         raise ValueError(f"{path}: not a readable video ({exc})") from None
     if rate < fps - 0.01:
-        raise ValueError(f"{path}: runs at {rate:g} fps, slower than the {fps:g} fps the motion "
-                         f"levels are measured at")
+        raise ValueError(
+            f"{path}: runs at {rate:g} fps, slower than the {fps:g} fps the motion "
+            f"levels are measured at"
+        )
     if len(frames) < 2:
         raise ValueError(f"{path}: {len(frames)} decodable frame(s); motion needs at least 2")
     step = rate / fps
@@ -153,26 +175,38 @@ def read_clip_frames(path: Path, fps: float) -> np.ndarray:
 def measure_clip(stage, path: Path, requested: int, fps: float) -> dict:
     measured = stage.measure(read_clip_frames(path, fps))
     level = stage.levels.level(measured.scope)
-    return {"clip": path.name, "requested": requested, "measured": level,
-            "scope": round(measured.scope, 4), "held_pairs": measured.held_pairs}
+    return {
+        "clip": path.name,
+        "requested": requested,
+        "measured": level,
+        "scope": round(measured.scope, 4),
+        "held_pairs": measured.held_pairs,
+    }
 
 
 def summarise(rows: list[dict], stage) -> dict:
     requested = np.array([r["requested"] for r in rows])
     measured = np.array([r["measured"] for r in rows])
-    confusion = [[int(np.sum((requested == a) & (measured == b))) for b in range(1, 6)]
-                 for a in range(1, 6)]
-    return {"acc_f": float(np.mean(requested == measured)),
-            "mae_f": float(np.mean(np.abs(requested - measured))),
-            "clips": len(rows), "motion_backend": stage.backend_descriptor,
-            "motion_levels_version": stage.levels.version,
-            "confusion_requested_by_measured": confusion, "per_clip": rows}
+    confusion = [
+        [int(np.sum((requested == a) & (measured == b))) for b in range(1, 6)] for a in range(1, 6)
+    ]
+    return {
+        "acc_f": float(np.mean(requested == measured)),
+        "mae_f": float(np.mean(np.abs(requested - measured))),
+        "clips": len(rows),
+        "motion_backend": stage.backend_descriptor,
+        "motion_levels_version": stage.levels.version,
+        "confusion_requested_by_measured": confusion,
+        "per_clip": rows,
+    }
 
 
 def print_result(result: dict) -> None:
     skipped = f" ({len(result['failed'])} unreadable, left out)" if result.get("failed") else ""
-    print(f"{result['clips']} clips{skipped}, levels {result['motion_levels_version']}, "
-          f"backend {result['motion_backend']}")
+    print(
+        f"{result['clips']} clips{skipped}, levels {result['motion_levels_version']}, "
+        f"backend {result['motion_backend']}"
+    )
     print(f"ACC-F {result['acc_f']:.3f}   MAE-F {result['mae_f']:.3f}")
     print("requested \\ measured   1    2    3    4    5")
     for level, row in enumerate(result["confusion_requested_by_measured"], start=1):

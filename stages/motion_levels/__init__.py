@@ -68,8 +68,10 @@ def resolve_levels_path(name_or_path: str | Path) -> Path:
     if bundled.is_file():
         return bundled
     known = ", ".join(sorted(p.stem for p in LEVELS_DIR.glob("*.json")))
-    raise LevelsError(f"motion levels {name_or_path!r}: no file {bundled} (bundled: {known}); "
-                      f"give a name from this list or a path to a JSON file")
+    raise LevelsError(
+        f"motion levels {name_or_path!r}: no file {bundled} (bundled: {known}); "
+        f"give a name from this list or a path to a JSON file"
+    )
 
 
 def levels_from_dict(data: dict, source: str) -> MotionLevels:
@@ -81,13 +83,17 @@ def levels_from_dict(data: dict, source: str) -> MotionLevels:
     edges = _checked_edges(data["edges"], source)
     representative = data.get("representative")
     if representative is not None and len(representative) != NUM_LEVELS:
-        raise LevelsError(f"{source}: 'representative' needs {NUM_LEVELS} values, "
-                          f"got {len(representative)}")
-    return MotionLevels(version=str(data["version"]), edges=edges,
-                        representative=tuple(map(float, representative)) if representative else None,
-                        method=str(data.get("method", "")),
-                        justification=str(data.get("justification", "")),
-                        source=str(data.get("source", "")))
+        raise LevelsError(
+            f"{source}: 'representative' needs {NUM_LEVELS} values, got {len(representative)}"
+        )
+    return MotionLevels(
+        version=str(data["version"]),
+        edges=edges,
+        representative=tuple(map(float, representative)) if representative else None,
+        method=str(data.get("method", "")),
+        justification=str(data.get("justification", "")),
+        source=str(data.get("source", "")),
+    )
 
 
 def _checked_edges(edges, source: str) -> tuple[float, ...]:
@@ -96,10 +102,14 @@ def _checked_edges(edges, source: str) -> tuple[float, ...]:
     except (TypeError, ValueError):
         raise LevelsError(f"{source}: 'edges' must be a list of numbers, got {edges!r}") from None
     if len(values) != NUM_LEVELS - 1:
-        raise LevelsError(f"{source}: {NUM_LEVELS} levels need {NUM_LEVELS - 1} edges, "
-                          f"got {len(values)}: {list(values)}")
+        raise LevelsError(
+            f"{source}: {NUM_LEVELS} levels need {NUM_LEVELS - 1} edges, "
+            f"got {len(values)}: {list(values)}"
+        )
     if not all(np.isfinite(values)) or any(b <= a for a, b in zip(values, values[1:])):
-        raise LevelsError(f"{source}: edges must be finite and strictly increasing, got {list(values)}")
+        raise LevelsError(
+            f"{source}: edges must be finite and strictly increasing, got {list(values)}"
+        )
     return values
 
 
@@ -109,8 +119,9 @@ EQUAL_POPULATION = (0.2, 0.4, 0.6, 0.8)
 MIN_CLIPS_TO_CALIBRATE = 5
 
 
-def calibrate_levels(scopes: np.ndarray, quantiles: tuple[float, ...] = EQUAL_POPULATION,
-                     note: str = "") -> MotionLevels:
+def calibrate_levels(
+    scopes: np.ndarray, quantiles: tuple[float, ...] = EQUAL_POPULATION, note: str = ""
+) -> MotionLevels:
     """Edges at the given quantiles of the scopes; the version is a hash of method and edges.
 
     Equal-population quantiles (the default) give each level a fifth of the clips, which is what
@@ -120,40 +131,58 @@ def calibrate_levels(scopes: np.ndarray, quantiles: tuple[float, ...] = EQUAL_PO
     scopes = np.asarray(scopes, float)
     scopes = scopes[np.isfinite(scopes)]
     if len(scopes) < MIN_CLIPS_TO_CALIBRATE:
-        raise LevelsError(f"calibration needs at least {MIN_CLIPS_TO_CALIBRATE} clips with a "
-                          f"motion scope, found {len(scopes)}")
+        raise LevelsError(
+            f"calibration needs at least {MIN_CLIPS_TO_CALIBRATE} clips with a "
+            f"motion scope, found {len(scopes)}"
+        )
     quantiles = _checked_quantiles(quantiles)
     edges = tuple(round(float(v), 4) for v in np.quantile(scopes, quantiles))
     if any(b <= a for a, b in zip(edges, edges[1:])):
-        raise LevelsError(f"quantiles {list(quantiles)} of {len(scopes)} scopes give repeated edges "
-                          f"{list(edges)} (many clips share one scope, e.g. static clips at 0): "
-                          f"choose other quantiles with --quantiles")
-    method = ("equal-population" if quantiles == EQUAL_POPULATION
-              else "quantiles-" + "-".join(f"{q:g}" for q in quantiles))
+        raise LevelsError(
+            f"quantiles {list(quantiles)} of {len(scopes)} scopes give repeated edges "
+            f"{list(edges)} (many clips share one scope, e.g. static clips at 0): "
+            f"choose other quantiles with --quantiles"
+        )
+    method = (
+        "equal-population"
+        if quantiles == EQUAL_POPULATION
+        else "quantiles-" + "-".join(f"{q:g}" for q in quantiles)
+    )
     provisional = MotionLevels(version="", edges=edges)
     assigned = provisional.levels(scopes)
     counts = [int(np.sum(assigned == k)) for k in range(1, NUM_LEVELS + 1)]
     if 0 in counts:  # ties at an edge (many still shots at 0.0) can leave a level with no clip
-        raise LevelsError(f"quantiles {list(quantiles)} give edges {list(edges)} that leave a level "
-                          f"empty (clips per level {counts}): choose other quantiles with --quantiles")
-    representative = tuple(round(float(np.median(scopes[assigned == k])), 4)
-                           for k in range(1, NUM_LEVELS + 1))
+        raise LevelsError(
+            f"quantiles {list(quantiles)} give edges {list(edges)} that leave a level "
+            f"empty (clips per level {counts}): choose other quantiles with --quantiles"
+        )
+    representative = tuple(
+        round(float(np.median(scopes[assigned == k])), 4) for k in range(1, NUM_LEVELS + 1)
+    )
     digest = hashlib.sha1(json.dumps([method, edges]).encode()).hexdigest()[:8]
     return MotionLevels(
-        version=f"{method}-{digest}", edges=edges,
+        version=f"{method}-{digest}",
+        edges=edges,
         representative=representative,
         method=method,
-        justification=(f"quantiles {list(quantiles)} of the motion scopes of {len(scopes)} clips"
-                       + (f" ({note})" if note else "")),
-        source="animegamer motion-calibrate")
+        justification=(
+            f"quantiles {list(quantiles)} of the motion scopes of {len(scopes)} clips"
+            + (f" ({note})" if note else "")
+        ),
+        source="animegamer motion-calibrate",
+    )
 
 
 def _checked_quantiles(quantiles) -> tuple[float, ...]:
     values = tuple(float(q) for q in quantiles)
-    if (len(values) != NUM_LEVELS - 1 or not all(0 < q < 1 for q in values)
-            or any(b <= a for a, b in zip(values, values[1:]))):
-        raise LevelsError(f"need {NUM_LEVELS - 1} strictly increasing quantiles inside (0, 1), "
-                          f"got {list(values)}")
+    if (
+        len(values) != NUM_LEVELS - 1
+        or not all(0 < q < 1 for q in values)
+        or any(b <= a for a, b in zip(values, values[1:]))
+    ):
+        raise LevelsError(
+            f"need {NUM_LEVELS - 1} strictly increasing quantiles inside (0, 1), got {list(values)}"
+        )
     return values
 
 

@@ -22,7 +22,9 @@ class TimeEmbeddingWithMotion(nn.Module):
     def __init__(self, base: nn.Module, sinusoid_dim: int, hidden: int, out_dim: int):
         super().__init__()
         self.base = base
-        self.motion = nn.Sequential(nn.Linear(sinusoid_dim, hidden), nn.SiLU(), nn.Linear(hidden, out_dim))
+        self.motion = nn.Sequential(
+            nn.Linear(sinusoid_dim, hidden), nn.SiLU(), nn.Linear(hidden, out_dim)
+        )
         nn.init.zeros_(self.motion[-1].weight)
         nn.init.zeros_(self.motion[-1].bias)
 
@@ -30,32 +32,56 @@ class TimeEmbeddingWithMotion(nn.Module):
         embedding = self.base(sample)
         if condition is None:
             return embedding
-        return embedding + self.motion(condition.to(self.motion[0].weight.dtype)).to(embedding.dtype)
+        return embedding + self.motion(condition.to(self.motion[0].weight.dtype)).to(
+            embedding.dtype
+        )
 
 
 class ShotDecoder(nn.Module):
-    def __init__(self, transformer, vae, scheduler, shot_dim: int, lora_rank: int, lora_alpha: int,
-                 lora_targets: list[str], motion_hidden: int):
+    def __init__(
+        self,
+        transformer,
+        vae,
+        scheduler,
+        shot_dim: int,
+        lora_rank: int,
+        lora_alpha: int,
+        lora_targets: list[str],
+        motion_hidden: int,
+    ):
         super().__init__()
         config = transformer.config
         if config.use_rotary_positional_embeddings:
-            raise ValueError("this decoder supports CogVideoX-2B-style transformers (sinusoidal positions); "
-                             "the checkpoint uses rotary embeddings (CogVideoX-5B)")
+            raise ValueError(
+                "this decoder supports CogVideoX-2B-style transformers (sinusoidal positions); "
+                "the checkpoint uses rotary embeddings (CogVideoX-5B)"
+            )
         inner = config.num_attention_heads * config.attention_head_dim
         if shot_dim != inner:
-            raise ValueError(f"shot representation width {shot_dim} must equal the transformer width {inner}")
+            raise ValueError(
+                f"shot representation width {shot_dim} must equal the transformer width {inner}"
+            )
         if config.text_embed_dim != inner:
             # E_a writes straight into the transformer's width (226 x 1920 for 2B), so the T5 -> width
             # projection of the text slot is not used.
             transformer.patch_embed.text_proj = nn.Identity()
-        transformer.add_adapter(LoraConfig(r=lora_rank, lora_alpha=lora_alpha, target_modules=lora_targets,
-                                           init_lora_weights=True))
+        transformer.add_adapter(
+            LoraConfig(
+                r=lora_rank,
+                lora_alpha=lora_alpha,
+                target_modules=lora_targets,
+                init_lora_weights=True,
+            )
+        )
         for name, param in transformer.named_parameters():
-            if "lora_" in name:  # trained weights stay fp32 under a bf16 backbone (peft casts inputs)
+            if (
+                "lora_" in name
+            ):  # trained weights stay fp32 under a bf16 backbone (peft casts inputs)
                 param.data = param.data.float()
         self.motion_sinusoid = Timesteps(inner, config.flip_sin_to_cos, config.freq_shift)
         transformer.time_embedding = TimeEmbeddingWithMotion(
-            transformer.time_embedding, inner, motion_hidden, config.time_embed_dim)
+            transformer.time_embedding, inner, motion_hidden, config.time_embed_dim
+        )
         self.transformer, self.vae, self.scheduler = transformer, vae, scheduler
         self.vae.requires_grad_(False)
 
@@ -73,11 +99,21 @@ class ShotDecoder(nn.Module):
         """Predicted velocity for B x F x C x h x w latents."""
         dtype = next(self.transformer.parameters()).dtype
         motion = self.motion_sinusoid(motion_scope.float())
-        return self.transformer(hidden_states=noisy_latents.to(dtype), encoder_hidden_states=shots.to(dtype),
-                                timestep=timesteps, timestep_cond=motion, return_dict=False)[0]
+        return self.transformer(
+            hidden_states=noisy_latents.to(dtype),
+            encoder_hidden_states=shots.to(dtype),
+            timestep=timesteps,
+            timestep_cond=motion,
+            return_dict=False,
+        )[0]
 
-    def diffusion_loss(self, video: torch.Tensor, shots: torch.Tensor, motion_scope: torch.Tensor,
-                       generators: list[torch.Generator]) -> torch.Tensor:
+    def diffusion_loss(
+        self,
+        video: torch.Tensor,
+        shots: torch.Tensor,
+        motion_scope: torch.Tensor,
+        generators: list[torch.Generator],
+    ) -> torch.Tensor:
         """v-prediction MSE on one random timestep per sample; video: B x F x 3 x H x W uint8.
 
         Each sample draws its timestep and noise from its own generator, so its loss does not
@@ -85,8 +121,12 @@ class ShotDecoder(nn.Module):
         """
         latents = self.encode(video, generators)
         steps = self.scheduler.config.num_train_timesteps
-        timesteps = torch.stack([torch.randint(0, steps, (), generator=g) for g in generators]).to(latents.device)
-        noise = torch.stack([torch.randn(latents.shape[1:], generator=g) for g in generators]).to(latents)
+        timesteps = torch.stack([torch.randint(0, steps, (), generator=g) for g in generators]).to(
+            latents.device
+        )
+        noise = torch.stack([torch.randn(latents.shape[1:], generator=g) for g in generators]).to(
+            latents
+        )
         noisy = self.scheduler.add_noise(latents, noise, timesteps)
         target = self.scheduler.get_velocity(latents, noise, timesteps)
         predicted = self(noisy, shots, timesteps, motion_scope)
@@ -102,18 +142,33 @@ class ShotDecoder(nn.Module):
         return (latents * self.vae.config.scaling_factor).permute(0, 2, 1, 3, 4).float()
 
     @torch.no_grad()
-    def generate(self, shots: torch.Tensor, motion_scope: torch.Tensor, num_frames: int, size: tuple[int, int],
-                 steps: int = 50, generator: torch.Generator | None = None) -> torch.Tensor:
+    def generate(
+        self,
+        shots: torch.Tensor,
+        motion_scope: torch.Tensor,
+        num_frames: int,
+        size: tuple[int, int],
+        steps: int = 50,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """Sample a shot: B x num_frames x H x W x 3 uint8 (DDIM, no classifier-free guidance)."""
         vae_config = self.vae.config
         spatial = 2 ** (len(vae_config.block_out_channels) - 1)
         frames = (num_frames - 1) // vae_config.temporal_compression_ratio + 1
-        shape = (shots.shape[0], frames, vae_config.latent_channels, size[0] // spatial, size[1] // spatial)
+        shape = (
+            shots.shape[0],
+            frames,
+            vae_config.latent_channels,
+            size[0] // spatial,
+            size[1] // spatial,
+        )
         latents = torch.randn(shape, generator=generator).to(shots.device)
         self.scheduler.set_timesteps(steps, device=shots.device)
         for t in self.scheduler.timesteps:
             velocity = self(latents, shots, t.expand(shots.shape[0]), motion_scope).float()
             latents = self.scheduler.step(velocity, t, latents, return_dict=False)[0]
-        pixels = self.vae.decode((latents / vae_config.scaling_factor).permute(0, 2, 1, 3, 4).to(self.vae.dtype)).sample
+        pixels = self.vae.decode(
+            (latents / vae_config.scaling_factor).permute(0, 2, 1, 3, 4).to(self.vae.dtype)
+        ).sample
         video = ((pixels.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
         return video.permute(0, 2, 3, 4, 1)

@@ -19,11 +19,15 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
 def projection(in_dim: int, out_dim: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(in_dim, out_dim), nn.GELU(), nn.Linear(out_dim, out_dim), nn.LayerNorm(out_dim))
+    return nn.Sequential(
+        nn.Linear(in_dim, out_dim), nn.GELU(), nn.Linear(out_dim, out_dim), nn.LayerNorm(out_dim)
+    )
 
 
 class ShotEncoder(nn.Module):
-    def __init__(self, clip, t5, t5_tokenizer, out_dim: int, text_tokens: int, clip_layer: int = -2):
+    def __init__(
+        self, clip, t5, t5_tokenizer, out_dim: int, text_tokens: int, clip_layer: int = -2
+    ):
         super().__init__()
         self.clip, self.t5, self.tokenizer = clip, t5, t5_tokenizer
         self.text_tokens, self.clip_layer = text_tokens, clip_layer
@@ -43,22 +47,37 @@ class ShotEncoder(nn.Module):
         return torch.cat([self.text_proj(text), self.visual_proj(visual)], dim=1)
 
     @torch.no_grad()
-    def features(self, first_frames: torch.Tensor, descriptions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def features(
+        self, first_frames: torch.Tensor, descriptions: list[str]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = next(self.clip.parameters()).dtype
         pixels = self.preprocess(first_frames).to(dtype)
-        hidden = self.clip(pixel_values=pixels, output_hidden_states=True).hidden_states[self.clip_layer]
-        tokens = self.tokenizer(descriptions, padding="max_length", max_length=self.text_tokens,
-                                truncation=True, return_tensors="pt").to(first_frames.device)
-        text = self.t5(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask).last_hidden_state
+        hidden = self.clip(pixel_values=pixels, output_hidden_states=True).hidden_states[
+            self.clip_layer
+        ]
+        tokens = self.tokenizer(
+            descriptions,
+            padding="max_length",
+            max_length=self.text_tokens,
+            truncation=True,
+            return_tensors="pt",
+        ).to(first_frames.device)
+        text = self.t5(
+            input_ids=tokens.input_ids, attention_mask=tokens.attention_mask
+        ).last_hidden_state
         return hidden[:, 1:].float(), text.float()
 
     def preprocess(self, frames: torch.Tensor) -> torch.Tensor:
         """CLIP's own recipe: shorter side to image_size (bicubic), centre crop, normalise."""
         height, width = frames.shape[-2:]
         scale = self.image_size / min(height, width)
-        size = (max(self.image_size, round(height * scale)), max(self.image_size, round(width * scale)))
-        images = F.interpolate(frames.float() / 255.0, size=size, mode="bicubic", align_corners=False,
-                               antialias=True).clamp(0, 1)
+        size = (
+            max(self.image_size, round(height * scale)),
+            max(self.image_size, round(width * scale)),
+        )
+        images = F.interpolate(
+            frames.float() / 255.0, size=size, mode="bicubic", align_corners=False, antialias=True
+        ).clamp(0, 1)
         top, left = (size[0] - self.image_size) // 2, (size[1] - self.image_size) // 2
-        images = images[..., top: top + self.image_size, left: left + self.image_size]
+        images = images[..., top : top + self.image_size, left : left + self.image_size]
         return (images - self.mean) / self.std
