@@ -26,14 +26,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.schema import DROP_SCHEMA, MANIFEST_SCHEMA
+from pipeline.manifest import MANIFEST_FILE, SHARDS_DIR, build_manifest
+from pipeline.review import Review, read_reviews, review_counts
+from pipeline.schema import DROP_SCHEMA
 from pipeline.shards import check_schema_version, shard_paths
 from pipeline.video import decode_image, decode_mp4
 
-MANIFEST_FILE = "manifest.parquet"
 DROPS_FILE = "drops.parquet"
 SUMMARY_FILE = "summary.json"
-SHARDS_DIR = "shards"
 
 # Nullable Arrow integers become pandas' nullable integers, not floats with NaN: a motion level
 # of 3 stays 3, and a clip without one shows <NA>.
@@ -100,13 +100,7 @@ class Film:
                 f"{SHARDS_DIR}/clips-*.parquet exists"
             )
         # An interrupted run may have shards but no manifest yet: the shards hold the same rows.
-        columns = MANIFEST_SCHEMA.names
-        tables = []
-        for shard in self.shards:
-            table = pq.read_table(shard, columns=columns)
-            check_schema_version(table.schema, shard)
-            tables.append(table)
-        return pa.concat_tables(tables)
+        return build_manifest(self.path)
 
     @cached_property
     def drops_table(self) -> pa.Table:
@@ -121,6 +115,17 @@ class Film:
     @cached_property
     def drops(self) -> pd.DataFrame:
         return _to_pandas(self.drops_table)
+
+    @cached_property
+    def reviews(self) -> dict[str, Review]:
+        """The decisions of review.parquet by clip id (written by `animegamer review`)."""
+        return read_reviews(self.path)
+
+    @property
+    def review_counts(self) -> dict[str, int]:
+        """clips, reviewed, accepted, rejected, corrected, and stale (decisions about clips that
+        are no longer in the film)."""
+        return review_counts(self.reviews, self.manifest_table.column("clip_id").to_pylist())
 
 
 def open_dataset(path: str | Path) -> Dataset:
@@ -189,6 +194,12 @@ class Dataset:
         return _to_pandas(pa.concat_tables(tables, promote_options="default"))
 
     @property
+    def review_state(self) -> pd.DataFrame:
+        """Per film: clips, reviewed, accepted, rejected, corrected and stale decisions."""
+        counts = {film.slug: film.review_counts for film in self.films}
+        return pd.DataFrame.from_dict(counts, orient="index").rename_axis("film")
+
+    @property
     def summaries(self) -> dict[str, dict]:
         """summary.json of every film, keyed by the film folder's name."""
         return {film.slug: film.summary for film in self.films}
@@ -212,7 +223,7 @@ class Dataset:
 
     def video_bytes(self, clip_id: str) -> bytes:
         """The clip's H.264 mp4 exactly as stored in its shard."""
-        return self._media(clip_id, "video")
+        return self.media_bytes(clip_id, "video")
 
     def frames(self, clip_id: str) -> np.ndarray:
         """The clip's frames, N x H x W x 3 uint8 RGB (16 x 480 x 720 x 3 by default)."""
@@ -220,7 +231,7 @@ class Dataset:
 
     def first_frame(self, clip_id: str) -> np.ndarray:
         """The stored first-frame image (the CLIP encoder's visual reference), H x W x 3 uint8."""
-        return decode_image(self._media(clip_id, "first_frame"))
+        return decode_image(self.media_bytes(clip_id, "first_frame"))
 
     def preview(self, clip_id: str, width: int = 360) -> ClipPreview:
         """An animated preview of the clip that renders itself in Jupyter."""
@@ -239,7 +250,8 @@ class Dataset:
             ) from None
         display(self.preview(clip_id, width))
 
-    def _media(self, clip_id: str, column: str) -> bytes:
+    def media_bytes(self, clip_id: str, column: str) -> bytes:
+        """The `video` (mp4) or `first_frame` (JPEG) bytes of one clip, as stored."""
         location = self._location(clip_id)
         group = pq.ParquetFile(location.shard).read_row_group(location.row_group, columns=[column])
         data = group.column(column)[location.row].as_py()

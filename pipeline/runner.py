@@ -24,13 +24,13 @@ from pathlib import Path
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 from pipeline.executor import make_executor
 from pipeline.ip import IP
+from pipeline.manifest import write_manifest
 from pipeline.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from pipeline.segments import SegmentJob, plan_segments, run_segment
 from pipeline.shards import (
     ShardWriter,
     read_clips,
     write_json_atomic,
-    write_manifest,
     write_table_atomic,
 )
 from stages.crop import BorderCrop

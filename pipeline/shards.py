@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.record import Clip
-from pipeline.schema import CLIP_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION, rows_to_table
+from pipeline.schema import CLIP_SCHEMA, SCHEMA_VERSION, rows_to_table
 
 
 @dataclass
@@ -143,16 +143,6 @@ def publish(tmp: Path, final: Path) -> None:
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, final)
-
-
-def write_manifest(film_dir: str | Path) -> Path:
-    """(Re)build a film folder's manifest.parquet from its shards: every column but the media
-    bytes, which Parquet does not even read."""
-    film_dir = Path(film_dir)
-    table = read_table(film_dir / "shards", columns=MANIFEST_SCHEMA.names)
-    return write_table_atomic(
-        rows_to_table(table.to_pylist(), MANIFEST_SCHEMA), film_dir / "manifest.parquet"
-    )
 
 
 def shard_paths(location: str | Path) -> list[Path]:

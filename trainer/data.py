@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
+from pipeline.review import Review, apply_review, read_reviews
 from pipeline.shards import check_schema_version, shard_paths
 from pipeline.video import decode_image, decode_mp4
 
@@ -42,6 +43,8 @@ CATALOG_COLUMNS = [
     "entertainment",
     "stamina",
 ]
+# The automatic quality flags, read where the shards carry them (a clip without them is usable).
+QUALITY_COLUMNS = ["usable", "reject_reasons"]
 STATE_FIELDS = ("motion_level", "stamina", "social", "entertainment")
 CACHED_GROUPS = 4
 
@@ -69,6 +72,7 @@ class ClipCatalog:
         )
         if not paths:
             raise FileNotFoundError(f"no clip shards under {', '.join(map(str, locations))}")
+        self._film_reviews: dict[Path, dict[str, Review]] = {}
         for path in paths:
             self._read_shard(path)
         _check_one_clip_per_position(self.rows, self.sources)
@@ -80,10 +84,23 @@ class ClipCatalog:
         missing = set(CATALOG_COLUMNS) - set(parquet.schema_arrow.names)
         if missing:
             raise ValueError(f"{path}: shard lacks columns {sorted(missing)}")
+        columns = CATALOG_COLUMNS + [c for c in QUALITY_COLUMNS if c in parquet.schema_arrow.names]
+        reviews = self._reviews_of(path)
         for group in range(parquet.num_row_groups):
-            rows = parquet.read_row_group(group, columns=CATALOG_COLUMNS).to_pylist()
+            rows = parquet.read_row_group(group, columns=columns).to_pylist()
+            # a person's decisions and corrections win over the pipeline's (pipeline/review.py)
+            rows = [apply_review(row, reviews.get(row["clip_id"])) for row in rows]
             self.rows.extend({**row, "instruction": instruction_of(row)} for row in rows)
             self.media.extend(MediaLocation(path, group, i) for i in range(len(rows)))
+
+    def _reviews_of(self, shard: Path) -> dict[str, Review]:
+        """The review decisions of the film folder a shard belongs to (OUT/<film>/shards/)."""
+        if shard.parent.name != "shards":
+            return {}  # a shard file given on its own has no film folder to hold decisions
+        film_dir = shard.parent.parent
+        if film_dir not in self._film_reviews:
+            self._film_reviews[film_dir] = read_reviews(film_dir)
+        return self._film_reviews[film_dir]
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -144,9 +161,11 @@ def instruction_of(row: dict) -> str | None:
 
 
 def is_captioned(row: dict) -> bool:
-    """A clip a game turn can be made of: it is ok and every field of a turn is filled."""
+    """A clip a game turn can be made of: it is ok, usable (a rejected clip never is) and every
+    field of a turn is filled."""
     return (
         row["status"] == "ok"
+        and row["usable"]
         and bool(row["instruction"])
         and bool(row["motion_description"])
         and row["motion_scope"] is not None
@@ -334,11 +353,14 @@ def make_loader(
 
 
 def clip_samples(catalog: ClipCatalog) -> list[list[int]]:
-    """Phase (a): every ok clip with a motion description and a motion scope, on its own."""
+    """Phase (a): every ok, usable clip with a motion description and a motion scope, alone."""
     return [
         [i]
         for i, row in enumerate(catalog.rows)
-        if row["status"] == "ok" and row["motion_description"] and row["motion_scope"] is not None
+        if row["status"] == "ok"
+        and row["usable"]
+        and row["motion_description"]
+        and row["motion_scope"] is not None
     ]
 
 

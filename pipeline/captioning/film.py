@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pipeline.captioning.cache import CaptionCache
 from pipeline.executor import LocalStageRunner, StageActorPool
+from pipeline.manifest import write_manifest
 from pipeline.record import Clip
 from pipeline.shards import (
     ShardConfig,
@@ -30,7 +31,6 @@ from pipeline.shards import (
     read_clips,
     shard_paths,
     write_json_atomic,
-    write_manifest,
 )
 from stages.caption import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, CaptionConfig, CaptionStage
 

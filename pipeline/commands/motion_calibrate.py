@@ -20,12 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.manifest import write_manifest
 from pipeline.shards import (
     check_schema_version,
     publish,
     shard_paths,
     write_json_atomic,
-    write_manifest,
 )
 from stages.motion_levels import (
     EQUAL_POPULATION,
