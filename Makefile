@@ -13,13 +13,15 @@ IP    ?=
 OUT   ?= data
 MODEL ?=
 ARGS  ?=
+PORT  ?= 8765
 
-.PHONY: help venv lint dataset caption report test bench motion-calibrate motion-eval train play clean
+.PHONY: help venv lint dataset caption report review test bench motion-calibrate motion-eval train play clean
 
 help:
 	@echo "make dataset [FILM=path] [IP=name] [OUT=data] [MODEL=internvl-path]  films -> clip shards"
 	@echo "make caption FILM=<film folder> MODEL=<internvl-path> [IP=name]       caption existing shards"
 	@echo "make report FILM=<film or dataset folder> [REPORT=file.html]         HTML report"
+	@echo "make review [OUT=<film or dataset folder>] [PORT=8765]               review page on 127.0.0.1"
 	@echo "make motion-calibrate SHARDS=<dataset folder>                          recalibrate motion levels"
 	@echo "make motion-eval CLIPS=<folder of mp4> LEVELS=<levels file>            ACC-F / MAE-F"
 	@echo "make train PHASE=encoder|mllm|adapt SHARDS=<folder> [CONFIG=yaml]      train AnimeGamer"
@@ -42,6 +44,9 @@ caption: venv
 
 report: venv
 	$(PY) -m pipeline.cli report $(or $(FILM),$(OUT)) $(if $(REPORT),--out $(REPORT)) $(ARGS)
+
+review: venv
+	$(PY) -m pipeline.cli review $(or $(FILM),$(OUT)) --port $(PORT) $(ARGS)
 
 motion-calibrate: venv
 	$(PY) -m pipeline.cli motion-calibrate $(or $(SHARDS),$(OUT)) $(ARGS)

@@ -17,6 +17,7 @@ COMMANDS = {
     "motion-calibrate": "pipeline.commands.motion_calibrate",
     "motion-eval": "pipeline.commands.motion_eval",
     "report": "pipeline.commands.report",
+    "review": "pipeline.commands.review",
     "train": "trainer.cli",
     "play": "trainer.play",
 }

@@ -149,7 +149,7 @@ def check_fields(fields, sheet: list[str]) -> dict[str, Any]:
         raise ReviewError(
             f"fields {unknown} cannot be corrected (editable: {list(EDITABLE_FIELDS)})"
         )
-    checked = {}
+    checked: dict[str, Any] = {}
     for name, value in fields.items():
         try:
             if value is None:
