@@ -7,7 +7,8 @@
     ds.show(clip_id)                      # animated preview inline in Jupyter
 
 Everything is read from what `animegamer dataset` wrote (OUT/<film>/shards, manifest.parquet,
-drops.parquet, summary.json); nothing here writes. The HTML report (pipeline/report.py) is built
+drops.parquet, summary.json) and the decisions `animegamer review` wrote (review.parquet, which the
+manifest already counts; `ds.review_state` sums them up); nothing here writes. The HTML report (pipeline/report.py) is built
 on the same reader, so a notebook and the report never disagree about a clip.
 """
 
@@ -265,10 +266,13 @@ class Dataset:
 
     def _location(self, clip_id: str) -> ClipLocation:
         if self._locations is None:
-            self._locations = {}
+            # built aside and then published: a second thread (the review server's) never sees
+            # a half-filled index
+            locations: dict[str, ClipLocation] = {}
             for film in self.films:
                 for shard in film.shards:
-                    self._locations.update(_index_shard(shard))
+                    locations.update(_index_shard(shard))
+            self._locations = locations
         try:
             return self._locations[clip_id]
         except KeyError:

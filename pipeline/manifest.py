@@ -12,10 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from pipeline.review import Review, apply_review, read_reviews
+from pipeline.review import QUALITY_COLUMNS, Review, apply_review, read_reviews
 from pipeline.schema import CLIP_SCHEMA, MANIFEST_SCHEMA, rows_to_table
-from pipeline.shards import read_table, write_table_atomic
+from pipeline.shards import read_table, shard_paths, write_table_atomic
 
 MANIFEST_FILE = "manifest.parquet"
 SHARDS_DIR = "shards"
@@ -25,9 +26,18 @@ SHARD_COLUMNS = [name for name in MANIFEST_SCHEMA.names if name in CLIP_SCHEMA.n
 
 def build_manifest(film_dir: str | Path) -> pa.Table:
     """The manifest table of a film folder, read from its shards (media columns are never read)."""
-    film_dir = Path(film_dir)
-    rows = read_table(film_dir / SHARDS_DIR, columns=SHARD_COLUMNS).to_pylist()
-    return reviewed_manifest(rows, read_reviews(film_dir))
+    return reviewed_manifest(shard_rows(film_dir), read_reviews(film_dir))
+
+
+def shard_rows(film_dir: str | Path) -> list[dict]:
+    """The film's clip rows without media: SHARD_COLUMNS, and the quality flags where a shard
+    has them."""
+    rows = []
+    for path in shard_paths(Path(film_dir) / SHARDS_DIR):
+        present = pq.read_schema(path).names
+        flags = [c for c in QUALITY_COLUMNS if c in present and c not in SHARD_COLUMNS]
+        rows += read_table(path, columns=SHARD_COLUMNS + flags).to_pylist()
+    return rows
 
 
 def reviewed_manifest(rows: list[dict], reviews: dict[str, Review]) -> pa.Table:

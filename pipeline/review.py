@@ -49,6 +49,10 @@ REJECT = "reject"
 DECISIONS = (ACCEPT, REJECT)
 REVIEW_REASON = "review"  # the reject reason a person's rejection adds
 
+# The automatic quality flags, where the shards carry them (older shards do not: their clips
+# count as usable with no reasons).
+QUALITY_COLUMNS = ("usable", "reject_reasons", "duplicate_of")
+
 STATE_FIELD_NAMES = tuple(STATE_FIELDS.values())
 EDITABLE_FIELDS = ("characters", *STATE_FIELD_NAMES)
 

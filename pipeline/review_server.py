@@ -33,7 +33,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from pipeline.explore import Dataset, DatasetError, Film, open_dataset
-from pipeline.manifest import MANIFEST_FILE, SHARD_COLUMNS, SHARDS_DIR, reviewed_manifest
+from pipeline.manifest import MANIFEST_FILE, reviewed_manifest, shard_rows
 from pipeline.review import (
     ACCEPT,
     DECISIONS,
@@ -47,7 +47,7 @@ from pipeline.review import (
     check_fields,
     review_counts,
 )
-from pipeline.shards import read_table, shard_paths, write_table_atomic
+from pipeline.shards import shard_paths, write_table_atomic
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +101,7 @@ class ReviewApp:
     def _read(self, dataset: Dataset) -> _Snapshot:
         signature = self._signature()
         rows = {
-            film.slug: sorted(
-                read_table(film.path / SHARDS_DIR, columns=SHARD_COLUMNS).to_pylist(),
-                key=lambda row: row["clip_index"],
-            )
+            film.slug: sorted(shard_rows(film.path), key=lambda row: row["clip_index"])
             for film in dataset.films
         }
         film_of = {row["clip_id"]: slug for slug, film_rows in rows.items() for row in film_rows}
@@ -402,6 +399,9 @@ class _Refused(Exception):
 
 class ReviewServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 resets connections when a page or a script sends a
+    # burst of requests (thumbnails, parallel decisions)
+    request_queue_size = 128
 
     def __init__(self, app: ReviewApp, port: int = DEFAULT_PORT):
         super().__init__((HOST, port), ReviewHandler)

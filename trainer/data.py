@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
-from pipeline.review import Review, apply_review, read_reviews
+from pipeline.review import QUALITY_COLUMNS, Review, apply_review, read_reviews
 from pipeline.shards import check_schema_version, shard_paths
 from pipeline.video import decode_image, decode_mp4
 
@@ -43,8 +43,6 @@ CATALOG_COLUMNS = [
     "entertainment",
     "stamina",
 ]
-# The automatic quality flags, read where the shards carry them (a clip without them is usable).
-QUALITY_COLUMNS = ["usable", "reject_reasons"]
 STATE_FIELDS = ("motion_level", "stamina", "social", "entertainment")
 CACHED_GROUPS = 4
 
@@ -84,7 +82,8 @@ class ClipCatalog:
         missing = set(CATALOG_COLUMNS) - set(parquet.schema_arrow.names)
         if missing:
             raise ValueError(f"{path}: shard lacks columns {sorted(missing)}")
-        columns = CATALOG_COLUMNS + [c for c in QUALITY_COLUMNS if c in parquet.schema_arrow.names]
+        flags = [c for c in QUALITY_COLUMNS if c in parquet.schema_arrow.names]
+        columns = CATALOG_COLUMNS + [c for c in flags if c not in CATALOG_COLUMNS]
         reviews = self._reviews_of(path)
         for group in range(parquet.num_row_groups):
             rows = parquet.read_row_group(group, columns=columns).to_pylist()
