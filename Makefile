@@ -66,7 +66,7 @@ lint: venv
 	$(VENV)/bin/mypy
 
 test: venv
-	@scripts/install-chromium.sh || echo "warning: Chromium could not be installed; the report's browser test will fail (ANIMEGAMER_SKIP_BROWSER=1 skips it)"
+	@scripts/install-chromium.sh || echo "warning: Chromium could not be installed; the browser tests of the report and the review page will fail (ANIMEGAMER_SKIP_BROWSER=1 skips them)"
 	$(PY) -m pytest $(ARGS)
 
 bench: venv

@@ -84,7 +84,7 @@ class ReviewApp:
         self._lock = threading.Lock()
         self._snapshot = self._read(open_dataset(self.root))
         self._sheets: dict[str, list[str]] = {}
-        self._stores = {f.slug: ReviewStore(f.path) for f in self._snapshot.dataset.films}
+        self._stores: dict[str, ReviewStore] = {}
 
     # ---- reading
 
@@ -121,7 +121,7 @@ class ReviewApp:
         match = _clip_filter(query)
         everything, counts = [], {}
         for slug, rows in snapshot.rows.items():
-            reviews = self._stores[slug].load()
+            reviews = self.store(slug).load()
             counts[slug] = review_counts(reviews, (r["clip_id"] for r in rows))
             everything += [_clip_json(slug, row, reviews.get(row["clip_id"])) for row in rows]
         chosen = [clip for clip in everything if match(clip)]
@@ -170,9 +170,16 @@ class ReviewApp:
         def rewrite_manifest(reviews: dict[str, Review]) -> None:
             write_table_atomic(reviewed_manifest(rows, reviews), film.path / MANIFEST_FILE)
 
-        review = self._stores[slug].record(clip_id, decision, note, fields, rewrite_manifest)
+        review = self.store(slug).record(clip_id, decision, note, fields, rewrite_manifest)
         row = next(r for r in rows if r["clip_id"] == clip_id)
         return {"clip": _clip_json(slug, row, review)}
+
+    def store(self, slug: str) -> ReviewStore:
+        """The review.parquet of a film (one store per film: it holds the film's lock)."""
+        with self._lock:
+            if slug not in self._stores:
+                self._stores[slug] = ReviewStore(self._snapshot.dataset.film(slug).path)
+            return self._stores[slug]
 
     def sheet(self, slug: str) -> list[str]:
         """The names a clip of this film may be given: its IP's protagonists."""
