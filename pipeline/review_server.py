@@ -32,12 +32,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import pyarrow as pa
+
 from pipeline.explore import Dataset, DatasetError, Film, open_dataset
-from pipeline.manifest import MANIFEST_FILE, reviewed_manifest, shard_rows
+from pipeline.manifest import MANIFEST_FILE, reviewed_manifest, shard_table
 from pipeline.review import (
     ACCEPT,
     DECISIONS,
     EDITABLE_FIELDS,
+    QUALITY_COLUMNS,
     REJECT,
     Review,
     ReviewError,
@@ -71,8 +74,10 @@ class _Snapshot:
 
     signature: tuple
     dataset: Dataset
-    rows: dict[str, list[dict]]  # film slug -> shard rows without media, in clip order
+    tables: dict[str, pa.Table]  # film slug -> shard rows without media (manifest.shard_table)
+    rows: dict[str, list[dict]]  # film slug -> the columns the page shows, in clip order
     film_of: dict[str, str]  # clip id -> film slug
+    position: dict[str, int]  # clip id -> its index in its film's rows
 
 
 class ReviewApp:
@@ -100,12 +105,14 @@ class ReviewApp:
 
     def _read(self, dataset: Dataset) -> _Snapshot:
         signature = self._signature()
-        rows = {
-            film.slug: sorted(shard_rows(film.path), key=lambda row: row["clip_index"])
-            for film in dataset.films
-        }
+        tables = {film.slug: shard_table(film.path) for film in dataset.films}
+        rows = {}
+        for slug, table in tables.items():
+            shown = [name for name in _SHOWN_COLUMNS if name in table.column_names]
+            rows[slug] = sorted(table.select(shown).to_pylist(), key=lambda r: r["clip_index"])
         film_of = {row["clip_id"]: slug for slug, film_rows in rows.items() for row in film_rows}
-        return _Snapshot(signature, dataset, rows, film_of)
+        position = {r["clip_id"]: i for film_rows in rows.values() for i, r in enumerate(film_rows)}
+        return _Snapshot(signature, dataset, tables, rows, film_of, position)
 
     def clips(self, query: dict[str, str]) -> dict:
         """GET /api/clips: the clips passing the filters, with facets and review counts."""
@@ -164,15 +171,17 @@ class ReviewApp:
             raise ReviewError(f"note must be text of at most {MAX_NOTE} characters")
         slug = snapshot.film_of[clip_id]
         fields = check_fields(body.get("fields") or {}, self.sheet(slug))
-        rows = snapshot.rows[slug]
+        rows, table = snapshot.rows[slug], snapshot.tables[slug]
         film = snapshot.dataset.film(slug)
+        counts = {}
 
         def rewrite_manifest(reviews: dict[str, Review]) -> None:
-            write_table_atomic(reviewed_manifest(rows, reviews), film.path / MANIFEST_FILE)
+            write_table_atomic(reviewed_manifest(table, reviews), film.path / MANIFEST_FILE)
+            counts[slug] = review_counts(reviews, (r["clip_id"] for r in rows))
 
         review = self.store(slug).record(clip_id, decision, note, fields, rewrite_manifest)
-        row = next(r for r in rows if r["clip_id"] == clip_id)
-        return {"clip": _clip_json(slug, row, review)}
+        row = rows[snapshot.position[clip_id]]
+        return {"clip": _clip_json(slug, row, review), "counts": counts}
 
     def store(self, slug: str) -> ReviewStore:
         """The review.parquet of a film (one store per film: it holds the film's lock)."""
@@ -202,14 +211,23 @@ def _protagonists(film: Film, ip_name: str | None) -> list[str]:
         return sorted({name for names in named if names for name in names})
 
 
+# What the page shows of a clip (besides its review): the light columns, read once per snapshot.
+_SHOWN_COLUMNS = (
+    "clip_id film_name clip_index scene_index start_time end_time start_frame end_frame "
+    "num_frames fps width height status error motion_scope motion_level caption_status "
+    "instruction num_characters"
+).split() + [*EDITABLE_FIELDS, *QUALITY_COLUMNS]
+
+
 def _clip_json(slug: str, row: dict, review: Review | None) -> dict:
     seen = apply_review(row, review)
     auto_usable = True if row.get("usable") is None else bool(row["usable"])
-    keep = (
-        "clip_id film_name clip_index scene_index start_time end_time start_frame end_frame "
-        "num_frames fps width height status error motion_scope motion_level caption_status "
-        "instruction num_characters usable reject_reasons review_decision"
-    ).split()
+    keep = [
+        *_SHOWN_COLUMNS[: _SHOWN_COLUMNS.index("num_characters") + 1],
+        "usable",
+        "reject_reasons",
+        "review_decision",
+    ]
     return {
         **{key: seen.get(key) for key in keep},
         **{name: seen.get(name) for name in EDITABLE_FIELDS},
