@@ -372,6 +372,7 @@ def test_media_are_the_stored_bytes_served_by_clip_id(film, server):
     connection.close()
 
 
+@pytest.mark.slow
 def test_concurrent_posts_never_lose_a_decision(film, server):
     """Every thread corrects another field of the same clips at once: each read-modify-write of
     review.parquet must see the others' or a correction is lost."""
@@ -494,6 +495,7 @@ def test_an_accepted_clip_is_usable_whatever_the_automatic_flags_said(film, serv
     assert [catalog.rows[s[0]]["clip_id"] for s in clip_samples(catalog)] == [ids[0]]
 
 
+@pytest.mark.slow
 def test_a_rerun_a_recaption_and_a_recalibration_keep_every_decision(bikes_dataset, tmp_path):
     """The real pipeline's film folder: decisions and corrections survive the three rewrites."""
     from conftest import BIKES, local_config
@@ -575,6 +577,7 @@ def test_the_command_names_a_folder_without_clips_and_a_taken_port(film, tmp_pat
 # ---------------------------------------------------------------- the page in a real browser
 
 
+@pytest.mark.slow
 def test_the_page_rejects_with_the_keyboard_and_saves_a_corrected_field(film, server, chromium):
     session = chromium.open(server.url, width=1280, height=900)
     ids = chromium.wait_until(
