@@ -220,19 +220,12 @@ _SHOWN_COLUMNS = (
 
 
 def _clip_json(slug: str, row: dict, review: Review | None) -> dict:
-    seen = apply_review(row, review)
+    """A clip as the page sees it: the shown columns as reviewed, and what the review changed."""
     auto_usable = True if row.get("usable") is None else bool(row["usable"])
-    keep = [
-        *_SHOWN_COLUMNS[: _SHOWN_COLUMNS.index("num_characters") + 1],
-        "usable",
-        "reject_reasons",
-        "review_decision",
-    ]
     return {
-        **{key: seen.get(key) for key in keep},
-        **{name: seen.get(name) for name in EDITABLE_FIELDS},
+        "duplicate_of": None,  # until the shards carry the quality columns
+        **apply_review(row, review),
         "film": slug,
-        "duplicate_of": row.get("duplicate_of"),
         "auto": {"usable": auto_usable, "reject_reasons": list(row.get("reject_reasons") or [])},
         "model": {name: row.get(name) for name in (review.fields if review else {})},
         "review": review.to_json() if review else None,
