@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.settings import coerce, field_docs
-from pipeline.shards import ShardConfig
-from stages.caption import CaptionConfig
+from core.settings import coerce, field_docs
+from core.shards import ShardConfig
+from stages.captioning.stage import CaptionConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
 from stages.motion import MotionConfig

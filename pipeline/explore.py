@@ -26,9 +26,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.schema import DROP_SCHEMA, MANIFEST_SCHEMA
-from pipeline.shards import check_schema_version, shard_paths
-from pipeline.video import decode_image, decode_mp4
+from core.schema import DROP_SCHEMA, MANIFEST_SCHEMA
+from core.shards import check_schema_version, shard_paths
+from core.video import decode_image, decode_mp4
 
 MANIFEST_FILE = "manifest.parquet"
 DROPS_FILE = "drops.parquet"

@@ -31,10 +31,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator, NullLocator
 
+from core.io import write_text_atomic
+from core.video import rotate_frame
 from pipeline import __version__
 from pipeline.explore import Dataset, DatasetError, Film, animated_preview, open_dataset
-from pipeline.shards import write_text_atomic
-from pipeline.video import rotate_frame
 
 NOT_AVAILABLE = "not available"
 # Drop reasons on the timeline: no green or red, which mark good and failed clips.

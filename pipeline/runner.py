@@ -21,18 +21,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.io import write_json_atomic, write_table_atomic
+from core.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
+from core.shards import ShardWriter, read_clips, write_manifest
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 from pipeline.executor import make_executor
 from pipeline.ip import IP
-from pipeline.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from pipeline.segments import SegmentJob, plan_segments, run_segment
-from pipeline.shards import (
-    ShardWriter,
-    read_clips,
-    write_json_atomic,
-    write_manifest,
-    write_table_atomic,
-)
 from stages.crop import BorderCrop
 from stages.probe import FilmError, FilmInfo, Probe
 
@@ -83,7 +78,7 @@ def run_films(
 
 def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
     """Caption every film that was cut, with one model load for all of them."""
-    from pipeline.captioning.film import caption_films
+    from pipeline.caption_films import caption_films
 
     film_dirs = [r.film_dir for r in results if r.ok]
     for result, stats in zip([r for r in results if r.ok], caption_films(film_dirs, config, ip)):

@@ -24,10 +24,11 @@ from pathlib import Path
 import av
 import numpy as np
 
+from core.io import write_json_atomic
+from core.record import STATUS_OK
+from core.shards import ShardWriter
+from core.video import FrameReader, rotate_frame
 from pipeline.config import PipelineConfig
-from pipeline.record import STATUS_OK
-from pipeline.shards import ShardWriter, write_json_atomic
-from pipeline.video import FrameReader, rotate_frame
 from stages.base import ClipStage
 from stages.clips import ClipSplitter, Drop
 from stages.crop import CropBox

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from pipeline.record import Clip
+from core.record import Clip
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from pipeline.record import Clip, make_clip_id
+from core.record import Clip, make_clip_id
 from stages.crop import CropBox
 from stages.probe import FilmInfo
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.video import FrameReader, rotate_frame
+from core.video import FrameReader, rotate_frame
 from stages.probe import FilmError, FilmInfo
 
 

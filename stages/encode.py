@@ -6,8 +6,8 @@ clip's pixels at a time.
 
 from __future__ import annotations
 
-from pipeline.record import Clip
-from pipeline.video import encode_image, encode_mp4
+from core.record import Clip
+from core.video import encode_image, encode_mp4
 from stages.base import ClipStage
 from stages.clips import ClipConfig
 

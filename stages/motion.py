@@ -23,7 +23,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from pipeline.record import Clip
+from core.record import Clip
 from stages.base import ClipStage, Resources
 from stages.motion_levels import DEFAULT_LEVELS, MotionLevels, load_levels
 
@@ -247,7 +247,7 @@ class MemFlowBackend:
         self._device = None
 
     def load(self) -> None:
-        from pipeline.compat import ensure_torchvision_importable
+        from core.compat import ensure_torchvision_importable
 
         ensure_torchvision_importable()  # before ptlflow: it imports torchvision
         import ptlflow

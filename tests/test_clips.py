@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from conftest import BIKES, BIKES_CUTS, local_config, make_video
 
+from core.shards import read_clips
+from core.video import decode_image, decode_mp4
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
-from pipeline.shards import read_clips
-from pipeline.video import decode_image, decode_mp4
 from stages.clips import ClipConfig, fit_frame, output_region
 from stages.crop import CropBox
 

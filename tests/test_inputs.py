@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from conftest import BIKES, ROOT, local_config, make_video
 
+from core.shards import read_clips
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
-from pipeline.shards import read_clips
 from stages.probe import FilmError, Probe
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from conftest import BIKES, local_config
 
+from core.shards import read_clips
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
-from pipeline.shards import read_clips
 
 
 def test_ray_executor_matches_local(tmp_path, bikes_dataset):

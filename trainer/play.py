@@ -201,7 +201,7 @@ def load_decoder(location: str, device, dtype):
 def render(decoder, config, shot, scope: float, steps: int, generator, path: Path) -> str:
     import torch
 
-    from pipeline.video import encode_mp4
+    from core.video import encode_mp4
 
     frames = decoder.generate(
         shot[None],

@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from pipeline.captioning.film import (
+from pipeline.caption_films import (
     caption_film,
     caption_films,
     caption_later_hint,
@@ -125,8 +125,8 @@ def _shorthand_overrides(args: argparse.Namespace) -> list[str]:
 
 def _clips_ip(film_dir: Path) -> str:
     """The IP the clips were cut for (their `ip` column), if its manifest is known."""
+    from core.shards import read_table
     from pipeline.ip import MANIFEST_DIR
-    from pipeline.shards import read_table
 
     names = set(read_table(film_dir / "shards", columns=["ip"]).column("ip").to_pylist())
     names.discard(GENERIC)

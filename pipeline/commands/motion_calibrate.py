@@ -20,13 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.shards import (
-    check_schema_version,
-    publish,
-    shard_paths,
-    write_json_atomic,
-    write_manifest,
-)
+from core.io import publish, write_json_atomic
+from core.shards import check_schema_version, shard_paths, write_manifest
 from stages.motion_levels import (
     EQUAL_POPULATION,
     NUM_LEVELS,

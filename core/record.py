@@ -1,6 +1,6 @@
 """The one record type that flows through the pipeline: a 2-second clip of a film.
 
-Every stage reads and fills fields of `Clip`; the shard schema (pipeline/schema.py) declares the
+Every stage reads and fills fields of `Clip`; the shard schema (core/schema.py) declares the
 same persisted fields with their Arrow types, and tests/test_shards.py keeps the two in step. `frames` is the in-memory payload
 (16 x H x W x 3 uint8 RGB) and is never written: shards carry `video` (H.264 mp4) and `first_frame`
 instead, and stages drop `frames` as soon as the media bytes exist.
@@ -53,7 +53,7 @@ class Clip:
     motion_level: int | None = None
     motion_backend: str | None = None
     motion_levels_version: str | None = None
-    # captions (stages/caption.py)
+    # captions (stages/captioning/stage.py)
     characters: list[str] | None = None
     num_characters: int | None = None
     subject: str | None = None

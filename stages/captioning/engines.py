@@ -109,7 +109,7 @@ class TransformersEngine(CaptionEngine):
     def load(self) -> None:
         if self.model is not None:
             return
-        from pipeline.compat import ensure_torchvision_importable
+        from core.compat import ensure_torchvision_importable
 
         ensure_torchvision_importable()  # the InternVL image processor imports torchvision
         import torch

@@ -21,18 +21,18 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from pipeline.captioning.cache import CaptionCache
+from core.io import write_json_atomic
+from core.record import Clip
+from core.shards import ShardConfig, ShardWriter, read_clips, shard_paths, write_manifest
 from pipeline.executor import LocalStageRunner, StageActorPool
-from pipeline.record import Clip
-from pipeline.shards import (
-    ShardConfig,
-    ShardWriter,
-    read_clips,
-    shard_paths,
-    write_json_atomic,
-    write_manifest,
+from stages.captioning.cache import CaptionCache
+from stages.captioning.stage import (
+    CAPTION_FAILED,
+    CAPTION_OK,
+    CAPTION_PENDING,
+    CaptionConfig,
+    CaptionStage,
 )
-from stages.caption import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, CaptionConfig, CaptionStage
 
 log = logging.getLogger(__name__)
 
