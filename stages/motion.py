@@ -23,6 +23,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from core.device import DeviceError, pick_device
 from core.record import Clip
 from stages.base import ClipStage, Resources
 from stages.motion_levels import DEFAULT_LEVELS, MotionLevels, load_levels
@@ -253,7 +254,10 @@ class MemFlowBackend:
         import ptlflow
         import torch
 
-        self._device = torch.device(_pick_device(self.device_name))
+        try:
+            self._device = torch.device(pick_device(self.device_name, "motion.memflow_device"))
+        except DeviceError as exc:
+            raise MotionError(str(exc)) from None
         checkpoint = None if self.random_weights else str(self.checkpoint)
         try:
             # MemFlow prints its layer choices and a train_avg_length warning that a checkpoint
@@ -307,16 +311,6 @@ def _check_checkpoint(checkpoint: str | None) -> None:
         )
     if not Path(checkpoint).is_file():
         raise MotionError(f"motion.memflow_checkpoint={checkpoint}: no such file")
-
-
-def _pick_device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise MotionError(f"motion.memflow_device={name}: no CUDA device on this machine")
-    return name
 
 
 def _wants_gpu(config: MotionConfig) -> bool:
