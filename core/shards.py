@@ -19,10 +19,11 @@ import pyarrow.parquet as pq
 from core.io import publish, write_table_atomic
 from core.record import Clip
 from core.schema import CLIP_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION, rows_to_table
+from core.settings import Settings
 
 
 @dataclass
-class ShardConfig:
+class ShardConfig(Settings):
     max_bytes: int = 256 * 1024 * 1024
     """A shard is closed and a new one opened once this many bytes of rows were written to it."""
     rows_per_group: int = 32

@@ -29,11 +29,9 @@ from core.record import STATUS_OK
 from core.shards import ShardWriter
 from core.video import FrameReader, rotate_frame
 from pipeline.config import PipelineConfig
-from stages.base import ClipStage
+from stages.base import build_clip_stages
 from stages.clips import ClipSplitter, Drop
 from stages.crop import CropBox
-from stages.encode import EncodeMedia
-from stages.motion import MotionScope
 from stages.probe import FilmInfo
 from stages.scenes import SceneCuts
 
@@ -104,15 +102,6 @@ def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None)
     return stats | {"skipped": False}
 
 
-def clip_stages(config: PipelineConfig) -> list[ClipStage]:
-    """The per-clip stages that run while a clip's pixels are in memory, in order."""
-    stages: list[ClipStage] = []
-    if config.motion.enabled:
-        stages.append(MotionScope(config.motion))
-    stages.append(EncodeMedia(config.clips))
-    return stages
-
-
 class _SegmentRun:
     def __init__(self, job: SegmentJob, report: Callable[[int], None]):
         self.job = job
@@ -120,7 +109,7 @@ class _SegmentRun:
         film, config, seg = job.film, job.config, job.segment
         self.detector = SceneCuts(config.scenes, film.fps)
         self.splitter = ClipSplitter(config.clips, film, job.crop, job.ip, seg.index, seg.is_last)
-        self.stages = clip_stages(config)
+        self.stages = build_clip_stages(config)
         self.small_size = _small_size(film, config.scenes.width)
         self.seconds: dict[str, float] = defaultdict(float)
         self.drops: list[Drop] = []

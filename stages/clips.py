@@ -18,15 +18,17 @@ import cv2
 import numpy as np
 
 from core.record import Clip, make_clip_id
+from core.settings import Settings, check_choice
 from stages.crop import CropBox
 from stages.probe import FilmInfo
 
 EPS = 1e-6
 RESIZE_MODES = ("center_crop", "pad", "stretch")
+IMAGE_FORMATS = ("jpeg", "png")
 
 
 @dataclass
-class ClipConfig:
+class ClipConfig(Settings):
     seconds: float = 2.0
     """Length of a clip window in seconds (paper: 2 s)."""
     num_frames: int = 16
@@ -44,6 +46,10 @@ class ClipConfig:
     PSNR at crf 20 (see README "Benchmark")."""
     image_format: str = "jpeg"
     """Encoding of first_frame: jpeg or png."""
+
+    def validate(self) -> None:
+        check_choice("clips", "resize", self.resize, RESIZE_MODES)
+        check_choice("clips", "image_format", self.image_format, IMAGE_FORMATS)
 
     @property
     def clip_fps(self) -> float:

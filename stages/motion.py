@@ -25,7 +25,8 @@ import numpy as np
 
 from core.device import DeviceError, pick_device
 from core.record import Clip
-from stages.base import ClipStage, Resources
+from core.settings import Settings, check_choice
+from stages.base import ClipStage, Resources, register_clip_stage
 from stages.motion_levels import DEFAULT_LEVELS, MotionLevels, load_levels
 
 UNIT_HEIGHT, UNIT_WIDTH = 480, 720  # the unit every scope is expressed in (the paper's clip size)
@@ -41,7 +42,7 @@ DIS_PRESETS = {
 
 
 @dataclass
-class MotionConfig:
+class MotionConfig(Settings):
     enabled: bool = True
     """Measure motion scope while clips are cut (the frames are already in memory)."""
     backend: str = "dis"
@@ -75,6 +76,10 @@ class MotionConfig:
     memflow_random_weights: bool = False
     """TEST ONLY: build MemFlow with random weights instead of a checkpoint (exercises the code
     path; the scopes it gives are meaningless)."""
+
+    def validate(self) -> None:
+        check_choice("motion", "backend", self.backend, BACKENDS)
+        check_choice("motion", "dis_preset", self.dis_preset, DIS_PRESETS)
 
 
 class MotionError(ValueError):
@@ -387,3 +392,9 @@ class MotionScope(ClipStage):
     def backend_descriptor(self) -> str:
         """What motion_backend stores: the flow backend and the rule's parameters."""
         return f"{self.backend.name};{rule_descriptor(self.config)}"
+
+
+@register_clip_stage("motion", section="motion", order=10)
+def motion_stage(settings: MotionConfig) -> ClipStage | None:
+    """First: it measures the in-memory frames, which encoding releases."""
+    return MotionScope(settings) if settings.enabled else None

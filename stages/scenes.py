@@ -19,6 +19,8 @@ from scenedetect.detectors import (
     ThresholdDetector,
 )
 
+from core.settings import Settings, check_choice
+
 # name -> (detector class, name of its main threshold argument)
 DETECTORS = {
     "adaptive": (AdaptiveDetector, "adaptive_threshold"),
@@ -30,7 +32,7 @@ DETECTORS = {
 
 
 @dataclass
-class SceneConfig:
+class SceneConfig(Settings):
     detector: str = "adaptive"
     """PySceneDetect detector: adaptive, content, hash, histogram or threshold."""
     threshold: float | None = None
@@ -45,6 +47,9 @@ class SceneConfig:
     """Extra time frames wait before clips are cut, for detectors that report a cut later than
     their own window (the threshold detector places a fade's cut mid-fade but reports it when the
     fade ends). summary.json counts late_cuts: raise this if it is not 0."""
+
+    def validate(self) -> None:
+        check_choice("scenes", "detector", self.detector, DETECTORS)
 
 
 class SceneCuts:

@@ -30,8 +30,8 @@ from PIL import Image
 
 from core.device import DeviceError, pick_device
 from prompts import IMAGE_SLOT
+from stages.captioning.stage import ENGINES
 
-ENGINES = ("transformers", "lmdeploy", "openai")
 LMDEPLOY_REQUIREMENT = "lmdeploy>=0.10"
 
 

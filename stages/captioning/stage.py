@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.record import STATUS_OK, Clip
+from core.settings import Settings, check_choice
 from stages.base import ClipStage, Resources
 from stages.captioning.parsing import ParseError, instruction_text, parse_characters, parse_state
 
@@ -34,13 +35,17 @@ SKIPPED_NO_VIDEO = "skipped_no_video"
 SKIPPED_NO_MOTION_LEVEL = "skipped_no_motion_level"
 SKIPPED_BAD_VIDEO = "skipped_bad_video"
 
+ENGINES = ("transformers", "lmdeploy", "openai")
+CAPTION_EXECUTORS = ("auto", "ray", "local")
+LMDEPLOY_BACKENDS = ("turbomind", "pytorch")
+
 CHARACTERS, STATE = "characters", "state"
 # Consecutive engine errors (not invalid answers) after which the engine is taken to be down.
 ENGINE_ERRORS_BEFORE_STOP = 24
 
 
 @dataclass
-class CaptionConfig:
+class CaptionConfig(Settings):
     model: str | None = None
     """InternVL checkpoint: a local folder (engines transformers, lmdeploy), a hub name where a
     network exists, or the served model name (engine openai). None: captions stay pending."""
@@ -89,6 +94,11 @@ class CaptionConfig:
     """Engine openai: requests in flight at once."""
     request_timeout: float = 300.0
     """Engine openai: seconds before a request is abandoned (and counted as a failed attempt)."""
+
+    def validate(self) -> None:
+        check_choice("caption", "engine", self.engine, ENGINES)
+        check_choice("caption", "executor", self.executor, CAPTION_EXECUTORS)
+        check_choice("caption", "lmdeploy_backend", self.lmdeploy_backend, LMDEPLOY_BACKENDS)
 
 
 class CaptionStage(ClipStage):
