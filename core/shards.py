@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core.film import SHARDS_DIR, FilmFolder
 from core.io import publish, write_table_atomic
 from core.record import Clip
 from core.schema import CLIP_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION, rows_to_table
@@ -113,14 +114,11 @@ class ShardWriter:
         self._writer, self._tmp, self._pending = None, None, []
 
 
-def write_manifest(film_dir: str | Path) -> Path:
+def write_manifest(folder: FilmFolder) -> Path:
     """(Re)build a film folder's manifest.parquet from its shards: every column but the media
     bytes, which Parquet does not even read."""
-    film_dir = Path(film_dir)
-    table = read_table(film_dir / "shards", columns=MANIFEST_SCHEMA.names)
-    return write_table_atomic(
-        rows_to_table(table.to_pylist(), MANIFEST_SCHEMA), film_dir / "manifest.parquet"
-    )
+    table = read_table(folder.shards, columns=MANIFEST_SCHEMA.names)
+    return write_table_atomic(rows_to_table(table.to_pylist(), MANIFEST_SCHEMA), folder.manifest)
 
 
 def shard_paths(location: str | Path) -> list[Path]:
@@ -133,7 +131,7 @@ def shard_paths(location: str | Path) -> list[Path]:
     return sorted(
         p
         for p in location.rglob("*.parquet")
-        if p.parent.name == "shards" or (p.parent == location and p.name.startswith("clips"))
+        if p.parent.name == SHARDS_DIR or (p.parent == location and p.name.startswith("clips"))
     )
 
 

@@ -21,9 +21,10 @@ from test_caption_support import (  # noqa: F401
     read_raw,
 )
 
+from core.film import CAPTION_CACHE_FILE
 from core.record import STATUS_ERROR
 from core.shards import read_clips, read_table
-from pipeline.caption_films import CACHE_FILE, caption_film
+from pipeline.caption_films import caption_film
 from pipeline.config import PipelineConfig
 from stages.captioning.engines import EngineError
 from stages.captioning.images import build_reference_sheet, clip_frame_grid
@@ -336,7 +337,7 @@ def test_an_interrupted_run_keeps_finished_batches_in_the_cache(film):
     before = [c.to_row() for c in read_clips(film / "shards")]
     with pytest.raises(KeyboardInterrupt):
         caption_film(film, config, SINTEL_REFERENCES, engine=ScriptedEngine(dies_on_second_batch))
-    assert len((film / CACHE_FILE).read_text().splitlines()) == 2
+    assert len((film / CAPTION_CACHE_FILE).read_text().splitlines()) == 2
     assert [c.to_row() for c in read_clips(film / "shards")] == before  # shards untouched
     summary = caption_film(film, config, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
     assert summary["from_cache"] == 2 and summary["by_status"] == {"ok": 5}
@@ -344,7 +345,7 @@ def test_an_interrupted_run_keeps_finished_batches_in_the_cache(film):
 
 def test_a_torn_cache_line_is_skipped_and_counted(film):
     caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
-    cache = film / CACHE_FILE
+    cache = film / CAPTION_CACHE_FILE
     lines = cache.read_text().splitlines()
     cache.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])  # a crash mid-line
     summary = caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
