@@ -28,7 +28,7 @@ from core.record import STATUS_OK
 from core.shards import ShardWriter
 from core.video import FrameReader, rotate_frame
 from pipeline.config import PipelineConfig
-from stages.base import build_clip_stages
+from stages.base import Frame, build_clip_stages
 from stages.clips import ClipSplitter, Drop
 from stages.crop import CropBox
 from stages.probe import FilmInfo
@@ -124,25 +124,26 @@ class _SegmentRun:
         warmup = int(WARMUP_SECONDS * film.fps) + lag
         reader = FrameReader(film.path, film.frame_pts)
         cuts: set[int] = set()
-        waiting: deque = deque()
+        waiting: deque[tuple[int, Frame]] = deque()
         last = seg.start
         with ShardWriter(self.job.directory, "part", self.job.config.shards) as writer:
             self.writer = writer
             frames = reader.frames(max(0, seg.start - warmup), min(film.num_frames, seg.stop + lag))
             # A frame waits until `lag` more frames were decoded after it (counted in frames
             # decoded, so a gap in the indices cannot shorten the wait).
-            for decoded, (index, frame) in enumerate(self._timed_iter("decode", frames)):
+            for decoded, (index, picture) in enumerate(self._timed_iter("decode", frames)):
                 last = index
-                for cut in self._timed("scenes", self.detector.process, index, self._small(frame)):
+                frame = self._frame(index, picture)
+                for cut in self._timed("scenes", self.detector.process, frame):
                     self._add_cut(cut, cuts)
                 if seg.start <= index < seg.stop:
-                    waiting.append((decoded, index, frame))
+                    waiting.append((decoded, frame))
                 while waiting and waiting[0][0] <= decoded - lag:
-                    self._settle(*waiting.popleft()[1:], cuts)
-            for cut in self.detector.finish(last):
+                    self._settle(waiting.popleft()[1], cuts)
+            for cut in self.detector.finish(last + 1):
                 self._add_cut(cut, cuts)
             while waiting:
-                self._settle(*waiting.popleft()[1:], cuts)
+                self._settle(waiting.popleft()[1], cuts)
             self._handle(self.splitter.finish(seg.stop))
         return self._stats(reader)
 
@@ -155,16 +156,17 @@ class _SegmentRun:
             cut = self.settled + 1
         cuts.add(cut)
 
-    def _settle(self, index: int, frame: av.VideoFrame, cuts: set[int]) -> None:
-        self.settled = index
-        starts_scene = index == self.job.segment.start or index in cuts
+    def _settle(self, frame: Frame, cuts: set[int]) -> None:
+        self.settled = frame.index
+        frame.starts_scene = frame.index == self.job.segment.start or frame.index in cuts
         self.frames_decoded += 1
         if self.frames_decoded % 64 == 0:
             self.report(64)
-        items = self._timed(
-            "split", self.splitter.process, index, starts_scene, lambda: self._rgb(frame)
-        )
-        self._handle(items)
+        self._handle(self._timed("split", self.splitter.process, frame))
+
+    def _frame(self, index: int, picture: av.VideoFrame) -> Frame:
+        small = self._small(picture)  # always needed, by scene detection, right away
+        return Frame(index, small=lambda: small, rgb=lambda: self._rgb(picture))
 
     def _handle(self, items: list) -> None:
         for item in items:

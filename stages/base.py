@@ -1,4 +1,11 @@
-"""The contract of a per-clip stage.
+"""The two stage contracts: frame-level stages see each decoded frame of a segment in order,
+clip-level stages see each finished clip.
+
+A frame-level stage (`FrameStage`: scene detection, clip splitting) takes `process(frame)` for
+every frame and `finish(end)` once after the last, and returns what it found on the way (cuts,
+clips, drops). Frames reach it as `Frame` objects whose pixels are converted only when asked for.
+
+A clip-level stage (`ClipStage`) is described below.
 
 A stage is a dataclass-configured object with ONE method, `process(clip) -> clip`, which fills
 fields of the clip. `setup()` runs once per worker before the first clip (load a model there, not
@@ -26,9 +33,37 @@ import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
 
 from core.record import Clip
+
+
+@dataclass
+class Frame:
+    """One decoded source frame. `small()` is the cropped picture at detection size in BGR (what
+    PySceneDetect expects); `rgb()` is the whole upright picture in RGB. Each is converted when
+    called, so a stage that never asks never pays. `starts_scene` is known once scene detection
+    has settled the frame (its lag has passed)."""
+
+    index: int
+    small: Callable[[], np.ndarray]
+    rgb: Callable[[], np.ndarray]
+    starts_scene: bool = False
+
+
+Found = TypeVar("Found")
+
+
+class FrameStage(Protocol[Found]):
+    def process(self, frame: Frame) -> list[Found]:
+        """Take the next frame; return what it completes."""
+        ...
+
+    def finish(self, end: int) -> list[Found]:
+        """No frame at or after `end` (exclusive) will come: return what is still held."""
+        ...
 
 
 @dataclass(frozen=True)

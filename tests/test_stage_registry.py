@@ -1,19 +1,33 @@
-"""The clip-stage contract: stages register themselves, the list comes from the configuration,
-and every section checks its settings before any film is cut."""
+"""The stage contracts: frame-level stages take `Frame`s; clip stages register themselves and
+the list comes from the configuration; every section checks its settings before any film is cut."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
+import av
+import numpy as np
 import pytest
+from conftest import make_video
 
 from core.record import Clip
 from pipeline.cli import main as cli_main
 from pipeline.config import ConfigError, load_config
 from stages import base
-from stages.base import ClipStage, build_clip_stages, register_clip_stage, registered_clip_stages
+from stages.base import (
+    ClipStage,
+    Frame,
+    build_clip_stages,
+    register_clip_stage,
+    registered_clip_stages,
+)
+from stages.clips import ClipConfig, ClipSplitter
+from stages.crop import CropBox
 from stages.encode import EncodeMedia
 from stages.motion import MotionScope
+from stages.probe import Probe
+from stages.scenes import SceneConfig, SceneCuts
 
 SINTEL = Path(__file__).resolve().parents[1] / "samples" / "sintel_trailer.mp4"
 
@@ -96,3 +110,41 @@ def test_a_misspelt_engine_stops_the_cli_before_any_film_is_cut(tmp_path, capsys
         "['transformers', 'lmdeploy', 'openai']"
     ]
     assert not out.exists()  # nothing was probed, cropped or cut
+
+
+def test_the_clip_splitter_converts_only_the_frames_it_samples(tmp_path):
+    film = Probe().process(make_video(tmp_path / "f.mp4", num_frames=48, fps=24))  # one 2-s clip
+    crop = CropBox(0, 0, film.width, film.height, source="full")
+    splitter = ClipSplitter(ClipConfig(), film, crop, "generic", 0, True)
+    converted: list[int] = []
+
+    def rgb(index: int) -> np.ndarray:
+        converted.append(index)
+        return np.zeros((film.height, film.width, 3), np.uint8)
+
+    def no_small() -> np.ndarray:
+        raise AssertionError("splitting never needs the detection-size picture")
+
+    found: list = []
+    for index in range(film.num_frames):
+        frame = Frame(index, small=no_small, rgb=partial(rgb, index), starts_scene=index == 0)
+        found += splitter.process(frame)
+    found += splitter.finish(film.num_frames)
+    [clip] = [item for item in found if isinstance(item, Clip)]
+    assert converted == clip.frame_indices and len(converted) == 16
+
+
+def test_scene_detection_finds_a_cut_through_the_frame_contract(tmp_path):
+    film = Probe().process(make_video(tmp_path / "c.mp4", num_frames=72, cuts=(36,)))
+    detector = SceneCuts(SceneConfig(), film.fps)
+    cuts: list[int] = []
+    with av.open(str(film.path)) as container:
+        for index, picture in enumerate(container.decode(video=0)):
+            small = picture.reformat(width=128, height=72, format="bgr24").to_ndarray()
+            cuts += detector.process(Frame(index, small=lambda s=small: s, rgb=_no_rgb))
+    cuts += detector.finish(film.num_frames)
+    assert cuts == [36]
+
+
+def _no_rgb() -> np.ndarray:
+    raise AssertionError("scene detection never needs the full picture")
