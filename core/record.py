@@ -16,8 +16,18 @@ import numpy as np
 # Changing the namespace changes every clip id: never do it.
 CLIP_NAMESPACE = uuid.UUID("6f3b8a52-9c1e-4c55-b0a7-1d2e63f0a9c4")
 
+# a clip's `status`
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
+
+# a clip's `caption_status` (stages/captioning/stage.py says when each is given)
+CAPTION_OK = "ok"
+CAPTION_FAILED = "caption_failed"
+CAPTION_PENDING = "pending"
+SKIPPED_CLIP_ERROR = "skipped_clip_error"
+SKIPPED_NO_VIDEO = "skipped_no_video"
+SKIPPED_NO_MOTION_LEVEL = "skipped_no_motion_level"
+SKIPPED_BAD_VIDEO = "skipped_bad_video"
 
 
 @dataclass(slots=True)
@@ -66,7 +76,7 @@ class Clip:
     instruction: str | None = None
     caption_model: str | None = None
     prompt_version: str | None = None
-    caption_status: str | None = "pending"  # a clip is born uncaptioned
+    caption_status: str | None = CAPTION_PENDING  # a clip is born uncaptioned
     caption_raw: str | None = None
     # outcome
     status: str = STATUS_OK

@@ -21,17 +21,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from core.film import CAPTION_REWRITE_DIR, FilmFolder
-from core.record import Clip
+from core.record import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, Clip
 from core.shards import ShardConfig, ShardWriter, read_clips, shard_paths, write_manifest
 from pipeline.executor import LocalStageRunner, StageActorPool
 from stages.captioning.cache import CaptionCache
-from stages.captioning.stage import (
-    CAPTION_FAILED,
-    CAPTION_OK,
-    CAPTION_PENDING,
-    CaptionConfig,
-    CaptionStage,
-)
+from stages.captioning.stage import CaptionConfig, CaptionStage
 
 log = logging.getLogger(__name__)
 
@@ -252,9 +246,9 @@ def _captions_state(caption_summary: dict) -> str:
     """The one-word state the film summary shows: pending, complete or incomplete."""
     by_status = caption_summary["by_status"]
     if not caption_summary["model"]:
-        return "pending"
+        return CAPTION_PENDING
     return (
         "incomplete"
-        if by_status.get("caption_failed") or by_status.get(CAPTION_PENDING)
+        if by_status.get(CAPTION_FAILED) or by_status.get(CAPTION_PENDING)
         else "complete"
     )

@@ -33,6 +33,7 @@ from matplotlib.ticker import MaxNLocator, NullLocator
 
 from core.film import CropRecord, FilmSummary
 from core.io import write_text_atomic
+from core.record import CAPTION_PENDING
 from core.video import rotate_frame
 from pipeline import __version__
 from pipeline.explore import Dataset, DatasetError, Film, animated_preview, open_dataset
@@ -477,7 +478,7 @@ def _caption_plots(manifest: pd.DataFrame) -> str:
         "environment": manifest["environment"].dropna(),
         "characters": manifest["characters"].dropna().explode().dropna(),
     }
-    status = Counter(manifest["caption_status"].fillna("pending"))
+    status = Counter(manifest["caption_status"].fillna(CAPTION_PENDING))
     status_text = ", ".join(f"{k}: {v}" for k, v in sorted(status.items()))
     note = f'<p class="note">Caption status: {html.escape(status_text)}.</p>'
     if all(values.empty for values in columns.values()):

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from core.film import MANIFEST_FILE, FilmFolder, FilmSummary
 from core.io import publish
+from core.record import CAPTION_PENDING
 from core.shards import check_schema_version, shard_paths, write_manifest
 from stages.motion_levels import (
     EQUAL_POPULATION,
@@ -195,7 +196,7 @@ def relevel(table: pa.Table, levels: MotionLevels) -> tuple[pa.Table, int]:
     table = _replace(
         table,
         "caption_status",
-        pa.array(["pending" if x else s for x, s in zip(stale, status)], pa.string()),
+        pa.array([CAPTION_PENDING if x else s for x, s in zip(stale, status)], pa.string()),
     )
     return _replace(table, "motion_levels_version", pa.array(version, pa.string())), sum(stale)
 

@@ -22,18 +22,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.record import STATUS_OK, Clip
+from core.record import (
+    CAPTION_FAILED,
+    CAPTION_OK,
+    CAPTION_PENDING,
+    SKIPPED_BAD_VIDEO,
+    SKIPPED_CLIP_ERROR,
+    SKIPPED_NO_MOTION_LEVEL,
+    SKIPPED_NO_VIDEO,
+    STATUS_OK,
+    Clip,
+)
 from core.settings import Settings, check_choice
 from stages.base import ClipStage, Resources
 from stages.captioning.parsing import ParseError, instruction_text, parse_characters, parse_state
-
-CAPTION_OK = "ok"
-CAPTION_FAILED = "caption_failed"
-CAPTION_PENDING = "pending"
-SKIPPED_CLIP_ERROR = "skipped_clip_error"
-SKIPPED_NO_VIDEO = "skipped_no_video"
-SKIPPED_NO_MOTION_LEVEL = "skipped_no_motion_level"
-SKIPPED_BAD_VIDEO = "skipped_bad_video"
 
 ENGINES = ("transformers", "lmdeploy", "openai")
 CAPTION_EXECUTORS = ("auto", "ray", "local")
