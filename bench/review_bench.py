@@ -35,12 +35,16 @@ def source_film() -> Path:
     from pipeline.runner import run_film
 
     config = load_config(None, ["run.executor=local", "run.progress=false"])
-    return run_film(SAMPLE, SOURCE, config, load_ip(None)).film_dir
+    result = run_film(SAMPLE, SOURCE, config, load_ip(None))
+    if result.film_dir is None:
+        raise SystemExit(f"the sample film could not be cut: {result.message}")
+    return result.film_dir
 
 
 def make_film(source: Path, clips: int, target: Path) -> Path:
-    from pipeline.manifest import write_manifest
-    from pipeline.shards import ShardWriter
+    from core.film import FilmFolder
+    from core.manifest import write_manifest
+    from core.shards import ShardWriter
 
     shutil.rmtree(target, ignore_errors=True)
     rows = pq.read_table(source / "shards").to_pylist()
@@ -57,18 +61,19 @@ def make_film(source: Path, clips: int, target: Path) -> Path:
                 }
             )
     shutil.copy(source / "summary.json", target / "summary.json")
-    write_manifest(target)
+    write_manifest(FilmFolder(target))
     return target
 
 
 def measure(film: Path, decisions: int) -> dict[str, float]:
-    from pipeline.manifest import write_manifest
+    from core.film import FilmFolder
+    from core.manifest import write_manifest
     from pipeline.review_server import ReviewApp, ReviewServer
 
     rebuilds = []
     for _ in range(5):
         began = time.perf_counter()
-        write_manifest(film)
+        write_manifest(FilmFolder(film))
         rebuilds.append(time.perf_counter() - began)
     server = ReviewServer(ReviewApp(film), 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -9,7 +9,8 @@ stored first frame), and a small JSON API that the page uses and scripts can use
                        "fields": {"subject": "girl", "characters": ["Sintel"], ...}}
 
 A decision is written to the film's review.parquet and its manifest.parquet is rebuilt before the
-answer goes out (pipeline/review.py holds the rules). Requests are checked before anything is
+answer goes out (core/review.py holds the rules of decisions; every corrected field is checked
+here with the caption parser's own domain rules, stages/captioning/parsing.py). Requests are checked before anything is
 written: an unknown clip id is a 404, an unknown decision or an out-of-domain field a 400, each
 with a message saying what is wrong.
 
@@ -30,13 +31,15 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pyarrow as pa
 
-from pipeline.explore import Dataset, DatasetError, Film, open_dataset
-from pipeline.manifest import MANIFEST_FILE, reviewed_manifest, shard_table
-from pipeline.review import (
+from core.film import FilmFolder
+from core.io import write_table_atomic
+from core.manifest import reviewed_manifest, shard_table
+from core.review import (
     ACCEPT,
     DECISIONS,
     EDITABLE_FIELDS,
@@ -47,10 +50,11 @@ from pipeline.review import (
     ReviewStore,
     apply_review,
     check_decision,
-    check_fields,
     review_counts,
 )
-from pipeline.shards import shard_paths, write_table_atomic
+from core.shards import shard_paths
+from pipeline.explore import Dataset, DatasetError, Film, open_dataset
+from stages.captioning.parsing import ParseError, check_character_names, check_state_value
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +109,7 @@ class ReviewApp:
 
     def _read(self, dataset: Dataset) -> _Snapshot:
         signature = self._signature()
-        tables = {film.slug: shard_table(film.path) for film in dataset.films}
+        tables = {film.slug: shard_table(film.folder) for film in dataset.films}
         rows = {}
         for slug, table in tables.items():
             shown = [name for name in _SHOWN_COLUMNS if name in table.column_names]
@@ -176,7 +180,7 @@ class ReviewApp:
         counts = {}
 
         def rewrite_manifest(reviews: dict[str, Review]) -> None:
-            write_table_atomic(reviewed_manifest(table, reviews), film.path / MANIFEST_FILE)
+            write_table_atomic(reviewed_manifest(table, reviews), film.folder.manifest)
             counts[slug] = review_counts(reviews, (r["clip_id"] for r in rows))
 
         review = self.store(slug).record(clip_id, decision, note, fields, rewrite_manifest)
@@ -187,7 +191,7 @@ class ReviewApp:
         """The review.parquet of a film (one store per film: it holds the film's lock)."""
         with self._lock:
             if slug not in self._stores:
-                self._stores[slug] = ReviewStore(self._snapshot.dataset.film(slug).path)
+                self._stores[slug] = ReviewStore(FilmFolder(self._snapshot.dataset.film(slug).path))
             return self._stores[slug]
 
     def sheet(self, slug: str) -> list[str]:
@@ -195,6 +199,31 @@ class ReviewApp:
         if slug not in self._sheets:
             self._sheets[slug] = _protagonists(self.snapshot().dataset.film(slug), self.ip)
         return self._sheets[slug]
+
+
+def check_fields(fields, sheet: list[str]) -> dict[str, Any]:
+    """Corrected caption fields checked against their domains, by the caption parser's own rules;
+    `sheet` is the IP's protagonist names, the domain of `characters`. A None value withdraws an
+    earlier correction of that field."""
+    if not isinstance(fields, dict):
+        raise ReviewError(f"fields must be an object of field: value, got {fields!r}")
+    unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
+    if unknown:
+        raise ReviewError(
+            f"fields {unknown} cannot be corrected (editable: {list(EDITABLE_FIELDS)})"
+        )
+    checked: dict[str, Any] = {}
+    for name, value in fields.items():
+        try:
+            if value is None:
+                checked[name] = None
+            elif name == "characters":
+                checked[name] = check_character_names(value, sheet)
+            else:
+                checked[name] = check_state_value(name, value)
+        except ParseError as exc:
+            raise ReviewError(str(exc)) from None
+    return checked
 
 
 def _protagonists(film: Film, ip_name: str | None) -> list[str]:

@@ -1,4 +1,4 @@
-"""Manual review: the rules (pipeline/review.py), the server and its API
+"""Manual review: the rules (core/review.py), the server and its API
 (pipeline/review_server.py), persistence across restarts and pipeline reruns, the trainer, and
 the page itself in headless Chromium (tests/browser.py)."""
 
@@ -16,17 +16,12 @@ import pytest
 from PIL import Image
 from test_explore import REPO, film_dir, rewrite_film  # noqa: F401
 
-from pipeline.captioning.parsing import ParseError, parse_state
+from core.film import REVIEW_FILE, FilmFolder
+from core.review import ReviewError, effective_quality, read_reviews
 from pipeline.cli import main as cli_main
 from pipeline.explore import open_dataset
-from pipeline.review import (
-    REVIEW_FILE,
-    ReviewError,
-    check_fields,
-    effective_quality,
-    read_reviews,
-)
-from pipeline.review_server import ReviewApp, ReviewServer
+from pipeline.review_server import ReviewApp, ReviewServer, check_fields
+from stages.captioning.parsing import ParseError, parse_state
 from trainer.data import ClipCatalog, clip_samples, game_sequences
 
 ARTIFACTS = REPO / "test-artifacts"
@@ -207,7 +202,7 @@ def test_decisions_are_written_to_review_parquet_and_the_manifest(film, server):
         "adverb": "quickly",
     }
 
-    reviews = read_reviews(film)
+    reviews = read_reviews(FilmFolder(film))
     assert set(reviews) == {ids[0], ids[1]}
     assert (reviews[ids[0]].decision, reviews[ids[0]].note, reviews[ids[0]].fields) == (
         "reject",
@@ -246,7 +241,10 @@ def test_decisions_are_written_to_review_parquet_and_the_manifest(film, server):
         server, {"clip_id": ids[1], "decision": "reject", "fields": {"adverb": None}}
     )
     assert status == 200
-    assert read_reviews(film)[ids[1]].fields == {"subject": "boy", "characters": ["Scales"]}
+    assert read_reviews(FilmFolder(film))[ids[1]].fields == {
+        "subject": "boy",
+        "characters": ["Scales"],
+    }
     assert _manifest(film)[ids[1]]["adverb"] == "quickly"
 
 
@@ -405,7 +403,7 @@ def test_concurrent_posts_never_lose_a_decision(film, server):
     for thread in threads:
         thread.join()
     assert answers == [200] * len(threads)
-    reviews = read_reviews(film)
+    reviews = read_reviews(FilmFolder(film))
     assert {clip_id: reviews[clip_id].fields for clip_id in ids} == {
         clip_id: corrections for clip_id in ids
     }
@@ -501,12 +499,12 @@ def test_a_rerun_a_recaption_and_a_recalibration_keep_every_decision(bikes_datas
     from conftest import BIKES, local_config
     from test_caption_support import ScriptedEngine, answer_well
 
-    from pipeline.captioning.film import caption_film
+    from core.shards import shard_paths
+    from pipeline.caption_films import caption_film
     from pipeline.commands.motion_calibrate import rewrite_films
     from pipeline.ip import load_ip
     from pipeline.runner import run_film
-    from pipeline.shards import shard_paths
-    from stages.caption import CaptionConfig
+    from stages.captioning.stage import CaptionConfig
     from stages.motion_levels import MotionLevels
 
     out = tmp_path / "data"
@@ -523,10 +521,10 @@ def test_a_rerun_a_recaption_and_a_recalibration_keep_every_decision(bikes_datas
         },
     )
     _stop(server)
-    before = read_reviews(film)
+    before = read_reviews(FilmFolder(film))
 
     def check(after_what: str) -> None:
-        assert read_reviews(film) == before, after_what
+        assert read_reviews(FilmFolder(film)) == before, after_what
         manifest = _manifest(film)
         assert set(manifest) == set(ids), after_what
         assert manifest[ids[0]]["review_decision"] == "reject", after_what
@@ -622,7 +620,7 @@ def test_the_page_rejects_with_the_keyboard_and_saves_a_corrected_field(film, se
     chromium.evaluate("document.querySelector('#edit').elements.adverb.value = 'quickly'", session)
     chromium.screenshot(session, ARTIFACTS / "review-page.png")
 
-    reviews = read_reviews(film)
+    reviews = read_reviews(FilmFolder(film))
     assert set(reviews) == {first, second}
     assert (reviews[first].decision, reviews[first].fields) == ("reject", {})
     assert (reviews[second].decision, reviews[second].fields) == ("accept", {"subject": "cyclist"})

@@ -22,9 +22,10 @@ import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
-from pipeline.review import QUALITY_COLUMNS, Review, apply_review, read_reviews
-from pipeline.shards import check_schema_version, shard_paths
-from pipeline.video import decode_image, decode_mp4
+from core.film import SHARDS_DIR, FilmFolder
+from core.review import QUALITY_COLUMNS, Review, apply_review, read_reviews
+from core.shards import check_schema_version, shard_paths
+from core.video import decode_image, decode_mp4
 
 CATALOG_COLUMNS = [
     "clip_id",
@@ -87,18 +88,18 @@ class ClipCatalog:
         reviews = self._reviews_of(path)
         for group in range(parquet.num_row_groups):
             rows = parquet.read_row_group(group, columns=columns).to_pylist()
-            # a person's decisions and corrections win over the pipeline's (pipeline/review.py)
+            # a person's decisions and corrections win over the pipeline's (core/review.py)
             rows = [apply_review(row, reviews.get(row["clip_id"])) for row in rows]
             self.rows.extend({**row, "instruction": instruction_of(row)} for row in rows)
             self.media.extend(MediaLocation(path, group, i) for i in range(len(rows)))
 
     def _reviews_of(self, shard: Path) -> dict[str, Review]:
         """The review decisions of the film folder a shard belongs to (OUT/<film>/shards/)."""
-        if shard.parent.name != "shards":
+        if shard.parent.name != SHARDS_DIR:
             return {}  # a shard file given on its own has no film folder to hold decisions
         film_dir = shard.parent.parent
         if film_dir not in self._film_reviews:
-            self._film_reviews[film_dir] = read_reviews(film_dir)
+            self._film_reviews[film_dir] = read_reviews(FilmFolder(film_dir))
         return self._film_reviews[film_dir]
 
     def __len__(self) -> int:

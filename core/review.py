@@ -2,15 +2,16 @@
 
 A film folder's `review.parquet` holds one row per reviewed clip: the decision (accept or reject),
 a note, the caption fields the person corrected, and when. It is written by the review page
-(pipeline/review_server.py) and read wherever clips are used, so that decisions win everywhere:
+(pipeline/review_server.py, which checks each correction with the caption parser's own domain
+rules) and read wherever clips are used, so that decisions win everywhere:
 
 - `effective_quality` is the one rule for usability: a rejected clip is not usable (reason
   `review`), an accepted one is usable whatever the automatic flags said, an unreviewed one keeps
   the automatic flags;
 - `apply_review` turns a clip row as the pipeline wrote it into the row a consumer sees: the
   corrected fields replace the model's, the instruction is rebuilt from them, and the row gains
-  `review_decision`. The manifest (pipeline/manifest.py) and the trainer (trainer/data.py) both
-  go through it; the shards keep the model's own answers.
+  `review_decision`. The manifest (core/manifest.py) and the trainer (trainer/data.py) both go
+  through it; the shards keep the model's own answers.
 
 Decisions are keyed by clip id, which depends only on the film and the clip settings: a rerun of
 the pipeline, a motion re-calibration or a re-caption rewrites shards but never review.parquet, so
@@ -31,18 +32,11 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.captioning.parsing import (
-    STATE_FIELDS,
-    ParseError,
-    StateAnswer,
-    check_character_names,
-    check_state_value,
-    instruction_text,
-)
-from pipeline.shards import write_table_atomic
+from core.film import FilmFolder
+from core.io import write_table_atomic
+from core.record import game_instruction
 
-REVIEW_FILE = "review.parquet"
-_LOCK_FILE = ".review.lock"
+REVIEW_VERSION = "1"
 
 ACCEPT = "accept"
 REJECT = "reject"
@@ -53,7 +47,17 @@ REVIEW_REASON = "review"  # the reject reason a person's rejection adds
 # count as usable with no reasons).
 QUALITY_COLUMNS = ("usable", "reject_reasons", "duplicate_of")
 
-STATE_FIELD_NAMES = tuple(STATE_FIELDS.values())
+# The caption fields a person may correct: the characters and the game state's seven fields
+# (stages/captioning/parsing.py checks each value, as it checks the model's answers).
+STATE_FIELD_NAMES = (
+    "subject",
+    "motion_description",
+    "environment",
+    "adverb",
+    "social",
+    "entertainment",
+    "stamina",
+)
 EDITABLE_FIELDS = ("characters", *STATE_FIELD_NAMES)
 
 REVIEW_SCHEMA = pa.schema(
@@ -72,7 +76,7 @@ REVIEW_SCHEMA = pa.schema(
         pa.field("stamina", pa.int8()),
         pa.field("reviewed_at", pa.timestamp("ms", tz="UTC"), nullable=False),
     ],
-    metadata={"animegamer.review_version": "1"},
+    metadata={"animegamer.review_version": REVIEW_VERSION},
 )
 
 
@@ -142,31 +146,6 @@ def check_decision(decision) -> str:
     return decision
 
 
-def check_fields(fields, sheet: list[str]) -> dict[str, Any]:
-    """Corrected caption fields checked against their domains, by the caption parser's own rules
-    (pipeline/captioning/parsing.py); `sheet` is the IP's protagonist names, the domain of
-    `characters`. A None value withdraws an earlier correction of that field."""
-    if not isinstance(fields, dict):
-        raise ReviewError(f"fields must be an object of field: value, got {fields!r}")
-    unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
-    if unknown:
-        raise ReviewError(
-            f"fields {unknown} cannot be corrected (editable: {list(EDITABLE_FIELDS)})"
-        )
-    checked: dict[str, Any] = {}
-    for name, value in fields.items():
-        try:
-            if value is None:
-                checked[name] = None
-            elif name == "characters":
-                checked[name] = check_character_names(value, sheet)
-            else:
-                checked[name] = check_state_value(name, value)
-        except ParseError as exc:
-            raise ReviewError(str(exc)) from None
-    return checked
-
-
 def apply_review(row: dict, review: Review | None) -> dict:
     """The clip row a consumer sees: corrected fields in place of the model's, the instruction
     rebuilt from them, usability by `effective_quality`, and `review_decision`. `row` is a shard
@@ -183,12 +162,12 @@ def apply_review(row: dict, review: Review | None) -> dict:
 
 
 def _instruction(row: dict) -> str | None:
-    """The game instruction of corrected fields, by the captioner's own rule; None while a state
-    field is still missing."""
-    if any(row.get(name) is None for name in STATE_FIELD_NAMES):
+    """The game instruction of corrected fields, by the captioner's own rule; None while a field
+    of it is still missing."""
+    parts = ("subject", "adverb", "motion_description", "environment")
+    if any(row.get(name) is None for name in parts):
         return None
-    state = StateAnswer(**{name: row[name] for name in STATE_FIELD_NAMES})
-    return instruction_text(row.get("characters"), state)
+    return game_instruction(row.get("characters"), *(row[name] for name in parts))
 
 
 def review_counts(reviews: dict[str, Review], clip_ids: Iterable[str]) -> dict[str, int]:
@@ -209,9 +188,9 @@ def review_counts(reviews: dict[str, Review], clip_ids: Iterable[str]) -> dict[s
 # ---------------------------------------------------------------- review.parquet
 
 
-def read_reviews(film_dir: str | Path) -> dict[str, Review]:
+def read_reviews(folder: FilmFolder) -> dict[str, Review]:
     """The decisions of a film folder by clip id ({} when nobody reviewed it yet)."""
-    path = Path(film_dir) / REVIEW_FILE
+    path = folder.review
     if not path.is_file():
         return {}
     try:
@@ -232,14 +211,13 @@ class ReviewStore:
     _thread_locks: ClassVar[dict[Path, threading.Lock]] = {}
     _guard = threading.Lock()
 
-    def __init__(self, film_dir: str | Path):
-        self.film_dir = Path(film_dir)
-        self.path = self.film_dir / REVIEW_FILE
+    def __init__(self, folder: FilmFolder):
+        self.folder = folder
         with self._guard:
-            self._lock = self._thread_locks.setdefault(self.film_dir.resolve(), threading.Lock())
+            self._lock = self._thread_locks.setdefault(folder.path.resolve(), threading.Lock())
 
     def load(self) -> dict[str, Review]:
-        return read_reviews(self.film_dir)
+        return read_reviews(self.folder)
 
     def record(
         self,
@@ -252,7 +230,7 @@ class ReviewStore:
         """Record a decision (fields already checked); earlier corrections of other fields are
         kept, a None field withdraws its correction, and a None note keeps the earlier note.
         `on_change(reviews)` runs inside the lock, after the file is written."""
-        with self._lock, open(self.film_dir / _LOCK_FILE, "a") as lock_file:
+        with self._lock, open(self.folder.review_lock, "a") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
             reviews = self.load()  # re-read: another process may have written since
             earlier = reviews.get(clip_id)
@@ -265,7 +243,7 @@ class ReviewStore:
             )
             reviews[clip_id] = review
             rows = [reviews[k].to_row() for k in sorted(reviews)]
-            write_table_atomic(pa.Table.from_pylist(rows, schema=REVIEW_SCHEMA), self.path)
+            write_table_atomic(pa.Table.from_pylist(rows, schema=REVIEW_SCHEMA), self.folder.review)
             if on_change is not None:
                 on_change(reviews)
             return review

@@ -2,7 +2,7 @@
 
 Readers check `SCHEMA_VERSION` in the file metadata. Bump it when a column changes meaning or type;
 adding a nullable column is a minor bump. `tests/test_shards.py` keeps this list and
-`pipeline.record.Clip` in step.
+`core.record.Clip` in step.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ CLIP_SCHEMA = pa.schema(
 )
 
 # What a manifest row adds to a clip row: the usability once a person's review decision is taken
-# into account (pipeline/review.py), and that decision. Columns the shards already carry are not
+# into account (core/review.py), and that decision. Columns the shards already carry are not
 # added twice.
 _REVIEWED_COLUMNS = [
     pa.field("usable", pa.bool_()),

@@ -1,7 +1,7 @@
 """A film folder's manifest.parquet: its clips' rows without the media bytes, as reviewed.
 
 Built from the shards (the pipeline's own output) with the film's review decisions applied
-(pipeline/review.py), so the manifest is what a notebook, the report and any downstream tool
+(core/review.py), so the manifest is what a notebook, the report and any downstream tool
 should use: corrected caption fields, `usable` and `reject_reasons` once a person's decision is
 counted, and `review_decision`. Every writer of shards rebuilds it through `write_manifest`, and
 the review page rebuilds it on every decision, so it never lags behind either.
@@ -14,7 +14,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.review import (
+from core.film import FilmFolder
+from core.io import write_table_atomic
+from core.review import (
     EDITABLE_FIELDS,
     QUALITY_COLUMNS,
     Review,
@@ -22,25 +24,23 @@ from pipeline.review import (
     effective_quality,
     read_reviews,
 )
-from pipeline.schema import CLIP_SCHEMA, MANIFEST_SCHEMA
-from pipeline.shards import read_table, shard_paths, write_table_atomic
+from core.schema import CLIP_SCHEMA, MANIFEST_SCHEMA
+from core.shards import read_table, shard_paths
 
-MANIFEST_FILE = "manifest.parquet"
-SHARDS_DIR = "shards"
 # The manifest's columns that come from the shards; the others come from the review.
 SHARD_COLUMNS = [name for name in MANIFEST_SCHEMA.names if name in CLIP_SCHEMA.names]
 
 
-def build_manifest(film_dir: str | Path) -> pa.Table:
+def build_manifest(folder: FilmFolder) -> pa.Table:
     """The manifest table of a film folder, read from its shards (media columns are never read)."""
-    return reviewed_manifest(shard_table(film_dir), read_reviews(film_dir))
+    return reviewed_manifest(shard_table(folder), read_reviews(folder))
 
 
-def shard_table(film_dir: str | Path) -> pa.Table:
+def shard_table(folder: FilmFolder) -> pa.Table:
     """The film's clip rows without media: SHARD_COLUMNS, and the quality flags where a shard
     has them."""
     tables = []
-    for path in shard_paths(Path(film_dir) / SHARDS_DIR):
+    for path in shard_paths(folder.shards):
         present = pq.read_schema(path).names
         flags = [c for c in QUALITY_COLUMNS if c in present and c not in SHARD_COLUMNS]
         tables.append(read_table(path, columns=SHARD_COLUMNS + flags))
@@ -92,6 +92,6 @@ def _column(table: pa.Table, name: str) -> list:
     return [None] * len(table)
 
 
-def write_manifest(film_dir: str | Path) -> Path:
+def write_manifest(folder: FilmFolder) -> Path:
     """(Re)build a film folder's manifest.parquet from its shards and its review decisions."""
-    return write_table_atomic(build_manifest(film_dir), Path(film_dir) / MANIFEST_FILE)
+    return write_table_atomic(build_manifest(folder), folder.manifest)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from core.record import game_instruction
+
 
 class ParseError(ValueError):
     pass
@@ -152,7 +154,7 @@ class StateAnswer:
 
 
 # The state fields by tag, in the prompt's order, each with the rule its value must meet. The
-# review page checks a person's corrections with the same rules (pipeline/review.py).
+# review page checks a person's corrections with the same rules (pipeline/review_server.py).
 STATE_FIELDS = {
     "S": "subject",
     "MD": "motion_description",
@@ -272,13 +274,7 @@ def _choice(value: str, label: str, allowed: tuple[int, ...]) -> int:
 
 
 def instruction_text(characters: list[str] | None, state: StateAnswer) -> str:
-    """`Character: ...; Motion: <adverb> <motion>; Background: <environment>.` (game_demo/demo.txt).
-
-    The matched protagonists name the character; with none matched (or no reference sheet), the
-    state prompt's subject does.
-    """
-    who = ", ".join(characters) if characters else state.subject
-    return (
-        f"Character: {who}; Motion: {state.adverb} {state.motion_description}; "
-        f"Background: {state.environment}."
+    """The game instruction of a parsed state (core.record.game_instruction holds the rule)."""
+    return game_instruction(
+        characters, state.subject, state.adverb, state.motion_description, state.environment
     )
