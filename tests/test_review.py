@@ -17,7 +17,7 @@ from PIL import Image
 from test_explore import REPO, film_dir, rewrite_film  # noqa: F401
 
 from core.film import REVIEW_FILE, FilmFolder
-from core.review import ReviewError, effective_quality, read_reviews
+from core.review import ReviewError, ReviewStore, effective_quality, read_reviews
 from pipeline.cli import main as cli_main
 from pipeline.explore import open_dataset
 from pipeline.review_server import ReviewApp, ReviewServer, check_fields
@@ -408,6 +408,36 @@ def test_concurrent_posts_never_lose_a_decision(film, server):
         clip_id: corrections for clip_id in ids
     }
     assert all(row["subject"] == "boy" and row["stamina"] == 1 for row in _manifest(film).values())
+
+
+def _correct_in_turn(film: Path, clip_id: str, fields: dict, start) -> None:
+    start.wait()
+    store = ReviewStore(FilmFolder(film))
+    for name, value in fields.items():
+        store.record(clip_id, "accept", fields={name: value})
+
+
+def test_two_processes_writing_one_review_file_lose_nothing(film):
+    """Two review servers on one folder: the file lock keeps each one's corrections."""
+    import multiprocessing
+
+    clip_id = pq.read_table(film / "shards", columns=["clip_id"]).column(0)[0].as_py()
+    halves = [
+        {"subject": "boy", "environment": "road", "adverb": "slowly", "social": 1},
+        {"motion_description": "walks past", "entertainment": 0, "stamina": 1, "characters": []},
+    ]
+    context = multiprocessing.get_context("fork")
+    start = context.Barrier(len(halves))
+    workers = [
+        context.Process(target=_correct_in_turn, args=(film, clip_id, half, start))
+        for half in halves
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert [w.exitcode for w in workers] == [0, 0]
+    assert read_reviews(FilmFolder(film))[clip_id].fields == {**halves[0], **halves[1]}
 
 
 def test_decisions_survive_a_server_restart_and_show_in_the_notebook_api(film):
