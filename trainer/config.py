@@ -9,13 +9,12 @@ line's `--set name=value` sets one field last. Unknown names are errors, never i
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from pipeline.settings import coerce, field_docs
+from pipeline.settings import ConfigError, field_docs, parse_assignment, set_setting
 
 PHASES = ("encoder", "mllm", "adapt")
 
@@ -140,10 +139,6 @@ class AdaptConfig(DecoderFields, TrainConfig):
 CONFIG_CLASSES = {"encoder": EncoderConfig, "mllm": MllmConfig, "adapt": AdaptConfig}
 
 
-class ConfigError(ValueError):
-    pass
-
-
 def load_config(phase: str, path: str | Path | None = None, overrides: list[str] | None = None):
     if phase not in CONFIG_CLASSES:
         raise ConfigError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
@@ -157,10 +152,7 @@ def load_config(phase: str, path: str | Path | None = None, overrides: list[str]
 def apply_overrides(config, items: list[str]) -> None:
     """`name=value` strings; values are read as YAML (numbers, true/false, [lists])."""
     for item in items:
-        name, sep, raw = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {item!r}: expected name=value")
-        set_field(config, name.strip(), yaml.safe_load(raw), "--set")
+        set_field(config, *parse_assignment(item), "--set")
 
 
 def config_from_dict(phase: str, data: dict):
@@ -201,16 +193,7 @@ def apply_mapping(config, phase: str, data: dict, source: str) -> None:
 
 
 def set_field(config, name: str, value, source: str) -> None:
-    hints = typing.get_type_hints(type(config))
-    if name not in hints:
-        raise ConfigError(
-            f"{source}: unknown setting '{name}' for phase "
-            f"{type(config).__name__} (see `animegamer train --help`)"
-        )
-    try:
-        setattr(config, name, coerce(value, hints[name]))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: {name}={value!r}: {exc}") from None
+    set_setting(config, name, value, f"{source} ({type(config).__name__})")
 
 
 def describe(phase: str) -> list[tuple[str, object, str]]:
