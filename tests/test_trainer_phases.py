@@ -129,7 +129,7 @@ def test_encoder_phase_trains_checkpoints_and_exports_lora(encoder_run):
 
 def test_warm_up_trains_only_the_encoder(encoder_run):
     out, _, _ = encoder_run
-    after_warmup = torch.load(out / "checkpoints" / "step-00000002" / "state.pt")["trainable"]
+    after_warmup = checkpoint.load(out / "checkpoints" / "step-00000002")["trainable"]
     after_joint = checkpoint.load(out)["trainable"]
     decoder_zero_init = [
         k for k in after_warmup if k.startswith("decoder.") and ("lora_B" in k or "motion.2" in k)

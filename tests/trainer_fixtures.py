@@ -19,6 +19,7 @@ import numpy as np
 from pipeline.record import Clip, make_clip_id
 from pipeline.shards import ShardConfig, ShardWriter, read_clips
 from pipeline.video import encode_image, encode_mp4
+from stages.motion_levels import DEFAULT_LEVELS
 
 BIKES = Path(__file__).parent / "media" / "bikes.mp4"
 CLIP_FRAMES, CLIP_FPS = 16, 8.0
@@ -52,7 +53,7 @@ def sample_frames(path: Path = BIKES) -> tuple[np.ndarray, float]:
 def fill_motion(clip: Clip, k: int) -> None:
     clip.motion_scope = float(0.5 + 3.0 * (k % 5))
     clip.motion_level = 1 + k % 5
-    clip.motion_backend, clip.motion_levels_version = "fixture", "fixture-1"
+    clip.motion_backend, clip.motion_levels_version = "fixture", DEFAULT_LEVELS
 
 
 def fill_captions(clip: Clip, k: int) -> None:

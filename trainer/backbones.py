@@ -59,8 +59,14 @@ def load_t5(model_location: str, tokenizer_location: str, dtype: torch.dtype):
     return frozen(model), tokenizer
 
 
-def load_cogvideox(location: str, dtype: torch.dtype):
-    """The transformer, VAE and noise scheduler of a diffusers CogVideoX folder."""
+def load_cogvideox(
+    location: str, dtype: torch.dtype, noise_shift: float = 3.0, zero_terminal_snr: bool = True
+):
+    """The transformer, VAE and noise scheduler of a diffusers CogVideoX folder.
+
+    The schedule's SNR shift and zero terminal SNR are settings (the release's values by
+    default), so the schedule is the configured one whatever the folder's scheduler file says.
+    """
     from diffusers import (
         AutoencoderKLCogVideoX,
         CogVideoXDDIMScheduler,
@@ -76,7 +82,13 @@ def load_cogvideox(location: str, dtype: torch.dtype):
         root, subfolder="transformer", torch_dtype=dtype
     )
     vae = AutoencoderKLCogVideoX.from_pretrained(root, subfolder="vae", torch_dtype=dtype)
-    scheduler = CogVideoXDDIMScheduler.from_pretrained(root, subfolder="scheduler")
+    scheduler = CogVideoXDDIMScheduler.from_pretrained(
+        root,
+        subfolder="scheduler",
+        snr_shift_scale=noise_shift,
+        rescale_betas_zero_snr=zero_terminal_snr,
+        prediction_type="v_prediction",
+    )
     return frozen(transformer), frozen(vae), scheduler
 
 
