@@ -341,6 +341,26 @@ def test_webdataset_export_reads_back_as_the_release_reads_it(shards, tmp_path):
         assert tar.read_bytes() == (tmp_path / "wds2" / tar.name).read_bytes()
 
 
+def test_the_trainer_reads_only_usable_clips_unless_told(shards, tmp_path):
+    from trainer.data import ClipCatalog, ShotDataset, clip_samples, game_sequences
+
+    marked = _mark_unusable(shards, "bikes-a", 1, tmp_path / "marked")
+    plain, usable_only = ClipCatalog([shards]), ClipCatalog([marked])
+    everything = ClipCatalog([marked], include_unusable=True)
+    assert plain.unusable == 0 and usable_only.unusable == 1
+    assert len(clip_samples(usable_only)) == len(clip_samples(plain)) - 1
+    assert len(clip_samples(everything)) == len(clip_samples(plain))
+    left_out = [
+        i
+        for i, r in enumerate(usable_only.rows)
+        if r["film_id"] == "bikes-a" and r["clip_index"] == 1
+    ]
+    sequences = game_sequences(usable_only.rows, 4, include_unusable=False)
+    assert not any(left_out[0] in seq for seq in sequences)
+    dataset = ShotDataset(usable_only, clip_samples(usable_only), (16, 24), 17, with_video=False)
+    assert dataset.summary().endswith("(1 clips marked not usable left out)")
+
+
 def test_cogvideox_export_writes_videos_and_prompt_lines(shards, tmp_path):
     from trainer.export import export
 
