@@ -157,8 +157,8 @@ def _clear(out_dir: str) -> None:
 
 def _save(phase, config, model, optimizer, step, env, log) -> None:
     if env.is_main:
-        adapters = getattr(model, "adapters", lambda: {})()
-        extra = getattr(model, "saved_tensors", lambda: {})()
+        adapters: dict = getattr(model, "adapters", dict)()
+        extra: dict = getattr(model, "saved_tensors", dict)()
         path = checkpoint.save(
             config.out_dir,
             step,

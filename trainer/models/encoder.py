@@ -63,6 +63,9 @@ class ConditionDrop:
 
 
 class ShotEncoder(nn.Module):
+    mean: torch.Tensor  # CLIP normalisation buffers
+    std: torch.Tensor
+
     def __init__(
         self,
         clip,
@@ -79,8 +82,9 @@ class ShotEncoder(nn.Module):
         self.clip, self.t5, self.tokenizer = clip, t5, t5_tokenizer
         self.text_tokens, self.clip_layer, self.clip_input = text_tokens, clip_layer, clip_input
         self.image_size = clip.config.image_size
-        self.visual_proj = projection(clip.config.hidden_size, out_dim)
-        self.text_proj = projection(t5.config.d_model, out_dim)
+        self.visual_dim, self.text_dim = int(clip.config.hidden_size), int(t5.config.d_model)
+        self.visual_proj = projection(self.visual_dim, out_dim)
+        self.text_proj = projection(self.text_dim, out_dim)
         self.register_buffer("mean", torch.tensor(CLIP_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(CLIP_STD).view(1, 3, 1, 1), persistent=False)
 
@@ -109,10 +113,9 @@ class ShotEncoder(nn.Module):
 
     def unconditional(self, batch_size: int = 1) -> torch.Tensor:
         """The unconditional shot: the projections of all-zero T5 and CLIP features."""
-        weight = self.text_proj[0].weight
-        text = weight.new_zeros(batch_size, self.text_tokens, weight.shape[1])
-        visual_in = self.visual_proj[0].weight.shape[1]
-        visual = weight.new_zeros(batch_size, self.num_patches, visual_in)
+        device = next(self.text_proj.parameters()).device
+        text = torch.zeros(batch_size, self.text_tokens, self.text_dim, device=device)
+        visual = torch.zeros(batch_size, self.num_patches, self.visual_dim, device=device)
         return self.project(visual, text)
 
     @torch.no_grad()
