@@ -194,6 +194,30 @@ def test_release_layout_writes_turns_as_the_released_model_reads_them():
     }
 
 
+def test_play_reads_states_in_the_release_layout(backbones, shards, tmp_path):
+    from trainer.play import predict_turn
+
+    config = tiny_config("mllm", backbones, shards, tmp_path, prompt_format="release")
+    model = build.game_state_model(config, torch.device("cpu"), torch.float32).eval()
+    assert "<Strength_-1>" in model.tokenizer.get_added_vocab()
+    turn = {"instruction": "Character: girl; Motion: quickly riding; Background: road."}
+    shot, states = predict_turn(model, [turn], [])
+    assert shot.shape == (model.num_queries, model.shot_dim)
+    assert states["motion_level"] in range(1, 6) and states["stamina"] in (-1, 1)
+    assert states["social"] in (0, 1) and states["entertainment"] in (0, 1)
+
+
+def test_the_shot_encoder_reads_the_action_with_its_adverb(shards):
+    from trainer.data import ClipCatalog
+
+    catalog = ClipCatalog([shards])
+    captioned = [r for r in catalog.rows if r["motion_description"]]
+    assert captioned and all(
+        r["action"] == action_text(r["adverb"], r["motion_description"]) for r in captioned
+    )
+    assert captioned[0]["action"].split()[0].lower() == captioned[0]["adverb"]
+
+
 # ---- checkpoints that cannot run code -----------------------------------------------------------
 
 
@@ -461,7 +485,11 @@ def test_eval_scores_identical_clips_at_the_maximum(tmp_path):
     _write_clip(tmp_path / "ref" / "other.mp4", ramp)
     texts = tmp_path / "texts.json"
     texts.write_text(json.dumps({"same": "a girl riding", "other": "a girl riding"}))
-    result = evaluate(config, tmp_path / "gen", tmp_path / "ref", texts)
+    levels = tmp_path / "levels.json"
+    levels.write_text(json.dumps({"same": 5, "other": 1}))
+    result = evaluate(config, tmp_path / "gen", tmp_path / "ref", texts, levels)
+    assert 0.0 <= result["acc_f"] <= 1.0 and 0.0 <= result["mae_f"] <= 4.0
+    assert (result["acc_f"] == 1.0) == (result["mae_f"] == 0.0)
     same, other = result["per_clip"]["same"], result["per_clip"]["other"]
     assert same["clip_i"] == pytest.approx(1.0, abs=1e-5)
     assert same["dreamsim"] == pytest.approx(0.0, abs=1e-5)
@@ -486,3 +514,15 @@ def test_eval_names_the_setting_of_a_missing_checkpoint(tmp_path, capsys):
     )
     assert code == 2
     assert "clip_model=" in capsys.readouterr().err
+    # a hub name is not a way around it: metrics never run on a downloaded model
+    code = main(
+        [
+            str(tmp_path / "gen"),
+            "--references",
+            str(tmp_path / "ref"),
+            "--set",
+            "clip_model=openai/clip-vit-large-patch14",
+        ]
+    )
+    assert code == 2
+    assert "clip_model=openai/clip-vit-large-patch14" in capsys.readouterr().err

@@ -19,8 +19,10 @@ class MissingCheckpoint(FileNotFoundError):
     pass
 
 
-def resolve(setting: str, location: str, needs: tuple[str, ...] = ("config.json",)) -> str:
-    """Check that `location` is a checkpoint folder holding `needs`, or a hub name."""
+def resolve(
+    setting: str, location: str, needs: tuple[str, ...] = ("config.json",), hub: bool = True
+) -> str:
+    """Check that `location` is a checkpoint folder holding `needs`, or (with `hub`) a hub name."""
     path = Path(location).expanduser()
     if path.is_dir():
         missing = [n for n in needs if not (path / n).exists()]
@@ -30,8 +32,10 @@ def resolve(setting: str, location: str, needs: tuple[str, ...] = ("config.json"
                 f"is it the right checkpoint? (see docs/training.md)"
             )
         return str(path)
-    if _HUB_NAME.match(location) and not location.startswith(
-        ("./", "../", "checkpoints/", "runs/")
+    if (
+        hub
+        and _HUB_NAME.match(location)
+        and not location.startswith(("./", "../", "checkpoints/", "runs/"))
     ):
         return location  # a hub name: from_pretrained downloads it where a network exists
     raise MissingCheckpoint(

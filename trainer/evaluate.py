@@ -260,7 +260,7 @@ class ClipScorer:
 
         from trainer.backbones import resolve
 
-        root = resolve("clip_model", location)
+        root = resolve("clip_model", location, hub=False)
         self.model = CLIPModel.from_pretrained(root).to(device).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(root)
         self.size = self.model.config.vision_config.image_size
@@ -300,7 +300,7 @@ class DreamSim:
 
         self.size, self.device, self.backbones = size, device, []
         for location in locations:
-            root = resolve("dreamsim_models", location)
+            root = resolve("dreamsim_models", location, hub=False)
             kind = AutoConfig.from_pretrained(root).model_type
             if kind.startswith("clip"):  # "embedding": the projected image embedding
                 model = CLIPVisionModelWithProjection.from_pretrained(root)
