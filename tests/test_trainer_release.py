@@ -260,7 +260,7 @@ def test_checkpoints_hold_only_json_and_safetensors(tmp_path):
 
 
 def test_a_run_records_the_levels_file_its_shards_were_labelled_with(backbones, tmp_path):
-    from pipeline.shards import ShardConfig, ShardWriter, read_clips
+    from core.shards import ShardConfig, ShardWriter, read_clips
     from stages.motion_levels import MotionLevels, write_levels
     from trainer.data import ClipCatalog, record_motion_levels
 
@@ -333,8 +333,8 @@ def _read_like_the_release(tar: Path, meta_names: list[str]) -> list[dict]:
 
 
 def test_webdataset_export_reads_back_as_the_release_reads_it(shards, tmp_path):
-    from pipeline.shards import read_table
-    from pipeline.video import decode_mp4
+    from core.shards import read_table
+    from core.video import decode_mp4
     from trainer.export import export
 
     marked = _mark_unusable(shards, "bikes-a", 1, tmp_path / "marked")
@@ -463,7 +463,7 @@ def _tiny_eval_models(folder: Path) -> dict:
 
 
 def _write_clip(path: Path, frames: np.ndarray) -> None:
-    from pipeline.video import encode_mp4
+    from core.video import encode_mp4
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(encode_mp4(frames, fps=8.0))

@@ -16,9 +16,9 @@ from pathlib import Path
 import av
 import numpy as np
 
-from pipeline.record import Clip, make_clip_id
-from pipeline.shards import ShardConfig, ShardWriter, read_clips
-from pipeline.video import encode_image, encode_mp4
+from core.record import Clip, make_clip_id
+from core.shards import ShardConfig, ShardWriter, read_clips
+from core.video import encode_image, encode_mp4
 from prompts.game import instruction_text
 from stages.motion_levels import DEFAULT_LEVELS
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from pipeline.shards import write_text_atomic
+from core.io import write_text_atomic
 
 FORMAT = "animegamer-trainer/2"
 STATE_FILE = "state.json"

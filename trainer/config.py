@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.settings import ConfigError, field_docs, parse_assignment, set_setting
+from core.settings import ConfigError, field_docs, parse_assignment, set_setting
 
 PHASES = ("encoder", "mllm", "adapt")
 

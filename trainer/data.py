@@ -21,14 +21,14 @@ import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
-from pipeline.shards import (
+from core.shards import (
     RowLocation,
     check_schema_version,
     locate_rows,
     read_group_column,
     shard_paths,
 )
-from pipeline.video import decode_image, decode_mp4
+from core.video import decode_image, decode_mp4
 from prompts.game import action_text, instruction_text
 
 CATALOG_COLUMNS = [

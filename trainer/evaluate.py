@@ -76,7 +76,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from pipeline.settings import ConfigError, field_docs, parse_assignment, set_setting
+    from core.settings import ConfigError, field_docs, parse_assignment, set_setting
     from trainer.backbones import MissingCheckpoint
 
     config = EvalConfig()
@@ -96,7 +96,7 @@ def run(args) -> int:
         return 2
     print(json.dumps({k: v for k, v in result.items() if k != "per_clip"}, indent=1))
     if args.json:
-        from pipeline.shards import write_json_atomic
+        from core.io import write_json_atomic
 
         write_json_atomic(result, args.json)
     return 0

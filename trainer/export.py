@@ -114,7 +114,7 @@ def _rows(locations: list[str]) -> Iterator[dict]:
     """Every clip row of the shards (light columns and media), row group by row group."""
     import pyarrow.parquet as pq
 
-    from pipeline.shards import check_schema_version, shard_paths
+    from core.shards import check_schema_version, shard_paths
     from prompts.game import action_text, instruction_text
 
     paths = list(dict.fromkeys(p.resolve() for loc in locations for p in shard_paths(Path(loc))))

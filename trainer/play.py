@@ -120,9 +120,10 @@ def play(
     """Yield one record per turn (and write them to out/states.jsonl)."""
     import torch
 
+    from core.device import pick_device
     from trainer import build, distributed
 
-    device = distributed.pick_device(device_setting, 0)
+    device = torch.device(pick_device(device_setting, "--device", 0))
     dtype = distributed.pick_dtype("auto", device)
     model, config = build.trained_mllm(mllm_location, device, dtype)
     scopes = scopes or level_scopes(config, mllm_location)
@@ -251,7 +252,7 @@ class Renderer:
     def render(self, shot, scope: float, generator, path: Path) -> str:
         import torch
 
-        from pipeline.video import encode_mp4
+        from core.video import encode_mp4
 
         frames = self.decoder.generate(
             shot[None],
