@@ -43,8 +43,8 @@ def source_film() -> Path:
 
 def make_film(source: Path, clips: int, target: Path) -> Path:
     from core.film import FilmFolder
-    from core.manifest import write_manifest
     from core.shards import ShardWriter
+    from pipeline.manifest import write_manifest
 
     shutil.rmtree(target, ignore_errors=True)
     rows = pq.read_table(source / "shards").to_pylist()
@@ -67,7 +67,7 @@ def make_film(source: Path, clips: int, target: Path) -> Path:
 
 def measure(film: Path, decisions: int) -> dict[str, float]:
     from core.film import FilmFolder
-    from core.manifest import write_manifest
+    from pipeline.manifest import write_manifest
     from pipeline.review_server import ReviewApp, ReviewServer
 
     rebuilds = []

@@ -35,7 +35,7 @@ WORK_DIR = "work"
 DONE_FILE = "DONE.json"
 SHARDS_STAGING = "shards.staging"
 CAPTION_CACHE_FILE = "caption_cache.jsonl"
-REVIEW_FILE = "review.parquet"  # a person's decisions (core/review.py)
+REVIEW_FILE = "review.parquet"  # a person's decisions (pipeline/review.py)
 REVIEW_LOCK_FILE = ".review.lock"  # held while review.parquet is rewritten
 # beside a shard while captioning rewrites it; not named "shards", so readers never take its
 # files for shards

@@ -123,17 +123,3 @@ def _plain(value):
     if isinstance(value, np.generic):
         return value.item()
     return value
-
-
-def game_instruction(
-    characters: list[str] | None,
-    subject: str,
-    adverb: str,
-    motion_description: str,
-    environment: str,
-) -> str:
-    """A clip's game instruction, `Character: ...; Motion: <adverb> <motion>; Background: <env>.`
-    (game_demo/demo.txt): the protagonists name the character, else the subject does. The
-    captioner and a person's corrections (core/review.py) both build it here."""
-    who = ", ".join(characters) if characters else subject
-    return f"Character: {who}; Motion: {adverb} {motion_description}; Background: {environment}."

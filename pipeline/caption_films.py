@@ -21,10 +21,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from core.film import CAPTION_REWRITE_DIR, FilmFolder
-from core.manifest import write_manifest
 from core.record import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, Clip
 from core.shards import ShardConfig, ShardWriter, read_clips, shard_paths
 from pipeline.executor import LocalStageRunner, StageActorPool
+from pipeline.manifest import write_manifest
 from stages.captioning.cache import CaptionCache
 from stages.captioning.stage import CaptionConfig, CaptionStage
 

@@ -20,6 +20,8 @@ COMMANDS = {
     "review": "pipeline.commands.review",
     "train": "trainer.cli",
     "play": "trainer.play",
+    "export": "trainer.export",
+    "eval": "trainer.evaluate",
 }
 
 

@@ -9,7 +9,7 @@ stored first frame), and a small JSON API that the page uses and scripts can use
                        "fields": {"subject": "girl", "characters": ["Sintel"], ...}}
 
 A decision is written to the film's review.parquet and its manifest.parquet is rebuilt before the
-answer goes out (core/review.py holds the rules of decisions; every corrected field is checked
+answer goes out (pipeline/review.py holds the rules of decisions; every corrected field is checked
 here with the caption parser's own domain rules, stages/captioning/parsing.py). Requests are checked before anything is
 written: an unknown clip id is a 404, an unknown decision or an out-of-domain field a 400, each
 with a message saying what is wrong.
@@ -38,8 +38,10 @@ import pyarrow as pa
 
 from core.film import FilmFolder
 from core.io import write_table_atomic
-from core.manifest import reviewed_manifest, shard_table
-from core.review import (
+from core.shards import shard_paths
+from pipeline.explore import Dataset, DatasetError, Film, open_dataset
+from pipeline.manifest import reviewed_manifest, shard_table
+from pipeline.review import (
     ACCEPT,
     DECISIONS,
     EDITABLE_FIELDS,
@@ -52,8 +54,6 @@ from core.review import (
     check_decision,
     review_counts,
 )
-from core.shards import shard_paths
-from pipeline.explore import Dataset, DatasetError, Film, open_dataset
 from stages.captioning.parsing import ParseError, check_character_names, check_state_value
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Manual review: the rules (core/review.py), the server and its API
+"""Manual review: the rules (pipeline/review.py), the server and its API
 (pipeline/review_server.py), persistence across restarts and pipeline reruns, the trainer, and
 the page itself in headless Chromium (tests/browser.py)."""
 
@@ -17,9 +17,9 @@ from PIL import Image
 from test_explore import REPO, film_dir, rewrite_film  # noqa: F401
 
 from core.film import REVIEW_FILE, FilmFolder
-from core.review import ReviewError, ReviewStore, effective_quality, read_reviews
 from pipeline.cli import main as cli_main
 from pipeline.explore import open_dataset
+from pipeline.review import ReviewError, ReviewStore, effective_quality, read_reviews
 from pipeline.review_server import ReviewApp, ReviewServer, check_fields
 from stages.captioning.parsing import ParseError, parse_state
 from trainer.data import ClipCatalog, clip_samples, game_sequences
@@ -488,20 +488,20 @@ def test_the_trainer_reads_decisions_and_corrections(film, server):
     catalog = ClipCatalog([film])
     assert len(clip_samples(catalog)) == len(ids)
     _post(server, {"clip_id": ids[1], "decision": "reject"})
-    _post(
-        server,
-        {"clip_id": ids[2], "decision": "accept", "fields": {"motion_description": "walks past"}},
-    )
-    catalog = ClipCatalog([film])
+    fields = {"motion_description": "walks past"}
+    _post(server, {"clip_id": ids[2], "decision": "accept", "fields": fields})
+    catalog = ClipCatalog([film], include_unusable=True)  # a person's rejection wins even so
     by_id = {row["clip_id"]: i for i, row in enumerate(catalog.rows)}
+    assert ids[1] not in by_id and catalog.rejected_in_review == 1
     assert [catalog.rows[s[0]]["clip_id"] for s in clip_samples(catalog)] == [ids[0], ids[2]]
     row = catalog.rows[by_id[ids[2]]]
     assert row["motion_description"] == "walks past"
     assert (
         row["instruction"] == "Character: Sintel; Motion: quickly walks past; Background: street."
     )
-    # a rejected clip breaks the game sequence it was in: none spans it
-    assert all(by_id[ids[1]] not in seq for seq in game_sequences(catalog.rows, max_turns=3))
+    # the rejected clip's gap ends the game sequence it was in: none spans it
+    sequences = game_sequences(catalog.rows, max_turns=3)
+    assert sequences and all(len(seq) == 1 for seq in sequences)
 
 
 def test_an_accepted_clip_is_usable_whatever_the_automatic_flags_said(film, server):

@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 
 from core.film import MANIFEST_FILE, FilmFolder, FilmSummary
 from core.io import publish
-from core.manifest import write_manifest
 from core.record import CAPTION_PENDING
 from core.shards import check_schema_version, shard_paths
+from pipeline.manifest import write_manifest
 from stages.motion_levels import (
     EQUAL_POPULATION,
     NUM_LEVELS,

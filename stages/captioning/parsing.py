@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from core.record import game_instruction
+from prompts.game import instruction_text as game_instruction
 
 
 class ParseError(ValueError):
@@ -274,7 +274,14 @@ def _choice(value: str, label: str, allowed: tuple[int, ...]) -> int:
 
 
 def instruction_text(characters: list[str] | None, state: StateAnswer) -> str:
-    """The game instruction of a parsed state (core.record.game_instruction holds the rule)."""
-    return game_instruction(
+    """The game-turn instruction of a captioned clip (the one rule lives in prompts.game).
+
+    The matched protagonists name the character; with none matched (or no reference sheet), the
+    state prompt's subject does.
+    """
+    text = game_instruction(
         characters, state.subject, state.adverb, state.motion_description, state.environment
     )
+    if text is None:  # parse_state guarantees every field; this would be a bug upstream
+        raise ParseError(f"an incomplete state answer cannot make an instruction: {state}")
+    return text

@@ -10,7 +10,7 @@ rules) and read wherever clips are used, so that decisions win everywhere:
   the automatic flags;
 - `apply_review` turns a clip row as the pipeline wrote it into the row a consumer sees: the
   corrected fields replace the model's, the instruction is rebuilt from them, and the row gains
-  `review_decision`. The manifest (core/manifest.py) and the trainer (trainer/data.py) both go
+  `review_decision`. The manifest (pipeline/manifest.py) and the trainer (trainer/data.py) both go
   through it; the shards keep the model's own answers.
 
 Decisions are keyed by clip id, which depends only on the film and the clip settings: a rerun of
@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from core.film import FilmFolder
 from core.io import write_table_atomic
-from core.record import game_instruction
+from prompts.game import instruction_text
 
 REVIEW_VERSION = "1"
 
@@ -162,12 +162,15 @@ def apply_review(row: dict, review: Review | None) -> dict:
 
 
 def _instruction(row: dict) -> str | None:
-    """The game instruction of corrected fields, by the captioner's own rule; None while a field
-    of it is still missing."""
-    parts = ("subject", "adverb", "motion_description", "environment")
-    if any(row.get(name) is None for name in parts):
-        return None
-    return game_instruction(row.get("characters"), *(row[name] for name in parts))
+    """The game instruction of the corrected fields, by the captioner's own rule (prompts.game);
+    None while a part of it is still missing."""
+    return instruction_text(
+        row.get("characters"),
+        row.get("subject"),
+        row.get("adverb"),
+        row.get("motion_description"),
+        row.get("environment"),
+    )
 
 
 def review_counts(reviews: dict[str, Review], clip_ids: Iterable[str]) -> dict[str, int]:

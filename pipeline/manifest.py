@@ -1,7 +1,7 @@
 """A film folder's manifest.parquet: its clips' rows without the media bytes, as reviewed.
 
 Built from the shards (the pipeline's own output) with the film's review decisions applied
-(core/review.py), so the manifest is what a notebook, the report and any downstream tool
+(pipeline/review.py), so the manifest is what a notebook, the report and any downstream tool
 should use: corrected caption fields, `usable` and `reject_reasons` once a person's decision is
 counted, and `review_decision`. Every writer of shards rebuilds it through `write_manifest`, and
 the review page rebuilds it on every decision, so it never lags behind either.
@@ -16,7 +16,9 @@ import pyarrow.parquet as pq
 
 from core.film import FilmFolder
 from core.io import write_table_atomic
-from core.review import (
+from core.schema import CLIP_SCHEMA, MANIFEST_SCHEMA
+from core.shards import read_table, shard_paths
+from pipeline.review import (
     EDITABLE_FIELDS,
     QUALITY_COLUMNS,
     Review,
@@ -24,8 +26,6 @@ from core.review import (
     effective_quality,
     read_reviews,
 )
-from core.schema import CLIP_SCHEMA, MANIFEST_SCHEMA
-from core.shards import read_table, shard_paths
 
 # The manifest's columns that come from the shards; the others come from the review.
 SHARD_COLUMNS = [name for name in MANIFEST_SCHEMA.names if name in CLIP_SCHEMA.names]
