@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from trainer import backbones, checkpoint
-from trainer.config import config_from_dict
+from trainer.config import MllmConfig, config_from_dict
 from trainer.models.decoder import ShotDecoder
 from trainer.models.encoder import ShotEncoder
 from trainer.models.mllm import GameStateModel
@@ -117,12 +117,13 @@ def frozen_from_checkpoint(module: torch.nn.Module, location: str, prefix: str) 
 
 def trained_mllm(
     location: str, device: torch.device, dtype: torch.dtype
-) -> tuple[GameStateModel, object]:
+) -> tuple[GameStateModel, MllmConfig]:
     """The MLLM of a phase (b) checkpoint, rebuilt from the config saved with it, frozen."""
     state = checkpoint.load(location)
     if state["phase"] != "mllm":
         raise ValueError(f"{location}: a '{state['phase']}' checkpoint, expected one of phase mllm")
     config = config_from_dict("mllm", state["config"])
+    assert isinstance(config, MllmConfig)
     config.lora_dropout = 0.0
     model = game_state_model(config, device, dtype)
     checkpoint.restore_trainable(model, _strip(state["trainable"], "mllm."), source=str(location))

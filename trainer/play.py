@@ -134,7 +134,9 @@ def play(
     )
     window = history if history is not None else max(config.max_turns - 1, 0)
     out.mkdir(parents=True, exist_ok=True)
-    turns, shots, totals = [], [], {"stamina": 0, "social": 0, "entertainment": 0}
+    turns: list[dict] = []
+    shots: list = []
+    totals = {"stamina": 0, "social": 0, "entertainment": 0}
     generator = torch.Generator().manual_seed(seed)
     with (out / "states.jsonl").open("w") as log:
         for index, instruction in enumerate(instructions):

@@ -33,16 +33,21 @@ class TimeEmbeddingWithMotion(nn.Module):
         self.motion = nn.Sequential(
             nn.Linear(sinusoid_dim, hidden), nn.SiLU(), nn.Linear(hidden, out_dim)
         )
-        nn.init.zeros_(self.motion[-1].weight)
-        nn.init.zeros_(self.motion[-1].bias)
+        last = self.motion[-1]
+        assert isinstance(last, nn.Linear)
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+
+    def _condition_dtype(self) -> torch.dtype:
+        first = self.motion[0]
+        assert isinstance(first, nn.Linear)
+        return first.weight.dtype
 
     def forward(self, sample: torch.Tensor, condition: torch.Tensor | None = None) -> torch.Tensor:
         embedding = self.base(sample)
         if condition is None:
             return embedding
-        return embedding + self.motion(condition.to(self.motion[0].weight.dtype)).to(
-            embedding.dtype
-        )
+        return embedding + self.motion(condition.to(self._condition_dtype())).to(embedding.dtype)
 
 
 @dataclass(frozen=True)
