@@ -13,18 +13,16 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from PIL import Image
-from test_caption_support import (  # noqa: F401
+from conftest import (
     ADVERB_BY_LEVEL,
     ROOT,
     SINTEL_REFERENCES,
     answer_well,
-    clip_videos,
-    film,
     image_word,
     make_clips,
     read_raw,
 )
+from PIL import Image
 
 from pipeline.captioning.engines import (
     EngineError,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from conftest import SINTEL_REFERENCES
 from PIL import Image
-from test_caption_support import SINTEL_REFERENCES, clip_videos  # noqa: F401 (fixture)
 
 from pipeline.captioning.images import (
     FRAME_GAP,

@@ -8,13 +8,11 @@ from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
-from test_caption_support import (  # noqa: F401
+from conftest import (
     ADVERB_BY_LEVEL,
     SINTEL_REFERENCES,
     ScriptedEngine,
     answer_well,
-    clip_videos,
-    film,
     good_character_answer,
     image_word,
     make_clips,

@@ -122,7 +122,7 @@ def test_cli_reports_bad_film_and_still_processes_the_good_one(tmp_path):
         timeout=300,
     )
     assert run.returncode == 1
-    assert f"error: {bad}: not a readable video" in run.stdout
+    assert f"error: {bad}: not a readable video" in run.stderr
     assert "Traceback" not in run.stderr + run.stdout
     summaries = list((tmp_path / "out").glob("good-*/summary.json"))
     assert len(summaries) == 1 and json.loads(summaries[0].read_text())["clips_written"] == 2
@@ -225,6 +225,6 @@ def test_a_crop_box_that_does_not_fit_fails_only_its_film(tmp_path):
         timeout=300,
     )
     assert run.returncode == 1
-    assert f"error: {small.resolve()}: crop box [0, 0, 640, 360] does not fit" in run.stdout
+    assert f"error: {small.resolve()}: crop box [0, 0, 640, 360] does not fit" in run.stderr
     assert "Traceback" not in run.stdout + run.stderr
     assert list((tmp_path / "out").glob("good-*/summary.json"))

@@ -30,14 +30,13 @@ import av
 import cv2
 import numpy as np
 import pytest
+from conftest import ARTIFACTS, decode_directly, rewrite_film, shard_rows
 from PIL import Image
-from test_explore import REPO, decode_directly, film_dir, rewrite_film, shard_rows  # noqa: F401
 
 from pipeline.cli import main as cli_main
 from pipeline.explore import DatasetError, open_dataset
 from pipeline.report import ReportOptions, build_report, source_frame_at, write_report
 
-ARTIFACTS = REPO / "test-artifacts"
 LEVEL_EDGES = [1.0, 3.0, 6.0, 12.0]  # the test's own level edges, stored like the motion stage's
 
 
@@ -512,7 +511,7 @@ def test_cli_writes_the_report_and_names_a_folder_without_shards(film_dir, tmp_p
     assert capsys.readouterr().out.strip() == str(out)
     assert out.read_text().count('class="preview"') == 1
     (tmp_path / "empty").mkdir()
-    assert cli_main(["report", str(tmp_path / "empty")]) == 1
+    assert cli_main(["report", str(tmp_path / "empty")]) == 2
     assert f"{tmp_path / 'empty'}: no film folders found" in capsys.readouterr().err
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_fixtures import write_bikes_dataset
+from conftest import write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from trainer.config import ConfigError, load_config

@@ -3,7 +3,7 @@
 The backbones are written to disk in the real checkpoints' formats (trainer.tiny) and loaded by
 the same code that loads CogVideoX-2B, Mistral-7B, CLIP and T5. The shards come from the
 pipeline's run on tests/media/bikes.mp4 when the `bikes_dataset` fixture exists (captions filled
-in here), else from real frames of that video written by tests/trainer_fixtures.py.
+in here), else from real frames of that video written by tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_fixtures import caption_film, tiny_config, tiny_settings, write_bikes_dataset
+from conftest import tiny_config, tiny_settings, with_captions, write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from trainer import checkpoint
@@ -41,7 +41,7 @@ def shards(request, tmp_path_factory) -> Path:
         film = request.getfixturevalue("bikes_dataset")
     except pytest.FixtureLookupError:
         return write_bikes_dataset(out)
-    return caption_film(Path(film), out)
+    return with_captions(Path(film), out)
 
 
 def run_phase(phase: str, config, resume: bool = True) -> list[dict]:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
+
+from pipeline.commands.errors import input_errors, run_command
 
 HELP = "Play game instructions with a trained MLLM (+ decoder): next game states and shots."
 INSTRUCTION = re.compile(r"^Character:\s*[^;]+;\s*Motion:\s*[^;]+;\s*Background:\s*.+$")
@@ -50,15 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    with input_errors(OSError, ValueError):
         instructions = read_instructions(Path(args.instructions))
         scopes = [float(v) for v in args.level_scopes.split(",")]
         if len(scopes) != 5:
             raise ValueError(f"--level-scopes needs 5 values, got {args.level_scopes!r}")
-    except (OSError, ValueError) as exc:
-        print(f"animegamer play: error: {exc}", file=sys.stderr)
-        return 2
-    for record in play(
+    records = play(
         args.mllm,
         instructions,
         Path(args.out),
@@ -68,8 +66,12 @@ def run(args: argparse.Namespace) -> int:
         scopes,
         args.seed,
         args.device,
-    ):
-        print(json.dumps(record))
+    )
+    # The checkpoints load before the first turn: missing (FileNotFoundError, MissingCheckpoint)
+    # or of another phase or shape (ValueError); the message names the folder.
+    with input_errors(FileNotFoundError, ValueError):
+        for record in records:
+            print(json.dumps(record))
     return 0
 
 
@@ -218,8 +220,9 @@ def render(decoder, config, shot, scope: float, steps: int, generator, path: Pat
 def main(argv: list[str] | None = None) -> int:
     from trainer.cli import module_parser
 
-    return run(module_parser("python -m trainer.play", __doc__, add_arguments).parse_args(argv))
+    args = module_parser("python -m trainer.play", __doc__, add_arguments).parse_args(argv)
+    return run_command("play", run, args)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
