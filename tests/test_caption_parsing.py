@@ -168,6 +168,7 @@ def test_frames_are_sampled_evenly_with_both_ends():
     assert sample_indices(3, 8) == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_frame_grid_holds_the_sampled_frames_in_order(clip_videos):
     from pipeline.video import decode_mp4
 

@@ -42,7 +42,8 @@ def assert_one_line_error(run: subprocess.CompletedProcess[str], status: int, *w
 
 
 def slow(*values: object) -> object:
-    """A parameter set whose command imports the heavy libraries (torch, pandas): over 5 s here."""
+    """A case left to the full suite: its command imports torch or pandas (over 5 s here), or
+    it repeats a kind of error that a faster case already covers."""
     return pytest.param(*values, marks=pytest.mark.slow)
 
 
@@ -67,7 +68,7 @@ def test_no_command_and_an_unknown_option_are_usage_errors():
     ("args", "words"),
     [
         (["dataset", "--out", "{tmp}", "--set", "clips.crf=fast"], ["clips.crf", "fast"]),
-        (
+        slow(
             ["dataset", "--out", "{tmp}", "--config", "/nonexistent/settings.yaml"],
             ["settings.yaml"],
         ),
@@ -77,9 +78,9 @@ def test_no_command_and_an_unknown_option_are_usage_errors():
         slow(["report", "{tmp}"], ["no film folders"]),
         slow(["report", "{tmp}", "--preview-width", "4"], ["--preview-width 4"]),
         (["motion-calibrate", "/nonexistent/data"], ["/nonexistent/data"]),
-        (["motion-calibrate", "{tmp}", "--quantiles", "0.5,0.2,0.6,0.8"], ["{tmp}"]),
+        slow(["motion-calibrate", "{tmp}", "--quantiles", "0.5,0.2,0.6,0.8"], ["{tmp}"]),
         (["motion-eval", "{tmp}", "--levels", "/nonexistent/levels.json"], ["levels.json"]),
-        (["motion-eval", "{tmp}"], ["--levels"]),
+        slow(["motion-eval", "{tmp}"], ["--levels"]),
         slow(["train", "--phase", "encoder"], ["no shards given"]),
         slow(
             ["train", "--phase", "mllm", "--set", "no_such_setting=1", "--shards", "x"], ["no_such"]

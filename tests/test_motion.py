@@ -503,6 +503,7 @@ def test_motion_eval_leaves_out_unreadable_clips_and_refuses_slow_ones(tmp_path,
 # ----------------------------------------------------------------------------- real clips
 
 
+@pytest.mark.slow
 def test_real_clips_spread_over_several_levels():
     rows = real_clip_levels(SINTEL)
     counts = Counter(r["level"] for r in rows)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
 from conftest import ARTIFACTS, ROOT
 from nbclient import NotebookClient
 
@@ -18,6 +19,7 @@ def test_example_notebook_is_committed_without_outputs():
     assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
 
 
+@pytest.mark.slow
 def test_example_notebook_runs_on_the_sample_films_output(sintel_dataset, tmp_path, monkeypatch):
     """The bundled sample film (the Sintel trailer) through `make dataset`, then the notebook."""
     film_dir = sintel_dataset

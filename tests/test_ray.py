@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import BIKES, local_config
 
 from pipeline.ip import load_ip
@@ -9,6 +10,7 @@ from pipeline.runner import run_film
 from pipeline.shards import read_clips
 
 
+@pytest.mark.slow
 def test_ray_executor_matches_local(tmp_path, bikes_dataset):
     import ray
 

@@ -341,6 +341,7 @@ def _render(chromium: Chromium, report: Path, screenshot_name: str) -> tuple[dic
 # ---------------------------------------------------------------- tests
 
 
+@pytest.mark.slow
 def test_report_renders_in_headless_chromium(annotated_film, chromium, tmp_path):
     report = write_report(annotated_film, tmp_path / "report.html")
     state, errors = _render(chromium, report, "report-annotated.png")
@@ -362,6 +363,7 @@ def test_report_renders_in_headless_chromium(annotated_film, chromium, tmp_path)
     assert shot.width == 1280 and shot.height > 900
 
 
+@pytest.mark.slow
 def test_report_of_an_early_film_renders_and_names_what_is_missing(bare_film, chromium, tmp_path):
     report = write_report(bare_film, tmp_path / "report.html")
     state, errors = _render(chromium, report, "report-bare.png")
@@ -388,6 +390,7 @@ class _Sources(HTMLParser):
         self.links += [(tag, value) for name, value in attrs if name in ("src", "href")]
 
 
+@pytest.mark.slow
 def test_report_is_self_contained(annotated_page):
     parser = _Sources()
     parser.feed(annotated_page)
@@ -418,6 +421,7 @@ def test_previews_are_rendered_from_the_shards(annotated_film, annotated_page):
     assert np.abs(firsts[0] - firsts[1]).mean() > 12
 
 
+@pytest.mark.slow
 def test_preview_count_is_limited_and_evenly_spaced(film_dir):
     manifest = open_dataset(film_dir).manifest
     page = build_report(open_dataset(film_dir), ReportOptions(max_previews=2))
@@ -481,6 +485,7 @@ def _film_of_ip(source: Path, target: Path, ip: str) -> Path:
     return rewrite_film(source, target, relabel, relabel_summary)
 
 
+@pytest.mark.slow
 def test_dataset_report_covers_every_film_or_one_ip(film_dir, tmp_path):
     root = tmp_path / "data"
     _film_of_ip(film_dir, root / "film-a", "Sintel")
@@ -505,6 +510,7 @@ def test_dataset_report_covers_every_film_or_one_ip(film_dir, tmp_path):
         write_report(root, options=options)
 
 
+@pytest.mark.slow
 def test_cli_writes_the_report_and_names_a_folder_without_shards(film_dir, tmp_path, capsys):
     out = tmp_path / "out" / "bikes.html"
     assert cli_main(["report", str(film_dir), "--out", str(out), "--previews", "1"]) == 0
@@ -515,6 +521,7 @@ def test_cli_writes_the_report_and_names_a_folder_without_shards(film_dir, tmp_p
     assert f"{tmp_path / 'empty'}: no film folders found" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_level_edges_come_from_the_clips_version_when_the_summary_lacks_them(
     annotated_film, tmp_path
 ):

@@ -93,6 +93,7 @@ def test_unknown_columns_are_rejected(tmp_path):
             writer.write(row)
 
 
+@pytest.mark.slow
 def test_real_shards_open_in_every_common_reader(bikes_dataset):
     import datasets
     import duckdb

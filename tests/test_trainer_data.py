@@ -139,6 +139,7 @@ def test_batches_split_ranks_disjointly_and_restart_exactly():
     assert [next(resumed) for _ in range(3)] == [single.batch_for_step(s) for s in (4, 5, 6)]
 
 
+@pytest.mark.slow
 def test_loader_workers_share_out_whole_batches_in_step_order(catalog):
     from trainer.data import make_loader
 

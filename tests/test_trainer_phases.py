@@ -106,6 +106,7 @@ def adapt_run(backbones, shards, encoder_run, mllm_run, tmp_path_factory):
     return out, config, run_phase("adapt", config)
 
 
+@pytest.mark.slow
 def test_encoder_phase_trains_checkpoints_and_exports_lora(encoder_run):
     out, _config, metrics = encoder_run
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
@@ -127,6 +128,7 @@ def test_encoder_phase_trains_checkpoints_and_exports_lora(encoder_run):
     assert any(k.endswith("attn1.to_q.lora_A.weight") for k in weights)
 
 
+@pytest.mark.slow
 def test_warm_up_trains_only_the_encoder(encoder_run):
     out, _, _ = encoder_run
     after_warmup = torch.load(out / "checkpoints" / "step-00000002" / "state.pt")["trainable"]
@@ -141,6 +143,7 @@ def test_warm_up_trains_only_the_encoder(encoder_run):
     assert all(k.startswith(("encoder.", "decoder.")) for k in after_joint)
 
 
+@pytest.mark.slow
 def test_encoder_phase_resumes_exactly(encoder_run, tmp_path):
     out, config, metrics = encoder_run
     config.out_dir = str(resume_from_step_2(out, tmp_path / "resumed"))
@@ -170,12 +173,14 @@ def _overfit(module_name: str, config, steps: int, lr: float) -> list[dict]:
     return history
 
 
+@pytest.mark.slow
 def test_encoder_and_decoder_overfit_one_batch(backbones, shards, tmp_path):
     config = tiny_config("encoder", backbones, shards, tmp_path, encoder_warmup_steps=0)
     history = losses(_overfit("trainer.train_encoder", config, steps=10, lr=3e-2))
     assert history[-1] < 0.85 * history[0], history
 
 
+@pytest.mark.slow
 def test_mllm_phase_trains_and_exports_a_standard_peft_adapter(mllm_run, backbones):
     out, _, metrics = mllm_run
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
@@ -196,6 +201,7 @@ def test_mllm_phase_trains_and_exports_a_standard_peft_adapter(mllm_run, backbon
     assert loaded.any()
 
 
+@pytest.mark.slow
 def test_mllm_phase_resumes_exactly(mllm_run, tmp_path):
     out, config, metrics = mllm_run
     config.out_dir = str(resume_from_step_2(out, tmp_path / "resumed"))
@@ -206,6 +212,7 @@ def test_mllm_phase_resumes_exactly(mllm_run, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_mllm_overfits_one_batch(backbones, shards, encoder_run, tmp_path):
     config = tiny_config(
         "mllm", backbones, shards, tmp_path, max_turns=3, encoder_checkpoint=str(encoder_run[0])
@@ -216,6 +223,7 @@ def test_mllm_overfits_one_batch(backbones, shards, encoder_run, tmp_path):
     assert last["ce"] < 0.5 * first["ce"] and last["mse"] < first["mse"]
 
 
+@pytest.mark.slow
 def test_adapt_phase_starts_from_phase_a_and_trains_only_the_decoder(adapt_run, encoder_run):
     out, _config, metrics = adapt_run
     assert [m["step"] for m in metrics] == [1, 2] and all(0 < loss < 10 for loss in losses(metrics))
@@ -228,6 +236,7 @@ def test_adapt_phase_starts_from_phase_a_and_trains_only_the_decoder(adapt_run, 
     ).is_file()
 
 
+@pytest.mark.slow
 def test_play_predicts_states_and_renders_shots(mllm_run, adapt_run, tmp_path):
     from pipeline.video import decode_mp4
     from trainer.play import play
@@ -259,6 +268,7 @@ def test_play_rejects_a_malformed_instruction_file(tmp_path, capsys):
     assert "demo.txt:2: not a game instruction" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_train_cli_names_a_missing_checkpoint(backbones, shards, tmp_path, capsys):
     from trainer.cli import main
 
@@ -279,6 +289,7 @@ def test_train_cli_names_a_missing_checkpoint(backbones, shards, tmp_path, capsy
     )
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_agree_with_one(backbones, shards, encoder_run, tmp_path):
     settings = {
         **tiny_settings(backbones),
@@ -357,6 +368,7 @@ def _run_group(command, env, timeout):
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
+@pytest.mark.slow
 def test_gradient_checkpointing_really_runs_in_the_mllm(backbones, shards, tmp_path):
     """transformers checkpoints only in training mode: the frozen LLM must not sit in eval()."""
     from trainer.build import game_state_model
@@ -386,6 +398,7 @@ def test_gradient_checkpointing_really_runs_in_the_mllm(backbones, shards, tmp_p
     assert len(calls) == len(layers), "layers ran without checkpointing"
 
 
+@pytest.mark.slow
 def test_later_phases_refuse_settings_their_checkpoint_was_not_trained_with(
     backbones, shards, encoder_run, tmp_path
 ):
