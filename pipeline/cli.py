@@ -2,7 +2,7 @@
 
 Sub-commands are modules listed in COMMANDS, imported only when chosen (so `--help` stays fast and
 a command's heavy imports never slow another). Each module exposes `HELP`,
-`add_arguments(parser)` and `run(args) -> int`; errors end a command as pipeline/commands/errors.py
+`add_arguments(parser)` and `run(args) -> int`; errors end a command as core/cli.py
 says (one line on stderr; exit 2 for usage or input errors, 1 for failed work).
 """
 
@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from pipeline.commands.errors import USAGE_ERROR, OneLineParser, run_command
+from core.cli import USAGE_ERROR, OneLineParser, run_command
 
 COMMANDS = {
     "dataset": "pipeline.commands.dataset",

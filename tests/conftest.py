@@ -25,17 +25,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.captioning.engines import CaptionEngine, Completion
-from pipeline.record import Clip, make_clip_id
-from pipeline.schema import MANIFEST_SCHEMA, rows_to_table
-from pipeline.shards import (
-    ShardConfig,
-    ShardWriter,
-    read_clips,
-    write_json_atomic,
-    write_table_atomic,
-)
-from pipeline.video import encode_image, encode_mp4
+from core.io import write_json_atomic, write_table_atomic
+from core.record import Clip, make_clip_id
+from core.schema import MANIFEST_SCHEMA, rows_to_table
+from core.shards import ShardConfig, ShardWriter, read_clips
+from core.video import encode_image, encode_mp4
+from stages.captioning.engines import CaptionEngine, Completion
 
 # ---------------------------------------------------------------- media and their known facts
 

@@ -15,8 +15,8 @@ import pytest
 from conftest import decode_directly, rewrite_film, shard_rows
 from PIL import Image
 
+from core.shards import ShardConfig, ShardWriter
 from pipeline.explore import DatasetError, open_dataset
-from pipeline.shards import ShardConfig, ShardWriter
 
 # ---------------------------------------------------------------- tests of the notebook API
 

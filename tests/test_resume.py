@@ -12,7 +12,7 @@ import time
 import pytest
 from conftest import ROOT, make_video
 
-from pipeline.shards import read_clips
+from core.shards import read_clips
 
 
 def _cli(film, out, *extra):

@@ -7,7 +7,7 @@ import argparse
 import importlib
 import sys
 
-from pipeline.commands.errors import OneLineParser, input_errors, run_command
+from core.cli import OneLineParser, input_errors, run_command
 
 HELP = """Train AnimeGamer from clip shards, one phase at a time:
   encoder  phase (a): shot encoder E_a + CogVideoX decoder D_a (warm-up, then joint)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipeline.commands.errors import UsageError
+from core.cli import UsageError
 
 DEFAULT_DATASET_DIR = Path("data")  # `animegamer dataset --out`'s default
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from pipeline.commands.errors import WorkFailed, input_errors, print_error, work_errors
+from core.cli import WorkFailed, input_errors, print_error, work_errors
 
 HELP = (
     "Measure the motion level of generated clips (a folder of mp4) and report ACC-F and "
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     result = summarise(rows, stage) | {"failed": failed}
     print_result(result)
     if args.json:
-        from pipeline.shards import write_json_atomic
+        from core.io import write_json_atomic
 
         with work_errors(OSError):
             write_json_atomic(result, args.json)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipeline.commands.errors import UsageError, input_errors, work_errors
+from core.cli import UsageError, input_errors, work_errors
 from pipeline.commands.film_paths import add_dataset_dir_argument, folder_for
 
 HELP = """Write a self-contained HTML report of a dataset: film facts, the crop box drawn on a
