@@ -24,7 +24,7 @@ def test_example_notebook_runs_on_the_sample_films_output(sintel_dataset, tmp_pa
     """The bundled sample film (the Sintel trailer) through `make dataset`, then the notebook."""
     film_dir = sintel_dataset
     monkeypatch.setenv("ANIMEGAMER_DATASET", str(film_dir))
-    monkeypatch.setenv("ANIMEGAMER_ROOTRT", str(tmp_path / "report.html"))
+    monkeypatch.setenv("ANIMEGAMER_REPORT", str(tmp_path / "report.html"))
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     # The kernel starts in the repository root, as it does when a user opens the notebook there.
     NotebookClient(
