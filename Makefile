@@ -13,13 +13,15 @@ IP    ?=
 OUT   ?= data
 MODEL ?=
 ARGS  ?=
+FORMAT ?= webdataset
+EXPORT ?= $(OUT)-export
 
 # $(call q,VALUE): VALUE as one shell word, so that a path survives spaces, quotes and
 # parentheses (film files are named "Kiki's Delivery Service (1989).mp4"). Every variable that
 # holds a path or a name goes through it; ARGS alone is split into words by the shell, on purpose.
 q = '$(subst ','\'',$(1))'
 
-.PHONY: help venv lint dataset caption report test test-fast bench motion-calibrate motion-eval train play clean
+.PHONY: help venv lint dataset caption report test test-fast bench motion-calibrate motion-eval train play export eval clean
 
 help:
 	@echo "make dataset [FILM=path] [IP=name] [OUT=data] [MODEL=internvl-path]  films -> clip shards"
@@ -28,6 +30,8 @@ help:
 	@echo "make motion-calibrate SHARDS=<dataset folder>                          recalibrate motion levels"
 	@echo "make motion-eval CLIPS=<folder of mp4> LEVELS=<levels file>            ACC-F / MAE-F"
 	@echo "make train PHASE=encoder|mllm|adapt SHARDS=<folder> [CONFIG=yaml]      train AnimeGamer"
+	@echo "make export SHARDS=<folder> FORMAT=webdataset|cogvideox EXPORT=<out>   other trainers' layouts"
+	@echo "make eval GENERATED=<mp4 folder> REFERENCES=<mp4 folder> [TEXTS=..] [LEVELS=..]  CLIP-I/T, DreamSim, ACC-F"
 	@echo "make lint | make test | make test-fast (no slow tests) | make bench"
 
 venv: $(STAMP)
@@ -59,6 +63,12 @@ train: venv
 
 play: venv
 	$(PY) -m pipeline.cli play $(ARGS)
+
+export: venv
+	$(PY) -m pipeline.cli export $(call q,$(or $(SHARDS),$(OUT))) --format $(call q,$(FORMAT)) --out $(call q,$(EXPORT)) $(ARGS)
+
+eval: venv
+	$(PY) -m pipeline.cli eval $(call q,$(GENERATED)) $(if $(REFERENCES),--references $(call q,$(REFERENCES))) $(if $(TEXTS),--texts $(call q,$(TEXTS))) $(if $(LEVELS),--levels $(call q,$(LEVELS))) $(ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -22,6 +22,8 @@ COMMANDS = {
     "report": "pipeline.commands.report",
     "train": "trainer.cli",
     "play": "trainer.play",
+    "export": "trainer.export",
+    "eval": "trainer.evaluate",
 }
 
 

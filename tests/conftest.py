@@ -30,7 +30,9 @@ from core.record import Clip, make_clip_id
 from core.schema import MANIFEST_SCHEMA, rows_to_table
 from core.shards import ShardConfig, ShardWriter, read_clips
 from core.video import encode_image, encode_mp4
+from prompts.game import instruction_text
 from stages.captioning.engines import CaptionEngine, Completion
+from stages.motion_levels import DEFAULT_LEVELS
 
 # ---------------------------------------------------------------- media and their known facts
 
@@ -405,7 +407,7 @@ def sample_frames(path: Path = BIKES) -> tuple[np.ndarray, float]:
 def fill_motion(clip: Clip, k: int) -> None:
     clip.motion_scope = float(0.5 + 3.0 * (k % 5))
     clip.motion_level = 1 + k % 5
-    clip.motion_backend, clip.motion_levels_version = "fixture", "fixture-1"
+    clip.motion_backend, clip.motion_levels_version = "fixture", DEFAULT_LEVELS
 
 
 def fill_captions(clip: Clip, k: int) -> None:
@@ -414,9 +416,8 @@ def fill_captions(clip: Clip, k: int) -> None:
     clip.environment, clip.adverb = ENVIRONMENTS[k % 6], ["slowly", "quickly", "gently"][k % 3]
     clip.social, clip.entertainment, clip.stamina = k % 2, (k // 2) % 2, [1, -1][k % 2]
     clip.characters, clip.num_characters = [clip.subject], 1
-    clip.instruction = (
-        f"Character: {clip.subject}; Motion: {clip.adverb} {clip.motion_description}; "
-        f"Background: {clip.environment}."
+    clip.instruction = instruction_text(
+        clip.characters, clip.subject, clip.adverb, clip.motion_description, clip.environment
     )
     clip.caption_status, clip.caption_model, clip.prompt_version = "ok", "fixture", "fixture-1"
 
