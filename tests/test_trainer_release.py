@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from trainer_fixtures import tiny_config, write_bikes_dataset
+from conftest import tiny_config, write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from prompts.game import action_text, instruction_text

@@ -10,6 +10,7 @@ that was interrupted is completed by running it again with `--apply` on the writ
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 from collections import Counter
@@ -19,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core.cli import input_errors, work_errors
 from core.film import MANIFEST_FILE, FilmFolder, FilmSummary
 from core.io import publish
 from core.record import CAPTION_PENDING
@@ -39,7 +41,7 @@ HELP = (
 )
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "datasets",
         nargs="+",
@@ -68,8 +70,8 @@ def add_arguments(parser) -> None:
     )
 
 
-def run(args) -> int:
-    try:
+def run(args: argparse.Namespace) -> int:
+    with input_errors(LevelsError, FileNotFoundError, ValueError):
         shards, manifests = find_tables(args.datasets)
         scopes, backends = read_scopes(shards)
         levels = (
@@ -81,21 +83,15 @@ def run(args) -> int:
                 note=", ".join(str(d) for d in args.datasets),
             )
         )
-    except (LevelsError, FileNotFoundError, ValueError) as exc:
-        print(f"motion-calibrate: {exc}")
-        return 1
     print_report(levels, scopes, backends, len(shards), len(manifests))
     if args.dry_run:
         return 0
-    if not args.apply:
-        path = args.output or args.datasets[0] / "motion_levels" / f"{levels.version}.json"
-        write_levels(levels, path)
-        print(f"wrote {path}\n  use it for new films with: --set motion.level_edges={path}")
-    try:
+    with work_errors(OSError, ValueError):
+        if not args.apply:
+            path = args.output or args.datasets[0] / "motion_levels" / f"{levels.version}.json"
+            write_levels(levels, path)
+            print(f"wrote {path}\n  use it for new films with: --set motion.level_edges={path}")
         stale = rewrite_films(shards, levels)
-    except (OSError, ValueError) as exc:
-        print(f"motion-calibrate: {exc}")
-        return 1
     print(
         f"rewrote levels in {len(shards)} shard(s) of {len(stale)} film(s) "
         f"to version {levels.version}"
@@ -143,8 +139,9 @@ def find_tables(folders: list[Path]) -> tuple[list[Path], list[Path]]:
     return shards, manifests
 
 
-def read_scopes(shards: list[Path]) -> tuple[np.ndarray, Counter]:
-    scopes, backends = [], Counter()
+def read_scopes(shards: list[Path]) -> tuple[np.ndarray, Counter[str]]:
+    scopes: list[np.ndarray] = []
+    backends: Counter[str] = Counter()
     for path in shards:
         check_schema_version(pq.read_schema(path), path)
         table = pq.read_table(path, columns=["motion_scope", "motion_backend"])
