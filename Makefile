@@ -14,7 +14,7 @@ OUT   ?= data
 MODEL ?=
 ARGS  ?=
 
-.PHONY: help venv lint dataset caption report test bench motion-calibrate motion-eval train play clean
+.PHONY: help venv lint dataset caption report test bench motion-calibrate motion-eval quality-calibrate train play clean
 
 help:
 	@echo "make dataset [FILM=path] [IP=name] [OUT=data] [MODEL=internvl-path]  films -> clip shards"
@@ -22,6 +22,7 @@ help:
 	@echo "make report FILM=<film or dataset folder> [REPORT=file.html]         HTML report"
 	@echo "make motion-calibrate SHARDS=<dataset folder>                          recalibrate motion levels"
 	@echo "make motion-eval CLIPS=<folder of mp4> LEVELS=<levels file>            ACC-F / MAE-F"
+	@echo "make quality-calibrate SHARDS=<dataset folder> ARGS='--set reject.X=Y'  re-decide usable clips"
 	@echo "make train PHASE=encoder|mllm|adapt SHARDS=<folder> [CONFIG=yaml]      train AnimeGamer"
 	@echo "make lint | make test | make bench"
 
@@ -45,6 +46,9 @@ report: venv
 
 motion-calibrate: venv
 	$(PY) -m pipeline.cli motion-calibrate $(or $(SHARDS),$(OUT)) $(ARGS)
+
+quality-calibrate: venv
+	$(PY) -m pipeline.cli quality-calibrate $(or $(SHARDS),$(OUT)) $(ARGS)
 
 motion-eval: venv
 	$(PY) -m pipeline.cli motion-eval $(CLIPS) --levels $(LEVELS) $(ARGS)

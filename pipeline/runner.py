@@ -35,6 +35,7 @@ from pipeline.shards import (
 )
 from stages.crop import BorderCrop
 from stages.probe import FilmError, FilmInfo, Probe
+from stages.quality import clip_reasons, decision
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +77,44 @@ def run_films(
             results.append(run_film(path, out_dir, film_config(config, ip, path), ip, executor))
         except (FilmError, ConfigError) as exc:
             results.append(FilmResult(str(path), None, False, str(exc)))
+    if any(r.ok for r in results):
+        _quality_pass(results, out_dir, config)
     if config.caption.model:
         _caption(results, config, ip)
     return results
+
+
+def _quality_pass(results: list[FilmResult], out_dir: str | Path, config: PipelineConfig) -> None:
+    """Decide every clip of the output folder, duplicates across its films included, with the
+    folder's thresholds (written from this run's settings the first time)."""
+    from pipeline.quality import apply_quality, load_thresholds, save_thresholds
+
+    thresholds, saved = load_thresholds(Path(out_dir), config.reject)
+    if saved and thresholds != config.reject:
+        log.info(
+            "quality: the thresholds of %s are kept (change them with animegamer "
+            "quality-calibrate); this run's reject.* settings differ",
+            Path(out_dir) / "quality.json",
+        )
+    if not saved:
+        save_thresholds(Path(out_dir), thresholds)
+    outcome = apply_quality(Path(out_dir), thresholds)
+    for result in results:
+        if result.ok and result.film_dir is not None:
+            result.summary = json.loads((result.film_dir / SUMMARY).read_text())
+            quality = result.summary.get("quality", {})
+            reasons = ", ".join(f"{k} {v}" for k, v in quality.get("by_reason", {}).items())
+            result.message += (
+                f"; quality: {quality.get('usable', 0)} usable, "
+                f"{quality.get('rejected', 0)} rejected ({reasons or 'none'})"
+            )
+    log.info(
+        "quality: %d of %d clips usable in %d film(s) of %s",
+        outcome.usable,
+        outcome.clips,
+        outcome.films,
+        out_dir,
+    )
 
 
 def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
@@ -160,6 +196,10 @@ def finalize(
                 for clip in read_clips(work / f"segment-{seg:05d}" / part):
                     clip.clip_index = clip_index
                     clip.scene_index += scene_offset
+                    # a clip that failed after the quality stage is unusable too
+                    clip.usable, clip.reject_reasons = decision(
+                        clip_reasons(clip.to_row(), config.reject)
+                    )
                     clip_index += 1
                     writer.write(clip)
             scenes += stats["scenes"]
@@ -169,6 +209,7 @@ def finalize(
     write_manifest(film_dir)
     write_table_atomic(rows_to_table(drop_rows, DROP_SCHEMA), film_dir / "drops.parquet")
     summary = _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seconds)
+    summary["quality"] = _quality_counts(film_dir, config)
     if summary["complete"]:
         shutil.rmtree(work, ignore_errors=True)
     return summary
@@ -211,6 +252,7 @@ def _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seco
         "corrupt_packets": sum(s["corrupt_packets"] for s in done),
         "unmatched_frames": sum(s.get("unmatched_frames", 0) for s in done),
         "late_cuts": sum(s.get("late_cuts", 0) for s in done),
+        "black_frames": sum(s.get("black_frames", 0) for s in done),
         "drops": drops,
         "stage_seconds": {k: round(v, 3) for k, v in seconds.items()},
         "captions": "pending",
@@ -218,6 +260,15 @@ def _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seco
         "fingerprint": config.fingerprint(),
         "config": config.to_dict(),
     }
+
+
+def _quality_counts(film_dir: Path, config: PipelineConfig) -> dict:
+    """Clips per reject reason of one film, before the dataset pass adds duplicates."""
+    from pipeline.quality import quality_summary
+
+    columns = ["usable", "reject_reasons", "duplicate_of"]
+    decided = [(c.usable, c.reject_reasons, c.duplicate_of) for c in read_clips(film_dir, columns)]
+    return quality_summary(decided, config.reject) | {"duplicates_checked": False}
 
 
 def _motion_levels(config: PipelineConfig) -> dict | None:

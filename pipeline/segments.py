@@ -34,7 +34,8 @@ from stages.crop import CropBox
 from stages.encode import EncodeMedia
 from stages.motion import MotionScope
 from stages.probe import FilmInfo
-from stages.scenes import SceneCuts
+from stages.quality import QualityStage
+from stages.scenes import BlackRuns, SceneCuts
 
 DONE = "DONE.json"
 WARMUP_SECONDS = 1.0
@@ -108,6 +109,8 @@ def clip_stages(config: PipelineConfig) -> list[ClipStage]:
     stages: list[ClipStage] = []
     if config.motion.enabled:
         stages.append(MotionScope(config.motion))
+    if config.quality.enabled:
+        stages.append(QualityStage(config.quality, config.reject))
     stages.append(EncodeMedia(config.clips))
     return stages
 
@@ -118,6 +121,7 @@ class _SegmentRun:
         self.report = report
         film, config, seg = job.film, job.config, job.segment
         self.detector = SceneCuts(config.scenes, film.fps)
+        self.black_runs = BlackRuns(config.scenes, film.fps)
         self.splitter = ClipSplitter(config.clips, film, job.crop, job.ip, seg.index, seg.is_last)
         self.stages = clip_stages(config)
         self.small_size = _small_size(film, config.scenes.width)
@@ -134,7 +138,7 @@ class _SegmentRun:
         film, seg = self.job.film, self.job.segment
         for stage in self.stages:
             self._timed(stage.name, stage.setup)
-        lag = self.detector.lag
+        lag = max(self.detector.lag, self.black_runs.lag)
         warmup = int(WARMUP_SECONDS * film.fps) + lag
         reader = FrameReader(film.path, film.frame_pts)
         cuts: set[int] = set()
@@ -147,7 +151,10 @@ class _SegmentRun:
             # decoded, so a gap in the indices cannot shorten the wait).
             for decoded, (index, frame) in enumerate(self._timed_iter("decode", frames)):
                 last = index
-                for cut in self._timed("scenes", self.detector.process, index, self._small(frame)):
+                small = self._small(frame)
+                for cut in self._timed("scenes", self.detector.process, index, small):
+                    self._add_cut(cut, cuts)
+                for cut in self._timed("black", self.black_runs.process, index, small):
                     self._add_cut(cut, cuts)
                 if seg.start <= index < seg.stop:
                     waiting.append((decoded, index, frame))
@@ -155,6 +162,7 @@ class _SegmentRun:
                     self._settle(*waiting.popleft()[1:], cuts)
             for cut in self.detector.finish(last):
                 self._add_cut(cut, cuts)
+            self.black_runs.finish(last + 1)
             while waiting:
                 self._settle(*waiting.popleft()[1:], cuts)
             self._handle(self.splitter.finish(seg.stop))
@@ -224,6 +232,7 @@ class _SegmentRun:
 
     def _stats(self, reader: FrameReader) -> dict:
         self.report(self.frames_decoded % 64)
+        seg = self.job.segment
         return {
             "segment": asdict(self.job.segment),
             "clips_written": self.clips_written,
@@ -232,6 +241,7 @@ class _SegmentRun:
             "corrupt_packets": reader.corrupt_packets,
             "unmatched_frames": reader.unmatched_frames,
             "late_cuts": self.late_cuts,
+            "black_frames": self.black_runs.frames_within(seg.start, seg.stop),
             "drop_list": [asdict(d) for d in self.drops],
             "scenes": self.splitter.scenes,
             "parts": sorted(p.name for p in self.writer.paths),

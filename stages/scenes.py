@@ -3,12 +3,22 @@
 The pipeline decodes each frame once and hands this stage a small BGR copy of the cropped picture,
 so detection never decodes the film itself. Detectors report a cut a few frames after it happened
 (`lag`); the segment worker holds that many frames back before cutting clips.
+
+Every cut the detector finds is kept, however close to the previous one: PySceneDetect's
+`min_scene_len` (which drops a cut within that many frames of the previous one, so that a clip
+could span it) is always 1 here. A cut only ever splits; a false cut costs at most one clip (the
+partial window before it), which summary.json counts as a drop.
+
+Sustained black (a fade to or from black, black between shots) is a scene boundary too
+(`BlackRuns`): a scene starts where a black run starts and where it ends, so clip windows start
+on the first frame after a fade from black instead of on a black frame.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 from scenedetect import FrameTimecode
 from scenedetect.detectors import (
@@ -35,8 +45,6 @@ class SceneConfig:
     """PySceneDetect detector: adaptive, content, hash, histogram or threshold."""
     threshold: float | None = None
     """The detector's main threshold (adaptive_threshold for adaptive); None keeps its default."""
-    min_scene_len: int = 15
-    """Frames that must pass after a cut before another can be reported (PySceneDetect's)."""
     options: dict | None = None
     """Further keyword arguments for the detector class, e.g. {window_width: 3}."""
     width: int = 256
@@ -45,6 +53,12 @@ class SceneConfig:
     """Extra time frames wait before clips are cut, for detectors that report a cut later than
     their own window (the threshold detector places a fade's cut mid-fade but reports it when the
     fade ends). summary.json counts late_cuts: raise this if it is not 0."""
+    black_luma: int = 32
+    """A frame is black when at most 1 % of its pixels are brighter than this grey level (0-255),
+    i.e. its 99th-percentile grey level is at most this (quality's reject.black_luma)."""
+    black_min_seconds: float = 0.2
+    """A run of black frames at least this long starts a scene where it starts and where it ends
+    (fades to and from black). Negative: black is no boundary."""
 
 
 class SceneCuts:
@@ -61,7 +75,7 @@ class SceneCuts:
             )
         cls, threshold_name = DETECTORS[config.detector]
         kwargs = dict(config.options or {})
-        kwargs["min_scene_len"] = config.min_scene_len
+        kwargs["min_scene_len"] = 1  # never drop a cut for being close to the previous one
         if config.threshold is not None:
             kwargs[threshold_name] = config.threshold
         self.detector = cls(**kwargs)
@@ -80,3 +94,53 @@ class SceneCuts:
     def finish(self, last_index: int) -> list[int]:
         found = self.detector.post_process(FrameTimecode(last_index, self.fps))
         return [tc.frame_num for tc in found or []]
+
+
+class BlackRuns:
+    """`process(index, small_bgr) -> scene starts confirmed by this frame`, for black runs.
+
+    A run of at least `min_frames` black frames starts a scene at its first frame (reported once
+    the run is long enough, hence `lag`) and at the first frame after it.
+    """
+
+    def __init__(self, config: SceneConfig, fps: float):
+        self.luma = config.black_luma
+        self.enabled = config.black_min_seconds >= 0
+        self.min_frames = max(1, int(round(config.black_min_seconds * fps)))
+        self.run_start: int | None = None
+        self.run_length = 0
+        self.runs: list[tuple[int, int]] = []  # sustained runs seen: [start, stop)
+
+    @property
+    def lag(self) -> int:
+        return self.min_frames + 1 if self.enabled else 0
+
+    def process(self, index: int, small_bgr: np.ndarray) -> list[int]:
+        if not self.enabled:
+            return []
+        if is_black_frame(small_bgr, self.luma):
+            if self.run_start is None:
+                self.run_start, self.run_length = index, 0
+            self.run_length += 1
+            return [self.run_start] if self.run_length == self.min_frames else []
+        sustained = self.run_start is not None and self.run_length >= self.min_frames
+        if sustained and self.run_start is not None:
+            self.runs.append((self.run_start, index))
+        self.run_start, self.run_length = None, 0
+        return [index] if sustained else []
+
+    def finish(self, stop: int) -> None:
+        """End of the frames: a run still open is recorded up to `stop`."""
+        if self.run_start is not None and self.run_length >= self.min_frames:
+            self.runs.append((self.run_start, stop))
+        self.run_start, self.run_length = None, 0
+
+    def frames_within(self, start: int, stop: int) -> int:
+        """Frames of sustained black runs inside [start, stop)."""
+        return sum(max(0, min(b, stop) - max(a, start)) for a, b in self.runs)
+
+
+def is_black_frame(bgr: np.ndarray, luma: float) -> bool:
+    """At most 1 % of the pixels brighter than `luma` (the 99th percentile, without sorting)."""
+    grey = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
+    return int(np.count_nonzero(grey > luma)) <= 0.01 * grey.size

@@ -25,6 +25,8 @@ class TrainConfig:
     # data
     shards: list[str] = field(default_factory=list)
     """Shard files or folders (a film folder, or a dataset folder holding several)."""
+    include_unusable: bool = False
+    """Train on clips the quality stage rejected too (usable = false; docs/quality.md)."""
     out_dir: str = "runs/train"
     """Checkpoints, metrics.jsonl and exported LoRA adapters go here."""
     frame_height: int = 480

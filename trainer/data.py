@@ -41,6 +41,7 @@ CATALOG_COLUMNS = [
     "social",
     "entertainment",
     "stamina",
+    "usable",
 ]
 STATE_FIELDS = ("motion_level", "stamina", "social", "entertainment")
 CACHED_GROUPS = 4
@@ -54,12 +55,18 @@ class MediaLocation:
 
 
 class ClipCatalog:
-    """Every clip's light columns, in shard order, plus where its media bytes are."""
+    """Every clip's light columns, in shard order, plus where its media bytes are.
 
-    def __init__(self, locations: list[str | Path]):
+    Clips the quality stage rejected (usable = false: black, fades, text, duplicates; see
+    docs/quality.md) are left out unless `include_unusable`; `excluded_unusable` counts them.
+    A left-out clip is a gap in its film, so no game sequence runs across it."""
+
+    def __init__(self, locations: list[str | Path], include_unusable: bool = False):
         self.rows: list[dict] = []
         self.media: list[MediaLocation] = []
         self.sources = [str(location) for location in locations]
+        self.include_unusable = include_unusable
+        self.excluded_unusable = 0
         # resolved and deduplicated: a film named twice (data and data/film) would otherwise
         # interleave its clips with their copies and build sequences across the two
         paths = list(
@@ -82,8 +89,12 @@ class ClipCatalog:
             raise ValueError(f"{path}: shard lacks columns {sorted(missing)}")
         for group in range(parquet.num_row_groups):
             rows = parquet.read_row_group(group, columns=CATALOG_COLUMNS).to_pylist()
-            self.rows.extend({**row, "instruction": instruction_of(row)} for row in rows)
-            self.media.extend(MediaLocation(path, group, i) for i in range(len(rows)))
+            for i, row in enumerate(rows):
+                if not (row["usable"] or self.include_unusable):
+                    self.excluded_unusable += 1
+                    continue
+                self.rows.append({**row, "instruction": instruction_of(row)})
+                self.media.append(MediaLocation(path, group, i))
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -344,7 +355,7 @@ def clip_samples(catalog: ClipCatalog) -> list[list[int]]:
 
 def game_sequence_dataset(config, with_video: bool) -> ShotDataset:
     """The game sequences of phases (b) and (c) over the configured shards."""
-    catalog = ClipCatalog(config.shards)
+    catalog = ClipCatalog(config.shards, config.include_unusable)
     return ShotDataset(
         catalog,
         game_sequences(catalog.rows, config.max_turns),

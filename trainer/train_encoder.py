@@ -45,7 +45,7 @@ class EncoderPhase(nn.Module):
 
 
 def build_phase(config, device, dtype):
-    catalog = ClipCatalog(config.shards)
+    catalog = ClipCatalog(config.shards, config.include_unusable)
     dataset = ShotDataset(
         catalog,
         clip_samples(catalog),
