@@ -3,7 +3,8 @@
 The film is the bundled Sintel trailer repeated back to back (packets remuxed, not re-encoded)
 until it is at least `--minutes` long. Two lengths are measured so that memory can be seen to stay
 flat as the film grows. Peak memory is the largest total resident size of this process and all
-its children (Ray workers included), sampled every 0.2 s.
+its children (Ray workers included), sampled every 0.2 s. The shorter film also runs with the
+quality stage off, in the same run, to give the share of wall time the stage adds.
 
     python -m bench.run [--minutes 10] [--executor ray]
 """
@@ -97,19 +98,34 @@ def bare_decode(path: Path) -> tuple[float, int]:
     return time.perf_counter() - began, frames
 
 
-def run_pipeline(path: Path, out: Path, executor: str) -> tuple[float, dict]:
+def run_pipeline(
+    path: Path, out: Path, executor: str, overrides: tuple[str, ...] = ()
+) -> tuple[float, dict]:
     from pipeline.config import load_config
     from pipeline.executor import make_executor
     from pipeline.ip import load_ip
     from pipeline.runner import run_film
 
-    config = load_config(None, [f"run.executor={executor}"])
+    config = load_config(None, [f"run.executor={executor}", *overrides])
     runner = make_executor(executor, None, progress=True)
     if executor == "ray":
         runner._ray()  # start Ray before the clock: its start-up is reported on its own
     began = time.perf_counter()
     result = run_film(path, out, config, load_ip(None), runner)
     return time.perf_counter() - began, result.summary
+
+
+def quality_cost(film: Path, out: Path, executor: str) -> dict:
+    """The same film with the quality stage off (black-run boundaries kept, so the clips are
+    the same): what the stage adds to the wall time."""
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    seconds, summary = run_pipeline(film, out, executor, ("quality.enabled=false",))
+    return {
+        "pipeline_seconds_without_quality": round(seconds, 1),
+        "clips_without_quality": summary["clips_written"],
+    }
 
 
 def motion_figures() -> dict:
@@ -167,7 +183,16 @@ def main(argv=None) -> int:
             "clips": summary["clips_written"],
             "stage_share": {k: round(v / busy, 3) for k, v in sorted(stages.items())},
             "motion_share_of_worker_time": round(stages.get("motion", 0) / busy, 3),
+            # the quality stage and the black-run boundaries (issue 13; budget: 10 %)
+            "quality_share_of_worker_time": round(
+                (stages.get("quality", 0) + stages.get("black", 0)) / busy, 3
+            ),
         }
+        if minutes == args.minutes / 2:
+            run |= quality_cost(film, OUT / f"dataset-{minutes:g}min-noquality", args.executor)
+            run["quality_added_wall_fraction"] = round(
+                pipeline_seconds / run["pipeline_seconds_without_quality"] - 1, 3
+            )
         report["runs"].append(run)
         print(json.dumps(run, indent=2), flush=True)
     report["motion"] = motion_figures()

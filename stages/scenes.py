@@ -29,9 +29,62 @@ from scenedetect.detectors import (
     ThresholdDetector,
 )
 
+
+class MedianAdaptiveDetector(ContentDetector):
+    """PySceneDetect's adaptive rule with the window's median in place of its mean.
+
+    The adaptive detector calls frame c a cut when its content score is `adaptive_threshold`
+    times the average score of the `window_width` frames on each side. Two cuts a frame or two
+    apart (a one-frame insert, a cut to black and out of it) each sit in the other's window and
+    raise its average, so one of them is missed and a clip spans it. The median of the window
+    ignores one or two such neighbours; on camera motion (all scores alike) the two rules agree.
+    """
+
+    def __init__(
+        self,
+        adaptive_threshold: float = 3.0,
+        min_scene_len: int = 1,
+        window_width: int = 2,
+        min_content_val: float = 15.0,
+        **content_options,
+    ):
+        if window_width < 1:
+            raise ValueError("window_width must be at least 1")
+        # the content rule only scores frames here: a threshold of 255 never cuts by itself
+        super().__init__(threshold=255.0, min_scene_len=0, **content_options)
+        self.adaptive_threshold, self.min_content_val = adaptive_threshold, min_content_val
+        self.window_width, self.min_gap = window_width, min_scene_len
+        self._window: list[tuple[FrameTimecode, float]] = []
+        self._last_cut: int | None = None
+
+    @property
+    def event_buffer_length(self) -> int:
+        return self.window_width
+
+    def process_frame(self, timecode: FrameTimecode, frame_img: np.ndarray) -> list:
+        super().process_frame(timecode, frame_img)
+        if self._frame_score is None:
+            return []
+        self._window = [*self._window, (timecode, self._frame_score)][
+            -(2 * self.window_width + 1) :
+        ]
+        if len(self._window) < 2 * self.window_width + 1:
+            return []
+        target, score = self._window[self.window_width]
+        others = [s for i, (_, s) in enumerate(self._window) if i != self.window_width]
+        reference = float(np.median(others))
+        ratio = 255.0 if reference < 1e-5 else min(score / reference, 255.0)
+        far_enough = self._last_cut is None or target.frame_num - self._last_cut >= self.min_gap
+        if ratio >= self.adaptive_threshold and score >= self.min_content_val and far_enough:
+            self._last_cut = target.frame_num
+            return [target]
+        return []
+
+
 # name -> (detector class, name of its main threshold argument)
 DETECTORS = {
-    "adaptive": (AdaptiveDetector, "adaptive_threshold"),
+    "adaptive": (MedianAdaptiveDetector, "adaptive_threshold"),
+    "pyscenedetect-adaptive": (AdaptiveDetector, "adaptive_threshold"),
     "content": (ContentDetector, "threshold"),
     "hash": (HashDetector, "threshold"),
     "histogram": (HistogramDetector, "threshold"),
@@ -42,7 +95,9 @@ DETECTORS = {
 @dataclass
 class SceneConfig:
     detector: str = "adaptive"
-    """PySceneDetect detector: adaptive, content, hash, histogram or threshold."""
+    """Scene detector: adaptive (PySceneDetect's adaptive rule on the window's median, so close
+    cuts do not hide each other), pyscenedetect-adaptive (its own, on the mean), content, hash,
+    histogram or threshold."""
     threshold: float | None = None
     """The detector's main threshold (adaptive_threshold for adaptive); None keeps its default."""
     options: dict | None = None
