@@ -294,7 +294,9 @@ def _preview_grid(dataset: Dataset, manifest: pd.DataFrame, options: ReportOptio
     return f'<p class="note">{shown} {loop}</p><div class="grid">{"".join(cards)}</div>'
 
 
-def _preview_card(dataset: Dataset, row: pd.Series, width: int, note: str = "") -> str:
+def _preview_card(
+    dataset: Dataset, row: pd.Series, width: int, note: str = "", css: str = "preview"
+) -> str:
     data, mime = animated_preview(dataset.frames(row["clip_id"]), float(row["fps"]), width)
     height = round(width * row["height"] / row["width"])
     motion = (
@@ -310,7 +312,7 @@ def _preview_card(dataset: Dataset, row: pd.Series, width: int, note: str = "") 
     )
     return (
         f'<figure class="clip" title="{html.escape(row["clip_id"])}">'
-        f'<img class="preview" src="{_data_uri(data, mime)}" width="{width}" height="{height}" '
+        f'<img class="{css}" src="{_data_uri(data, mime)}" width="{width}" height="{height}" '
         f'alt="clip {html.escape(row["clip_id"])}">'
         f"<figcaption><b>{html.escape(row['clip_id'][:8])}</b> #{row['clip_index']} "
         f"&middot; scene {row['scene_index']}<br>"
@@ -362,7 +364,10 @@ def _rejected_clips(dataset: Dataset, manifest: pd.DataFrame, options: ReportOpt
         group = rejected[rejected["reject_reasons"].apply(lambda rs, r=reason: r in rs)]
         shown = _evenly_spaced(group[group["status"] == "ok"], options.max_rejected_previews)
         cards = [
-            _preview_card(dataset, row, options.preview_width, _quality_note(row))
+            # a class of their own: the clip grid's previews stay one per shown clip
+            _preview_card(
+                dataset, row, options.preview_width, _quality_note(row), "rejected-preview"
+            )
             for _, row in shown.iterrows()
         ]
         parts.append(

@@ -94,9 +94,10 @@ class RejectConfig:
     reject_static: bool = False
     """Also reject clips whose every frame pair is a held drawing (motion scope 0): `static`.
     Off by default: limited animation holds drawings, and level 1 needs still shots."""
-    duplicate_max_distance: float = 8.0
+    duplicate_max_distance: float = 12.0
     """Two clips are near-duplicates when the mean Hamming distance of their frame hashes (64
-    bits each) is at most this. Re-encoding or rescaling moves a hash by 0-4 bits."""
+    bits each) is at most this. Measured: a copy re-encoded at a third of the size, crf 32, a
+    little brighter, is 7.5 to 9.5 away; different shots are 24 or more (docs/quality.md)."""
     duplicate_within_film: bool = True
     """Also look for duplicates inside one film (recaps, flashbacks, reused animation); clips of
     the same scene are never compared (a long still shot is not a duplicate of itself)."""
