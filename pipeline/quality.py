@@ -131,39 +131,51 @@ def find_duplicates(rows: list[dict], thresholds: RejectConfig) -> dict[str, str
     Clips are visited in (film name, film id, start frame) order; each is compared with the clips
     kept so far (vectorised Hamming distances over their frame hashes) and is a duplicate of the
     first kept clip within `duplicate_max_distance`. Clips of one scene of one film are never
-    compared, nor clips of one film at all when duplicate_within_film is off."""
+    compared, nor clips of one film at all when duplicate_within_film is off. Clips hashed with
+    another number of frames (other settings) are compared only among themselves."""
     rows = sorted(
         (r for r in rows if r.get("quality_hashes")),
         key=lambda r: (r["film_name"], r["film_id"], r["start_frame"], r["clip_id"]),
     )
-    by_length: dict[int, list[int]] = {}  # hash count -> positions of kept clips with that count
-    hashes = [np.asarray(r["quality_hashes"], dtype=np.int64) for r in rows]
-    kept_hashes: dict[int, list[np.ndarray]] = {}
+    kept: dict[int, _Kept] = {}  # hash count -> the clips kept so far
     result: dict[str, str] = {}
-    for i, row in enumerate(rows):
-        n = len(hashes[i])
-        kept = by_length.setdefault(n, [])
-        match = _first_match(rows, hashes[i], row, kept, kept_hashes.setdefault(n, []), thresholds)
+    for row in rows:
+        hashes = np.asarray(row["quality_hashes"], dtype=np.int64)
+        group = kept.setdefault(len(hashes), _Kept(len(hashes)))
+        match = group.first_match(hashes, row, thresholds)
         if match is None:
-            kept.append(i)
-            kept_hashes[n].append(hashes[i])
+            group.add(hashes, row)
         else:
-            result[row["clip_id"]] = rows[match]["clip_id"]
+            result[row["clip_id"]] = match["clip_id"]
     return result
 
 
-def _first_match(rows, hashes, row, kept, kept_hashes, thresholds) -> int | None:
-    if not kept:
+class _Kept:
+    """The hashes of the clips kept so far, in a buffer that grows by doubling."""
+
+    def __init__(self, width: int):
+        self.hashes = np.zeros((64, width), np.int64)
+        self.rows: list[dict] = []
+
+    def add(self, hashes: np.ndarray, row: dict) -> None:
+        if len(self.rows) == len(self.hashes):
+            self.hashes = np.concatenate([self.hashes, np.zeros_like(self.hashes)])
+        self.hashes[len(self.rows)] = hashes
+        self.rows.append(row)
+
+    def first_match(self, hashes: np.ndarray, row: dict, thresholds: RejectConfig) -> dict | None:
+        if not self.rows:
+            return None
+        distance = hamming(self.hashes[: len(self.rows)], hashes[None, :]).mean(axis=1)
+        for position in np.flatnonzero(distance <= thresholds.duplicate_max_distance):
+            other = self.rows[position]
+            same_film = other["film_id"] == row["film_id"]
+            if same_film and (
+                not thresholds.duplicate_within_film or other["scene_index"] == row["scene_index"]
+            ):
+                continue
+            return other
         return None
-    distance = hamming(np.stack(kept_hashes), hashes[None, :]).mean(axis=1)
-    for position in np.flatnonzero(distance <= thresholds.duplicate_max_distance):
-        other = rows[kept[position]]
-        if other["film_id"] == row["film_id"] and (
-            not thresholds.duplicate_within_film or other["scene_index"] == row["scene_index"]
-        ):
-            continue
-        return kept[position]
-    return None
 
 
 def read_pass_rows(film: Path) -> list[dict]:

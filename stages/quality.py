@@ -17,6 +17,7 @@ docs/quality.md gives every rule, unit and threshold, and the figures measured o
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -159,15 +160,7 @@ class TextDetector:
         self._session: Any = None
 
     def load(self) -> None:
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        # one pipeline worker per core already: the detector's own threads would oversubscribe
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        self._session = onnxruntime.InferenceSession(
-            str(self.path), options, providers=["CPUExecutionProvider"]
-        )
+        self._session = _session(str(self.path))
 
     def areas(self, frames: Sequence[np.ndarray]) -> list[float]:
         if self._session is None:
@@ -181,6 +174,19 @@ class TextDetector:
         small = cv2.resize(frame, (self.width, self.height), interpolation=cv2.INTER_AREA)
         bgr = small[..., ::-1].astype(np.float32) / 127.5 - 1.0
         return np.ascontiguousarray(bgr.transpose(2, 0, 1))
+
+
+@functools.cache
+def _session(path: str):
+    """One inference session per model file and process: building one takes about half a
+    second, and a worker process runs many segments, each with its own stage objects."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    # one pipeline worker per core already: the detector's own threads would oversubscribe
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
 def resolve_text_model(model: str | None) -> Path:
