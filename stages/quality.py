@@ -273,11 +273,15 @@ def clip_reasons(row: Mapping, thresholds: RejectConfig) -> list[str]:
     return reasons
 
 
-def decision(reasons: Sequence[str], duplicate_of: str | None = None) -> tuple[bool, list[str]]:
-    """(usable, reject_reasons) from a clip's own reasons plus the dataset-level ones."""
+def decision(
+    reasons: Sequence[str], duplicate_of: str | None = None, extra: Sequence[str] = ()
+) -> tuple[bool, list[str]]:
+    """(usable, reject_reasons) from a clip's own reasons, the dataset-level duplicate, and
+    reasons decided outside the stored values (`extra`, e.g. a manual review's `review`)."""
     reasons = list(reasons)
     if duplicate_of is not None and DUPLICATE not in reasons:
         reasons.append(DUPLICATE)
+    reasons += [r for r in extra if r not in reasons]
     return not reasons, reasons
 
 
