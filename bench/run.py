@@ -20,6 +20,8 @@ from pathlib import Path
 import av
 import psutil
 
+from core.film import FilmSummary
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sintel_trailer.mp4"
 OUT = ROOT / "bench" / "out"
@@ -100,7 +102,7 @@ def bare_decode(path: Path) -> tuple[float, int]:
 
 def run_pipeline(
     path: Path, out: Path, executor: str, overrides: tuple[str, ...] = ()
-) -> tuple[float, dict]:
+) -> tuple[float, FilmSummary]:
     from pipeline.config import load_config
     from pipeline.executor import make_executor
     from pipeline.ip import load_ip
@@ -112,6 +114,8 @@ def run_pipeline(
         runner._ray()  # start Ray before the clock: its start-up is reported on its own
     began = time.perf_counter()
     result = run_film(path, out, config, load_ip(None), runner)
+    if result.summary is None:
+        raise RuntimeError(f"{path}: {result.message}")
     return time.perf_counter() - began, result.summary
 
 
@@ -124,7 +128,7 @@ def quality_cost(film: Path, out: Path, executor: str) -> dict:
     seconds, summary = run_pipeline(film, out, executor, ("quality.enabled=false",))
     return {
         "pipeline_seconds_without_quality": round(seconds, 1),
-        "clips_without_quality": summary["clips_written"],
+        "clips_without_quality": summary.clips_written,
     }
 
 
@@ -171,16 +175,16 @@ def main(argv=None) -> int:
         shutil.rmtree(out, ignore_errors=True)
         with PeakMemory() as memory:
             pipeline_seconds, summary = run_pipeline(film, out, args.executor)
-        stages = summary["stage_seconds"]
+        stages = summary.stage_seconds or {}
         busy = sum(stages.values())
         run = {
-            "film_minutes": round(summary["film"]["duration"] / 60, 2),
+            "film_minutes": round((summary.film.duration or 0) / 60, 2),
             "frames": frames,
             "bare_decode_seconds": round(decode_seconds, 1),
             "pipeline_seconds": round(pipeline_seconds, 1),
             "ratio_pipeline_to_decode": round(pipeline_seconds / decode_seconds, 2),
             "peak_memory_gib": round(memory.peak / 2**30, 2),
-            "clips": summary["clips_written"],
+            "clips": summary.clips_written,
             "stage_share": {k: round(v / busy, 3) for k, v in sorted(stages.items())},
             "motion_share_of_worker_time": round(stages.get("motion", 0) / busy, 3),
             # the quality stage and the black-run boundaries (issue 13; budget: 10 %)

@@ -28,19 +28,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.shards import (
+from core.film import SHARDS_DIR, FilmFolder
+from core.io import write_json_atomic
+from core.record import CAPTION_PENDING, SKIPPED_UNUSABLE
+from core.shards import (
     check_schema_version,
     replace_column,
     rewrite_row_groups,
     shard_paths,
-    write_json_atomic,
     write_manifest,
 )
-from stages.caption import CAPTION_PENDING, SKIPPED_UNUSABLE
 from stages.quality import RejectConfig, clip_reasons, decision, hamming
 
 THRESHOLDS_FILE = "quality.json"
-SUMMARY_FILE = "summary.json"
 PASS_COLUMNS = [
     "clip_id",
     "film_id",
@@ -72,9 +72,9 @@ class PassResult:
 def film_folders(location: Path) -> list[Path]:
     """Film folders (holding shards/) at or directly under `location`, sorted."""
     location = Path(location)
-    if (location / "shards").is_dir():
+    if (location / SHARDS_DIR).is_dir():
         return [location]
-    return sorted(p for p in location.iterdir() if (p / "shards").is_dir())
+    return sorted(p for p in location.iterdir() if (p / SHARDS_DIR).is_dir())
 
 
 def load_thresholds(location: Path, default: RejectConfig) -> tuple[RejectConfig, bool]:
@@ -180,7 +180,7 @@ class _Kept:
 
 def read_pass_rows(film: Path) -> list[dict]:
     rows = []
-    for path in shard_paths(film / "shards"):
+    for path in shard_paths(film / SHARDS_DIR):
         check_schema_version(pq.read_schema(path), path)
         rows += pq.read_table(path, columns=PASS_COLUMNS).to_pylist()
     return rows
@@ -211,10 +211,11 @@ def _rewrite_film(film: Path, wanted: dict[str, tuple]) -> None:
             table = replace_column(table, name, [wanted[i][position] for i in ids])
         return table
 
-    for path in shard_paths(film / "shards"):
+    for path in shard_paths(film / SHARDS_DIR):
         rewrite_row_groups(path, transform)
-    if (film / "manifest.parquet").is_file():
-        write_manifest(film)
+    folder = FilmFolder(film)
+    if folder.manifest.is_file():
+        write_manifest(folder)
 
 
 def quality_summary(decided: list[tuple], thresholds: RejectConfig) -> dict:
@@ -232,12 +233,5 @@ def quality_summary(decided: list[tuple], thresholds: RejectConfig) -> dict:
 
 
 def _update_summary(film: Path, decided: list[tuple], thresholds: RejectConfig) -> None:
-    path = film / SUMMARY_FILE
-    if not path.is_file():
-        return
-    try:
-        summary = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    summary["quality"] = quality_summary(decided, thresholds) | {"duplicates_checked": True}
-    write_json_atomic(summary, path)
+    counts = quality_summary(decided, thresholds) | {"duplicates_checked": True}
+    FilmFolder(film).update_summary(lambda summary: summary.updated(quality=counts), create=False)

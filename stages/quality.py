@@ -27,8 +27,9 @@ from typing import Any
 import cv2
 import numpy as np
 
-from pipeline.record import STATUS_OK, Clip
-from stages.base import ClipStage
+from core.record import STATUS_OK, Clip
+from core.settings import ConfigError, Settings
+from stages.base import ClipStage, register_clip_stage
 
 # Reasons, in the order they are listed on a clip. A later pass may add its own (review).
 ERROR, BLACK, FADE, FLASH, TEXT, STATIC, DUPLICATE = (
@@ -50,7 +51,7 @@ TEXT_MODEL_FILE = "models/ch_PP-OCRv4_det_infer.onnx"
 
 
 @dataclass
-class QualityConfig:
+class QualityConfig(Settings):
     """What the quality stage measures (changing these changes stored values: clips are redone)."""
 
     enabled: bool = True
@@ -72,9 +73,17 @@ class QualityConfig:
     hash_frames: list[int] = field(default_factory=lambda: [0, 5, 10, 15])
     """Frames of the clip whose perceptual hashes are stored for near-duplicate search."""
 
+    def validate(self) -> None:
+        for name in ("text_frames", "hash_frames"):
+            positions = getattr(self, name)
+            if not positions or any(p < 0 for p in positions):
+                raise ConfigError(
+                    f"quality.{name}={positions}: give one or more frame positions (0-15)"
+                )
+
 
 @dataclass
-class RejectConfig:
+class RejectConfig(Settings):
     """Thresholds that turn stored quality values into decisions. They change no stored value:
     `animegamer quality-calibrate` re-applies them to a dataset folder without recomputing."""
 
@@ -289,8 +298,10 @@ def decision(
 
 
 class QualityStage(ClipStage):
-    """Fills the quality_* values of a clip and its usable / reject_reasons (own reasons only;
-    duplicates are decided by the dataset-level pass, which sees every clip)."""
+    """Fills the quality_* values of a clip, and its usable / reject_reasons from them with
+    `reject` (default thresholds unless given). In the pipeline the decision is taken again
+    where every stage has run (a clip that fails later is unusable too) and by the dataset pass,
+    which adds duplicates; both use `clip_reasons`."""
 
     name = "quality"
 
@@ -299,8 +310,7 @@ class QualityStage(ClipStage):
         self.reject = reject or RejectConfig()
         self.detector: TextDetector | None = None
         if self.config.enabled:
-            _check_positions("quality.text_frames", self.config.text_frames)
-            _check_positions("quality.hash_frames", self.config.hash_frames)
+            self.config.validate()
             self.detector = TextDetector(
                 self.config.text_model, self.config.text_width, self.config.text_pixel_probability
             )  # cheap: finds the model file, loads nothing
@@ -341,10 +351,12 @@ class QualityStage(ClipStage):
         return f"luma{LUMA_SIZE[0]}x{LUMA_SIZE[1]};{detector}:f{texts};phash64:f{hashes}"
 
 
-def _check_positions(name: str, positions: list[int]) -> None:
-    if not positions or any(p < 0 for p in positions):
-        raise QualityError(f"{name}={positions}: give one or more frame positions (0-15)")
-
-
 def _at(position: int, frames: np.ndarray) -> int:
     return min(position, len(frames) - 1)
+
+
+@register_clip_stage("quality", section="quality", order=50)
+def quality_stage(settings: QualityConfig) -> ClipStage | None:
+    """After motion (the static reason reads its scope), before encode (which releases the
+    frames)."""
+    return QualityStage(settings) if settings.enabled else None

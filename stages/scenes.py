@@ -29,6 +29,9 @@ from scenedetect.detectors import (
     ThresholdDetector,
 )
 
+from core.settings import Settings, check_choice
+from stages.base import Frame
+
 
 class MedianAdaptiveDetector(ContentDetector):
     """PySceneDetect's adaptive rule with the window's median in place of its mean.
@@ -93,7 +96,7 @@ DETECTORS = {
 
 
 @dataclass
-class SceneConfig:
+class SceneConfig(Settings):
     detector: str = "adaptive"
     """Scene detector: adaptive (PySceneDetect's adaptive rule on the window's median, so close
     cuts do not hide each other), pyscenedetect-adaptive (its own, on the mean), content, hash,
@@ -115,19 +118,19 @@ class SceneConfig:
     """A run of black frames at least this long starts a scene where it starts and where it ends
     (fades to and from black). Negative: black is no boundary."""
 
+    def validate(self) -> None:
+        check_choice("scenes", "detector", self.detector, DETECTORS)
+
 
 class SceneCuts:
-    """`process(index, small_bgr) -> cut frame indices confirmed by this frame`.
+    """A frame-level stage: `process(frame)` returns the cut frame indices this frame confirmed.
 
-    A cut at index c means frame c starts a new scene. Call `finish(last_index)` after the last
-    frame to flush cuts the detector still holds.
+    A cut at index c means frame c starts a new scene. `finish(end)` after the last frame flushes
+    the cuts the detector still holds.
     """
 
     def __init__(self, config: SceneConfig, fps: float):
-        if config.detector not in DETECTORS:
-            raise ValueError(
-                f"unknown scene detector {config.detector!r} (choose from {', '.join(DETECTORS)})"
-            )
+        config.validate()
         cls, threshold_name = DETECTORS[config.detector]
         kwargs = dict(config.options or {})
         kwargs["min_scene_len"] = 1  # never drop a cut for being close to the previous one
@@ -142,17 +145,17 @@ class SceneCuts:
         """Frames a cut can be reported after the frame that starts the new scene."""
         return int(getattr(self.detector, "event_buffer_length", 0)) + 1 + self.extra_lag
 
-    def process(self, index: int, small_bgr: np.ndarray) -> list[int]:
-        found = self.detector.process_frame(FrameTimecode(index, self.fps), small_bgr)
+    def process(self, frame: Frame) -> list[int]:
+        found = self.detector.process_frame(FrameTimecode(frame.index, self.fps), frame.small())
         return [tc.frame_num for tc in found]
 
-    def finish(self, last_index: int) -> list[int]:
-        found = self.detector.post_process(FrameTimecode(last_index, self.fps))
+    def finish(self, end: int) -> list[int]:
+        found = self.detector.post_process(FrameTimecode(end - 1, self.fps))
         return [tc.frame_num for tc in found or []]
 
 
 class BlackRuns:
-    """`process(index, small_bgr) -> scene starts confirmed by this frame`, for black runs.
+    """A frame-level stage: `process(frame)` returns the scene starts this frame confirms.
 
     A run of at least `min_frames` black frames starts a scene at its first frame (reported once
     the run is long enough, hence `lag`) and at the first frame after it.
@@ -170,10 +173,11 @@ class BlackRuns:
     def lag(self) -> int:
         return self.min_frames + 1 if self.enabled else 0
 
-    def process(self, index: int, small_bgr: np.ndarray) -> list[int]:
+    def process(self, frame: Frame) -> list[int]:
         if not self.enabled:
             return []
-        if is_black_frame(small_bgr, self.luma):
+        index = frame.index
+        if is_black_frame(frame.small(), self.luma):
             if self.run_start is None:
                 self.run_start, self.run_length = index, 0
             self.run_length += 1
@@ -184,11 +188,13 @@ class BlackRuns:
         self.run_start, self.run_length = None, 0
         return [index] if sustained else []
 
-    def finish(self, stop: int) -> None:
-        """End of the frames: a run still open is recorded up to `stop`."""
+    def finish(self, end: int) -> list[int]:
+        """No frame at or after `end`: a run still open is recorded up to it (its start was
+        reported already)."""
         if self.run_start is not None and self.run_length >= self.min_frames:
-            self.runs.append((self.run_start, stop))
+            self.runs.append((self.run_start, end))
         self.run_start, self.run_length = None, 0
+        return []
 
     def frames_within(self, start: int, stop: int) -> int:
         """Frames of sustained black runs inside [start, stop)."""

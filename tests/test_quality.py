@@ -18,13 +18,13 @@ import pytest
 from conftest import SINTEL, _texture, local_config
 from test_caption_support import ScriptedEngine, answer_well
 
+from core.record import Clip
 from pipeline.cli import main as cli_main
 from pipeline.explore import open_dataset
 from pipeline.ip import load_ip
-from pipeline.record import Clip
 from pipeline.report import build_report
 from pipeline.runner import run_films
-from stages.caption import CaptionConfig
+from stages.captioning.stage import CaptionConfig
 from stages.motion import MotionConfig, MotionScope
 from stages.quality import (
     QualityStage,
@@ -377,7 +377,7 @@ def test_quality_calibrate_rewrites_decisions_from_stored_values(sintel_out, tmp
 
 
 def test_captioning_skips_unusable_clips(sintel_out, tmp_path):
-    from pipeline.captioning.film import caption_film
+    from pipeline.caption_films import caption_film
 
     out = tmp_path / "ds"
     shutil.copytree(sintel_out, out)

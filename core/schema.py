@@ -3,7 +3,7 @@
 Readers check `SCHEMA_VERSION` in the file metadata. Bump it when a column changes meaning or type;
 adding a nullable column is a minor bump. 2.0 (issue 13): the quality columns (`usable`, never
 null, `reject_reasons`, `duplicate_of`, `quality_*`), and clips cut at every cut and fade. `tests/test_shards.py` keeps this list and
-`pipeline.record.Clip` in step.
+`core.record.Clip` in step.
 """
 
 from __future__ import annotations
