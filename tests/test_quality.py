@@ -206,7 +206,7 @@ def test_cuts_1_to_15_frames_apart_all_split(tmp_path, shots):
     sequence.append((pictures[0], 60))
     film = write_film(tmp_path / "fast_cuts.mp4", sequence)
     [result] = run_films([film], tmp_path / "out", local_config(), load_ip(None))
-    starts = [s for s, _ in result.summary["scenes"]]
+    starts = [s for s, _ in result.summary.scenes]
     assert set(cuts) <= set(starts), sorted(set(cuts) - set(starts))
     m = manifest_of(tmp_path / "out")
     for row in m.itertuples():
