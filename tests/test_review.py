@@ -10,13 +10,13 @@ import shutil
 import threading
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import ARTIFACTS, rewrite_film
 from PIL import Image
-from test_explore import REPO, film_dir, rewrite_film  # noqa: F401
 
 from core.film import REVIEW_FILE, FilmFolder
+from core.shards import replace_column
 from pipeline.cli import main as cli_main
 from pipeline.explore import open_dataset
 from pipeline.review import ReviewError, ReviewStore, effective_quality, read_reviews
@@ -24,7 +24,6 @@ from pipeline.review_server import ReviewApp, ReviewServer, check_fields
 from stages.captioning.parsing import ParseError, parse_state
 from trainer.data import ClipCatalog, clip_samples, game_sequences
 
-ARTIFACTS = REPO / "test-artifacts"
 SHEET = ["Sintel", "Scales"]  # manifests/sintel.yaml's protagonists
 VALID_STATE = (
     "<S>girl</S><MD>rides a bike</MD><EV>street</EV><MA>quickly</MA><SC>0</SC><ET>1</ET><ST>-1</ST>"
@@ -508,10 +507,8 @@ def test_an_accepted_clip_is_usable_whatever_the_automatic_flags_said(film, serv
     ids = [c["clip_id"] for c in _clips(server)["clips"]]
     for shard in (film / "shards").glob("*.parquet"):  # flags as the quality stage writes them
         table = pq.read_table(shard)
-        flagged = table.append_column("usable", pa.array([False] * len(table))).append_column(
-            "reject_reasons", pa.array([["text"]] * len(table), pa.list_(pa.string()))
-        )
-        pq.write_table(flagged, shard)
+        table = replace_column(table, "usable", [False] * len(table))
+        pq.write_table(replace_column(table, "reject_reasons", [["text"]] * len(table)), shard)
     _post(server, {"clip_id": ids[0], "decision": "accept"})
     clips = {c["clip_id"]: c for c in _clips(server)["clips"]}
     assert clips[ids[0]]["usable"] is True and clips[ids[0]]["auto"] == {
@@ -526,8 +523,7 @@ def test_an_accepted_clip_is_usable_whatever_the_automatic_flags_said(film, serv
 @pytest.mark.slow
 def test_a_rerun_a_recaption_and_a_recalibration_keep_every_decision(bikes_dataset, tmp_path):
     """The real pipeline's film folder: decisions and corrections survive the three rewrites."""
-    from conftest import BIKES, local_config
-    from test_caption_support import ScriptedEngine, answer_well
+    from conftest import BIKES, ScriptedEngine, answer_well, local_config
 
     from core.shards import shard_paths
     from pipeline.caption_films import caption_film
