@@ -520,6 +520,38 @@ def test_an_accepted_clip_is_usable_whatever_the_automatic_flags_said(film, serv
     assert [catalog.rows[s[0]]["clip_id"] for s in clip_samples(catalog)] == [ids[0]]
 
 
+def test_captioning_follows_the_review_and_leaves_the_automatic_flags_in_the_shards(film, server):
+    from conftest import ScriptedEngine, answer_well
+
+    from core.record import CAPTION_OK, SKIPPED_UNUSABLE
+    from pipeline.caption_films import caption_film
+    from pipeline.ip import load_ip
+    from stages.captioning.stage import CaptionConfig
+
+    ids = [c["clip_id"] for c in _clips(server)["clips"]]
+    automatic = {ids[0]: False, ids[1]: False, ids[2]: True}
+    for shard in (film / "shards").glob("*.parquet"):
+        table = pq.read_table(shard)
+        flags = [automatic[i] for i in table.column("clip_id").to_pylist()]
+        table = replace_column(table, "usable", flags)
+        reasons = [[] if usable else ["text"] for usable in flags]
+        pq.write_table(replace_column(table, "reject_reasons", reasons), shard)
+    _post(server, {"clip_id": ids[0], "decision": "accept"})
+    _post(server, {"clip_id": ids[2], "decision": "reject"})
+
+    config = CaptionConfig(model="scripted-internvl", num_frames=8, frame_height=96)
+    caption_film(film, config, load_ip("sintel"), engine=ScriptedEngine(answer_well))
+    shard = {r["clip_id"]: r for r in pq.read_table(film / "shards").to_pylist()}
+    assert [shard[i]["caption_status"] for i in ids] == [
+        CAPTION_OK,
+        SKIPPED_UNUSABLE,
+        SKIPPED_UNUSABLE,
+    ]
+    assert {i: shard[i]["usable"] for i in ids} == automatic  # the shards keep the automatic flags
+    manifest = _manifest(film)
+    assert [manifest[i]["usable"] for i in ids] == [True, False, False]
+
+
 @pytest.mark.slow
 def test_a_rerun_a_recaption_and_a_recalibration_keep_every_decision(bikes_dataset, tmp_path):
     """The real pipeline's film folder: decisions and corrections survive the three rewrites."""
