@@ -14,7 +14,7 @@ OUT   ?= data
 MODEL ?=
 ARGS  ?=
 
-.PHONY: help venv lint dataset caption report test bench motion-calibrate motion-eval train play clean
+.PHONY: help venv lint dataset caption report test bench bench-gpu motion-calibrate motion-eval train play clean
 
 help:
 	@echo "make dataset [FILM=path] [IP=name] [OUT=data] [MODEL=internvl-path]  films -> clip shards"
@@ -23,7 +23,7 @@ help:
 	@echo "make motion-calibrate SHARDS=<dataset folder>                          recalibrate motion levels"
 	@echo "make motion-eval CLIPS=<folder of mp4> LEVELS=<levels file>            ACC-F / MAE-F"
 	@echo "make train PHASE=encoder|mllm|adapt SHARDS=<folder> [CONFIG=yaml]      train AnimeGamer"
-	@echo "make lint | make test | make bench"
+	@echo "make lint | make test | make bench | make bench-gpu (CUDA; docs/gpu.md)"
 
 venv: $(STAMP)
 
@@ -66,6 +66,11 @@ test: venv
 
 bench: venv
 	$(PY) -m bench.run $(ARGS)
+
+# Every GPU path at real size with random weights (docs/gpu.md); says so and exits 0 without CUDA.
+# On a GPU machine whose own Python holds CUDA PyTorch: `python3 -m bench.gpu` (docs/gpu.md).
+bench-gpu: venv
+	$(PY) -m bench.gpu $(ARGS)
 
 clean:
 	rm -rf $(VENV) data bench/out test-artifacts .pytest_cache

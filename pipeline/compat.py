@@ -10,6 +10,8 @@ On a machine where the extension does load, the schemas already exist and nothin
 
 from __future__ import annotations
 
+from pathlib import Path
+
 _MISSING_OPS = {
     "nms": "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
     "qnms": "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
@@ -21,8 +23,10 @@ def ensure_torchvision_importable() -> None:
     global _library
     import torch
 
+    if _library is not None or _extension_loads(torch):
+        return
     missing = [name for name in _MISSING_OPS if not _schema_exists(torch, name)]
-    if not missing or _library is not None:
+    if not missing:
         return
     _library = torch.library.Library("torchvision", "FRAGMENT")
     for name in missing:
@@ -35,3 +39,25 @@ def _schema_exists(torch, name: str) -> bool:
         return True
     except (AttributeError, RuntimeError):
         return False
+
+
+def _extension_loads(torch) -> bool:
+    """Load torchvision's C++ extension as torchvision itself will; False when it cannot load.
+
+    Where it loads (a torchvision built for this torch, as on GPU machines), it defines the real
+    schemas, and defining ours first would make that load abort the process.
+    """
+    from importlib.util import find_spec
+
+    spec = find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return True  # no torchvision: nothing to make importable
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    libraries = sorted(folder.glob("_C.*so")) + sorted(folder.glob("_C.so"))
+    if not libraries:
+        return False
+    try:
+        torch.ops.load_library(str(libraries[0]))
+    except (OSError, RuntimeError):
+        return False
+    return True
