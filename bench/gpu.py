@@ -250,6 +250,8 @@ def mllm_config(settings: Settings, batch: int, encoder_checkpoint: Path, checkp
 
 def synthetic_turns(count: int, frame_size: tuple[int, int], seed: int) -> list[dict]:
     """Turns shaped as trainer.data.ShotDataset makes them (random pictures, game-demo text)."""
+    from prompts.game import action_text
+
     generator = torch.Generator().manual_seed(seed)
     motions = ["flying on broomstick", "running through the forest", "talking with a friend"]
     return [
@@ -261,6 +263,7 @@ def synthetic_turns(count: int, frame_size: tuple[int, int], seed: int) -> list[
                 torch.uint8
             ),
             "motion_description": motions[n % len(motions)],
+            "action": action_text("quickly", motions[n % len(motions)]),
             "instruction": f"Character: Sintel; Motion: quickly {motions[n % len(motions)]}; "
             "Background: forest.",
             "motion_scope": 2.5 + n,
@@ -507,7 +510,7 @@ def caption_rows(settings: Settings):
 def check_turbomind() -> None:
     """lmdeploy silently runs its PyTorch engine when TurboMind is missing: refuse instead, so a
     row labelled TurboMind measured TurboMind."""
-    from pipeline.captioning.engines import import_lmdeploy
+    from stages.captioning.engines import import_lmdeploy
 
     import_lmdeploy()
     from lmdeploy import turbomind
@@ -541,9 +544,9 @@ class CountingEngine:
 def caption_with(engine_name: str, checkpoint: Path, settings: Settings):
     """Caption the sample film with one loaded engine: a warm-up run, then one timed run per
     batch size (clips per engine call)."""
-    from pipeline.captioning.engines import make_engine
-    from pipeline.captioning.film import caption_film
-    from stages.caption import CaptionConfig
+    from pipeline.caption_films import caption_film
+    from stages.captioning.engines import make_engine
+    from stages.captioning.stage import CaptionConfig
 
     engine_kind, _, backend = engine_name.partition("-")
     config = CaptionConfig(
@@ -766,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"bench.gpu: unknown part or engine {unknown}", file=sys.stderr)
         return 2
-    from pipeline.compat import ensure_torchvision_importable
+    from core.compat import ensure_torchvision_importable
 
     ensure_torchvision_importable()
     settings.workdir.mkdir(parents=True, exist_ok=True)

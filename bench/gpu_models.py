@@ -447,7 +447,7 @@ def random_backbones(shape: dict, device: torch.device):
         model, tokenizer = once("t5", lambda: t5_encoder(shape), dtype)
         return backbones.frozen(model), tokenizer
 
-    def load_cogvideox(location, dtype):
+    def load_cogvideox(location, dtype, *schedule):  # the release schedule, as built
         transformer, vae, scheduler = once("cogvideox", lambda: cogvideox(shape), dtype)
         return backbones.frozen(transformer), backbones.frozen(vae), scheduler
 

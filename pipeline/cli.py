@@ -2,7 +2,8 @@
 
 Sub-commands are modules listed in COMMANDS, imported only when chosen (so `--help` stays fast and
 a command's heavy imports never slow another). Each module exposes `HELP`,
-`add_arguments(parser)` and `run(args) -> int`.
+`add_arguments(parser)` and `run(args) -> int`; errors end a command as core/cli.py
+says (one line on stderr; exit 2 for usage or input errors, 1 for failed work).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from core.cli import USAGE_ERROR, OneLineParser, run_command
 
 COMMANDS = {
     "dataset": "pipeline.commands.dataset",
@@ -19,11 +22,13 @@ COMMANDS = {
     "report": "pipeline.commands.report",
     "train": "trainer.cli",
     "play": "trainer.play",
+    "export": "trainer.export",
+    "eval": "trainer.evaluate",
 }
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="animegamer",
         description="Turn anime films into AnimeGamer training clips, inspect them, train on them.",
     )
@@ -50,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
-        parser.print_help()
-        return 2
-    return int(args.handler(args) or 0)
+        parser.print_help(sys.stderr)
+        return USAGE_ERROR
+    return run_command(args.command, args.handler, args)
 
 
 if __name__ == "__main__":

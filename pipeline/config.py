@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from pipeline.settings import coerce, field_docs
-from pipeline.shards import ShardConfig
-from stages.caption import CaptionConfig
+from core.settings import (
+    ConfigError,
+    Settings,
+    check_choice,
+    field_docs,
+    parse_assignment,
+    set_setting,
+)
+from core.shards import ShardConfig
+from stages.captioning.stage import CaptionConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
 from stages.motion import MotionConfig
@@ -28,7 +34,7 @@ EXECUTORS = ("ray", "local")
 
 
 @dataclass
-class RunConfig:
+class RunConfig(Settings):
     executor: str = "ray"
     """'ray' (a local Ray starts by itself; RAY_ADDRESS joins a cluster) or 'local' (one process)."""
     segment_seconds: float = 120.0
@@ -38,6 +44,9 @@ class RunConfig:
     num_cpus: int | None = None
     """CPUs for the embedded Ray; None lets Ray use the machine."""
     progress: bool = True
+
+    def validate(self) -> None:
+        check_choice("run", "executor", self.executor, EXECUTORS)
 
 
 @dataclass
@@ -80,10 +89,6 @@ def load_config(
     return config
 
 
-class ConfigError(ValueError):
-    pass
-
-
 def apply_mapping(config: PipelineConfig, data: dict, source: str) -> None:
     """Apply `{section: {field: value}}` onto `config`, rejecting unknown names."""
     for section_name, values in data.items():
@@ -97,37 +102,21 @@ def apply_mapping(config: PipelineConfig, data: dict, source: str) -> None:
 def apply_overrides(config: PipelineConfig, overrides: list[str]) -> None:
     """Apply `section.field=value` strings; values are parsed as YAML scalars/lists."""
     for item in overrides:
-        key, sep, raw = item.partition("=")
-        section_name, dot, name = key.strip().partition(".")
-        if not sep or not dot:
+        key, value = parse_assignment(item, form="section.field=value")
+        section_name, dot, name = key.partition(".")
+        if not dot:
             raise ConfigError(f"--set {item!r}: expected section.field=value")
-        section = _section(config, section_name, "--set")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            raise ConfigError(f"--set {item!r}: the value is not valid YAML") from None
-        _set_field(section, section_name, name, value, "--set")
+        _set_field(_section(config, section_name, "--set"), section_name, name, value, "--set")
 
 
 def check_choices(config: PipelineConfig, source: str) -> None:
-    """Settings that name one of a fixed set are checked here, before any film is touched."""
-    from stages.clips import RESIZE_MODES
-    from stages.motion import BACKENDS
-    from stages.scenes import DETECTORS
-
-    choices = {
-        ("clips", "resize"): RESIZE_MODES,
-        ("scenes", "detector"): tuple(DETECTORS),
-        ("motion", "backend"): BACKENDS,
-        ("run", "executor"): EXECUTORS,
-        ("clips", "image_format"): ("jpeg", "png"),
-    }
-    for (section, name), allowed in choices.items():
-        value = getattr(getattr(config, section), name)
-        if value not in allowed:
-            raise ConfigError(
-                f"{source}: {section}.{name}={value!r}: choose one of {list(allowed)}"
-            )
+    """Every section checks its own settings here, before any film is touched."""
+    for section in dataclasses.fields(config):
+        settings: Settings = getattr(config, section.name)
+        try:
+            settings.validate()
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
 
 
 def describe_fields() -> list[tuple[str, object, str]]:
@@ -151,11 +140,4 @@ def _section(config: PipelineConfig, name: str, source: str):
 
 
 def _set_field(section, section_name: str, name: str, value, source: str) -> None:
-    hints = typing.get_type_hints(type(section))
-    if name not in hints:
-        known = ", ".join(f.name for f in dataclasses.fields(section))
-        raise ConfigError(f"{source}: unknown setting '{section_name}.{name}' (known: {known})")
-    try:
-        setattr(section, name, coerce(value, hints[name]))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: {section_name}.{name}={value!r}: {exc}") from None
+    set_setting(section, name, value, source, label=f"{section_name}.{name}")

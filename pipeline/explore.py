@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -26,14 +25,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.schema import DROP_SCHEMA, MANIFEST_SCHEMA
-from pipeline.shards import check_schema_version, shard_paths
-from pipeline.video import decode_image, decode_mp4
-
-MANIFEST_FILE = "manifest.parquet"
-DROPS_FILE = "drops.parquet"
-SUMMARY_FILE = "summary.json"
-SHARDS_DIR = "shards"
+from core.film import MANIFEST_FILE, SHARDS_DIR, FilmFolder, FilmSummary, FolderError
+from core.schema import DROP_SCHEMA, MANIFEST_SCHEMA
+from core.shards import (
+    RowLocation,
+    check_schema_version,
+    locate_rows,
+    read_group_column,
+    shard_paths,
+)
+from core.video import decode_image, decode_mp4
 
 # Nullable Arrow integers become pandas' nullable integers, not floats with NaN: a motion level
 # of 3 stays 3, and a clip without one shows <NA>.
@@ -49,15 +50,6 @@ class DatasetError(ValueError):
     """A folder is not what `animegamer dataset` writes; the message names the folder."""
 
 
-@dataclass(frozen=True)
-class ClipLocation:
-    """Where one clip's row lives: reading its media touches one row group, not a whole shard."""
-
-    shard: Path
-    row_group: int
-    row: int
-
-
 @dataclass
 class Film:
     """One film folder: OUT/<slug>/ with shards/, manifest.parquet, drops.parquet, summary.json."""
@@ -68,28 +60,28 @@ class Film:
     def slug(self) -> str:
         return self.path.name
 
+    @property
+    def folder(self) -> FilmFolder:
+        return FilmFolder(self.path)
+
     @cached_property
-    def summary(self) -> dict:
-        """summary.json as written by the pipeline, or {} when the film has none yet."""
-        path = self.path / SUMMARY_FILE
-        if not path.is_file():
-            return {}
+    def summary(self) -> FilmSummary:
+        """summary.json as written by the pipeline (typed; `.to_dict()` gives the JSON object),
+        or an empty one, every field not recorded, when the film has none yet."""
         try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}: not valid JSON ({exc})") from None
-        if not isinstance(data, dict):
-            raise DatasetError(f"{path}: expected a JSON object, got {type(data).__name__}")
-        return data
+            summary = self.folder.read_summary()
+        except FolderError as exc:
+            raise DatasetError(str(exc)) from None
+        return summary if summary is not None else FilmSummary.from_dict({})
 
     @cached_property
     def shards(self) -> list[Path]:
-        folder = self.path / SHARDS_DIR
+        folder = self.folder.shards
         return shard_paths(folder) if folder.is_dir() else []
 
     @cached_property
     def manifest_table(self) -> pa.Table:
-        path = self.path / MANIFEST_FILE
+        path = self.folder.manifest
         if path.is_file():
             table = pq.read_table(path)
             check_schema_version(table.schema, path)
@@ -110,7 +102,7 @@ class Film:
 
     @cached_property
     def drops_table(self) -> pa.Table:
-        path = self.path / DROPS_FILE
+        path = self.folder.drops
         return pq.read_table(path) if path.is_file() else DROP_SCHEMA.empty_table()
 
     @cached_property
@@ -149,7 +141,7 @@ def open_dataset(path: str | Path) -> Dataset:
 
 
 def is_film_folder(path: Path) -> bool:
-    return (path / SHARDS_DIR).is_dir() or (path / MANIFEST_FILE).is_file()
+    return FilmFolder(path).has_shards() or FilmFolder(path).manifest.is_file()
 
 
 class Dataset:
@@ -158,7 +150,7 @@ class Dataset:
     def __init__(self, root: Path, films: list[Film]):
         self.root = root
         self.films = films
-        self._locations: dict[str, ClipLocation] | None = None
+        self._locations: dict[str, RowLocation] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -189,12 +181,12 @@ class Dataset:
         return _to_pandas(pa.concat_tables(tables, promote_options="default"))
 
     @property
-    def summaries(self) -> dict[str, dict]:
+    def summaries(self) -> dict[str, FilmSummary]:
         """summary.json of every film, keyed by the film folder's name."""
         return {film.slug: film.summary for film in self.films}
 
     @property
-    def summary(self) -> dict:
+    def summary(self) -> FilmSummary:
         """summary.json of the one film in this dataset (use `summaries` when there are several)."""
         if len(self.films) != 1:
             raise DatasetError(
@@ -241,8 +233,7 @@ class Dataset:
 
     def _media(self, clip_id: str, column: str) -> bytes:
         location = self._location(clip_id)
-        group = pq.ParquetFile(location.shard).read_row_group(location.row_group, columns=[column])
-        data = group.column(column)[location.row].as_py()
+        data = read_group_column(location, column)[location.row]
         if data is None:
             error = self.clip(clip_id).get("error")
             raise ValueError(
@@ -251,7 +242,7 @@ class Dataset:
             )
         return data
 
-    def _location(self, clip_id: str) -> ClipLocation:
+    def _location(self, clip_id: str) -> RowLocation:
         if self._locations is None:
             self._locations = {}
             for film in self.films:
@@ -340,15 +331,8 @@ def _resized(frames: np.ndarray, width: int | None) -> np.ndarray:
     return np.stack([cv2.resize(f, (width, height), interpolation=cv2.INTER_AREA) for f in frames])
 
 
-def _index_shard(shard: Path) -> dict[str, ClipLocation]:
-    parquet = pq.ParquetFile(shard)
-    check_schema_version(parquet.schema_arrow, shard)
-    locations = {}
-    for group in range(parquet.num_row_groups):
-        ids = parquet.read_row_group(group, columns=["clip_id"]).column("clip_id").to_pylist()
-        for row, clip_id in enumerate(ids):
-            locations[clip_id] = ClipLocation(shard, group, row)
-    return locations
+def _index_shard(shard: Path) -> dict[str, RowLocation]:
+    return {row["clip_id"]: where for where, row in locate_rows(shard, ["clip_id"])}
 
 
 def _to_pandas(table: pa.Table) -> pd.DataFrame:

@@ -192,7 +192,7 @@ def test_a_failing_part_becomes_a_row_and_the_next_part_runs(tmp_path):
 
 
 def test_a_failed_request_is_an_error_not_throughput():
-    from pipeline.captioning.engines import Completion
+    from stages.captioning.engines import Completion
 
     class HalfBroken:
         def load(self):

@@ -8,26 +8,25 @@ from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
-from test_caption_support import (  # noqa: F401
+from conftest import (
     ADVERB_BY_LEVEL,
     SINTEL_REFERENCES,
     ScriptedEngine,
     answer_well,
-    clip_videos,
-    film,
     good_character_answer,
     image_word,
     make_clips,
     read_raw,
 )
 
-from pipeline.captioning.engines import EngineError
-from pipeline.captioning.film import CACHE_FILE, caption_film
-from pipeline.captioning.images import build_reference_sheet, clip_frame_grid
+from core.film import CAPTION_CACHE_FILE
+from core.record import STATUS_ERROR
+from core.shards import read_clips, read_table
+from pipeline.caption_films import caption_film
 from pipeline.config import PipelineConfig
-from pipeline.record import STATUS_ERROR
-from pipeline.shards import read_clips, read_table
-from stages.caption import CaptionConfig, CaptionStage
+from stages.captioning.engines import EngineError
+from stages.captioning.images import build_reference_sheet, clip_frame_grid
+from stages.captioning.stage import CaptionConfig, CaptionStage
 
 CONFIG = CaptionConfig(model="scripted-internvl", num_frames=8, frame_height=96, max_retries=2)
 
@@ -43,6 +42,7 @@ def expected_subject(clip, config=CONFIG) -> str:
     )
 
 
+@pytest.mark.slow
 def test_valid_answers_fill_typed_columns_bound_to_their_own_clips(clip_videos):
     clips = make_clips(clip_videos)
     for seed in range(3):  # three different completion orders
@@ -251,6 +251,7 @@ def caption_columns(film_dir):
     ).to_pylist()
 
 
+@pytest.mark.slow
 def test_caption_film_rewrites_shards_manifest_and_summary(film):
     before = {p.name: pq.read_table(p).num_rows for p in (film / "shards").glob("*.parquet")}
     config = PipelineConfig()
@@ -273,6 +274,7 @@ def test_caption_film_rewrites_shards_manifest_and_summary(film):
     assert summary["requests"] == 10 and summary["protagonists"] == ["Sintel", "Scales"]
 
 
+@pytest.mark.slow
 def test_rerun_takes_captions_from_the_cache_and_a_changed_prompt_recaptions(film, tmp_path):
     first = ScriptedEngine(answer_well)
     caption_film(film, CONFIG, SINTEL_REFERENCES, engine=first)
@@ -304,6 +306,7 @@ def test_rerun_takes_captions_from_the_cache_and_a_changed_prompt_recaptions(fil
     assert summary["sent_to_model"] == 5 and len(other_model.requests) == 10
 
 
+@pytest.mark.slow
 def test_failed_clips_are_not_cached_and_are_retried_on_the_next_run(film):
     def state_fails_for_level_3(request, attempt):
         if "<ML>3</ML>" in request.text:
@@ -323,6 +326,7 @@ def test_failed_clips_are_not_cached_and_are_retried_on_the_next_run(film):
     assert summary["from_cache"] == 4 and summary["sent_to_model"] == 1
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_keeps_finished_batches_in_the_cache(film):
     calls = []
 
@@ -336,15 +340,16 @@ def test_an_interrupted_run_keeps_finished_batches_in_the_cache(film):
     before = [c.to_row() for c in read_clips(film / "shards")]
     with pytest.raises(KeyboardInterrupt):
         caption_film(film, config, SINTEL_REFERENCES, engine=ScriptedEngine(dies_on_second_batch))
-    assert len((film / CACHE_FILE).read_text().splitlines()) == 2
+    assert len((film / CAPTION_CACHE_FILE).read_text().splitlines()) == 2
     assert [c.to_row() for c in read_clips(film / "shards")] == before  # shards untouched
     summary = caption_film(film, config, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
     assert summary["from_cache"] == 2 and summary["by_status"] == {"ok": 5}
 
 
+@pytest.mark.slow
 def test_a_torn_cache_line_is_skipped_and_counted(film):
     caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
-    cache = film / CACHE_FILE
+    cache = film / CAPTION_CACHE_FILE
     lines = cache.read_text().splitlines()
     cache.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])  # a crash mid-line
     summary = caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
@@ -362,10 +367,11 @@ def test_without_a_model_the_film_is_marked_pending_with_a_hint(film):
     }
 
 
+@pytest.mark.slow
 def test_several_films_share_one_loaded_model_and_count_separately(film, tmp_path):
     import shutil
 
-    from pipeline.captioning.film import caption_films
+    from pipeline.caption_films import caption_films
 
     other = tmp_path / "other"
     shutil.copytree(film, other)
@@ -380,7 +386,7 @@ def test_several_films_share_one_loaded_model_and_count_separately(film, tmp_pat
 def test_a_film_named_twice_is_captioned_once_and_each_input_gets_its_summary(film, tmp_path):
     import shutil
 
-    from pipeline.captioning.film import caption_films
+    from pipeline.caption_films import caption_films
 
     other = tmp_path / "other"
     shutil.copytree(film, other)
@@ -393,8 +399,8 @@ def test_a_film_named_twice_is_captioned_once_and_each_input_gets_its_summary(fi
 
 
 def test_an_empty_shard_is_left_alone(film):
-    from pipeline.schema import CLIP_SCHEMA
-    from pipeline.shards import write_table_atomic
+    from core.io import write_table_atomic
+    from core.schema import CLIP_SCHEMA
 
     write_table_atomic(CLIP_SCHEMA.empty_table(), film / "shards" / "clips-09999.parquet")
     summary = caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))

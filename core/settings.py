@@ -9,6 +9,57 @@ import inspect
 import textwrap
 import types
 import typing
+from collections.abc import Iterable
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A setting is unknown, mistyped or outside its allowed values."""
+
+
+class Settings:
+    """Base of every settings section: `validate` checks the section's own values, so a bad
+    setting is reported before any work starts, by the section that knows the rule."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the setting; the default has nothing to check."""
+
+
+def check_choice(section: str, name: str, value: object, allowed: Iterable[object]) -> None:
+    """A setting that names one of a fixed set: a one-line error listing the set otherwise."""
+    allowed = list(allowed)
+    if value not in allowed:
+        raise ConfigError(f"{section}.{name}={value!r}: choose one of {allowed}")
+
+
+def parse_assignment(item: str, form: str = "name=value") -> tuple[str, object]:
+    """`name=value` from the command line; the value is read as YAML (numbers, true, [lists])."""
+    name, sep, raw = item.partition("=")
+    if not sep:
+        raise ConfigError(f"--set {item!r}: expected {form}")
+    try:
+        return name.strip(), yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {item!r}: the value is not valid YAML") from None
+
+
+def set_setting(obj, name: str, value, source: str, label: str | None = None) -> None:
+    """Set one typed field of a settings dataclass: the one setter of the pipeline and trainer.
+
+    `label` is how messages spell the field (`caption.engine` for a pipeline section).
+    """
+    import dataclasses
+
+    label = label or name
+    hints = typing.get_type_hints(type(obj))
+    if name not in hints:
+        known = ", ".join(f.name for f in dataclasses.fields(obj))
+        raise ConfigError(f"{source}: unknown setting '{label}' (known: {known})")
+    try:
+        setattr(obj, name, coerce(value, hints[name]))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {label}={value!r}: {exc}") from None
 
 
 def coerce(value, hint):

@@ -5,7 +5,8 @@ extension does not load, so the operator schemas `torchvision::nms` and `torchvi
 never defined and torchvision's own fake-kernel registration fails at import (and with it ptlflow,
 timm and transformers' image processors). Defining the two schemas first lets the import finish;
 the ops themselves stay unavailable, which nothing in this project calls.
-On a machine where the extension does load, the schemas already exist and nothing is done.
+On a machine where the extension loads (GPU machines), it is loaded first and nothing is defined:
+defining the schemas before it would abort the process at its load.
 """
 
 from __future__ import annotations
