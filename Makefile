@@ -21,7 +21,7 @@ EXPORT ?= $(OUT)-export
 # holds a path or a name goes through it; ARGS alone is split into words by the shell, on purpose.
 q = '$(subst ','\'',$(1))'
 
-.PHONY: help venv lint dataset caption report test test-fast bench bench-gpu motion-calibrate motion-eval train play export eval clean
+.PHONY: help venv lint dataset caption report test test-fast bench bench-gpu motion-calibrate motion-eval quality-calibrate train play export eval clean
 
 help:
 	@echo "make dataset [FILM=path] [IP=name] [OUT=data] [MODEL=internvl-path]  films -> clip shards"
@@ -29,6 +29,7 @@ help:
 	@echo "make report FILM=<film file, film or dataset folder> [REPORT=file.html] HTML report"
 	@echo "make motion-calibrate SHARDS=<dataset folder>                          recalibrate motion levels"
 	@echo "make motion-eval CLIPS=<folder of mp4> LEVELS=<levels file>            ACC-F / MAE-F"
+	@echo "make quality-calibrate SHARDS=<dataset folder> ARGS='--set reject.X=Y'  re-decide usable clips"
 	@echo "make train PHASE=encoder|mllm|adapt SHARDS=<folder> [CONFIG=yaml]      train AnimeGamer"
 	@echo "make export SHARDS=<folder> FORMAT=webdataset|cogvideox EXPORT=<out>   other trainers' layouts"
 	@echo "make eval GENERATED=<mp4 folder> REFERENCES=<mp4 folder> [TEXTS=..] [LEVELS=..]  CLIP-I/T, DreamSim, ACC-F"
@@ -54,6 +55,9 @@ report: venv
 
 motion-calibrate: venv
 	$(PY) -m pipeline.cli motion-calibrate $(call q,$(or $(SHARDS),$(OUT))) $(ARGS)
+
+quality-calibrate: venv
+	$(PY) -m pipeline.cli quality-calibrate $(call q,$(or $(SHARDS),$(OUT))) $(ARGS)
 
 motion-eval: venv
 	$(PY) -m pipeline.cli motion-eval $(call q,$(CLIPS)) --levels $(call q,$(LEVELS)) $(ARGS)

@@ -19,6 +19,7 @@ COMMANDS = {
     "caption": "pipeline.commands.caption",
     "motion-calibrate": "pipeline.commands.motion_calibrate",
     "motion-eval": "pipeline.commands.motion_eval",
+    "quality-calibrate": "pipeline.commands.quality_calibrate",
     "report": "pipeline.commands.report",
     "train": "trainer.cli",
     "play": "trainer.play",

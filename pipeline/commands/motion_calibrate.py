@@ -11,8 +11,6 @@ that was interrupted is completed by running it again with `--apply` on the writ
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -22,9 +20,8 @@ import pyarrow.parquet as pq
 
 from core.cli import input_errors, work_errors
 from core.film import MANIFEST_FILE, FilmFolder, FilmSummary
-from core.io import publish
 from core.record import CAPTION_PENDING
-from core.shards import check_schema_version, shard_paths, write_manifest
+from core.shards import check_schema_version, rewrite_row_groups, shard_paths, write_manifest
 from stages.motion_levels import (
     EQUAL_POPULATION,
     NUM_LEVELS,
@@ -204,27 +201,17 @@ def _replace(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
 
 
 def rewrite_shard(path: Path, levels: MotionLevels) -> int:
-    """Rewrite one shard row group by row group (memory stays at one group, groups keep their
-    size); returns how many captioned clips changed level."""
+    """Relevel one shard (see rewrite_row_groups: row group by row group, replaced atomically);
+    returns how many captioned clips changed level."""
     stale = 0
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        with pq.ParquetFile(path) as source:
-            check_schema_version(source.schema_arrow, path)
-            groups = source.num_row_groups
-            compression = source.metadata.row_group(0).column(0).compression if groups else "ZSTD"
-            # the footer says UNCOMPRESSED where the writer wants "none"
-            codec = "none" if compression.upper() == "UNCOMPRESSED" else compression.lower()
-            with pq.ParquetWriter(tmp, source.schema_arrow, compression=codec) as writer:
-                for group in range(groups):
-                    table, changed = relevel(source.read_row_group(group), levels)
-                    writer.write_table(table)
-                    stale += changed
-        publish(Path(tmp), path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def transform(table: pa.Table) -> pa.Table:
+        nonlocal stale
+        table, changed = relevel(table, levels)
+        stale += changed
+        return table
+
+    rewrite_row_groups(path, transform)
     return stale
 
 
