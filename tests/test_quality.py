@@ -15,8 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import SINTEL, _texture, local_config
-from test_caption_support import ScriptedEngine, answer_well
+from conftest import SINTEL, ScriptedEngine, _texture, answer_well, local_config
 
 from core.record import Clip
 from pipeline.cli import main as cli_main
