@@ -21,12 +21,15 @@ EXPORT ?= $(OUT)-export
 # holds a path or a name goes through it; ARGS alone is split into words by the shell, on purpose.
 q = '$(subst ','\'',$(1))'
 
-.PHONY: help venv lint dataset caption report test test-fast bench bench-gpu motion-calibrate motion-eval quality-calibrate train play export eval clean
+PORT  ?= 8765
+
+.PHONY: help venv lint dataset caption report review test test-fast bench bench-gpu motion-calibrate motion-eval quality-calibrate train play export eval clean
 
 help:
 	@echo "make dataset [FILM=path] [IP=name] [OUT=data] [MODEL=internvl-path]  films -> clip shards"
 	@echo "make caption FILM=<film file or folder> MODEL=<internvl-path> [IP=name] caption existing shards"
 	@echo "make report FILM=<film file, film or dataset folder> [REPORT=file.html] HTML report"
+	@echo "make review [OUT=<film or dataset folder>] [PORT=8765]               review page on 127.0.0.1"
 	@echo "make motion-calibrate SHARDS=<dataset folder>                          recalibrate motion levels"
 	@echo "make motion-eval CLIPS=<folder of mp4> LEVELS=<levels file>            ACC-F / MAE-F"
 	@echo "make quality-calibrate SHARDS=<dataset folder> ARGS='--set reject.X=Y'  re-decide usable clips"
@@ -52,6 +55,9 @@ caption: venv
 
 report: venv
 	$(PY) -m pipeline.cli report $(call q,$(or $(FILM),$(OUT))) --dataset-dir $(call q,$(OUT)) $(if $(REPORT),--out $(call q,$(REPORT))) $(ARGS)
+
+review: venv
+	$(PY) -m pipeline.cli review $(call q,$(or $(FILM),$(OUT))) --port $(call q,$(PORT)) $(ARGS)
 
 motion-calibrate: venv
 	$(PY) -m pipeline.cli motion-calibrate $(call q,$(or $(SHARDS),$(OUT))) $(ARGS)
@@ -80,7 +86,7 @@ lint: venv
 	$(VENV)/bin/mypy
 
 test: venv
-	@scripts/install-chromium.sh || echo "warning: Chromium could not be installed; the report's browser test will fail (ANIMEGAMER_SKIP_BROWSER=1 skips it)"
+	@scripts/install-chromium.sh || echo "warning: Chromium could not be installed; the browser tests of the report and the review page will fail (ANIMEGAMER_SKIP_BROWSER=1 skips them)"
 	$(PY) -m pytest $(ARGS)
 
 test-fast: venv

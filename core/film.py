@@ -5,6 +5,7 @@
     drops.parquet                 every window that did not become a clip, with its reason
     summary.json                  film facts, crop box, scenes, counts, stage seconds, config
     caption_cache.jsonl           finished captions, reused by later captioning runs
+    review.parquet                a person's accept/reject decisions and caption corrections
     work/segment-NNNNN/           per-segment parts and their DONE.json marker (removed once complete)
 
 Every file name of the folder is spelled here and nowhere else. summary.json and the segments'
@@ -34,6 +35,8 @@ WORK_DIR = "work"
 DONE_FILE = "DONE.json"
 SHARDS_STAGING = "shards.staging"
 CAPTION_CACHE_FILE = "caption_cache.jsonl"
+REVIEW_FILE = "review.parquet"  # a person's decisions (pipeline/review.py)
+REVIEW_LOCK_FILE = ".review.lock"  # held while review.parquet is rewritten
 # beside a shard while captioning rewrites it; not named "shards", so readers never take its
 # files for shards
 CAPTION_REWRITE_DIR = ".caption-rewrite"
@@ -220,6 +223,14 @@ class FilmFolder:
     @property
     def caption_cache(self) -> Path:
         return self.path / CAPTION_CACHE_FILE
+
+    @property
+    def review(self) -> Path:
+        return self.path / REVIEW_FILE
+
+    @property
+    def review_lock(self) -> Path:
+        return self.path / REVIEW_LOCK_FILE
 
     @property
     def work(self) -> Path:

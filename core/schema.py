@@ -71,9 +71,20 @@ CLIP_SCHEMA = pa.schema(
     metadata={"animegamer.schema_version": SCHEMA_VERSION},
 )
 
-# The notebook-friendly manifest: every column but the media bytes.
+# What a manifest row adds to a clip row: the usability once a person's review decision is taken
+# into account (pipeline/review.py), and that decision. Columns the shards already carry are not
+# added twice.
+_REVIEWED_COLUMNS = [
+    pa.field("usable", pa.bool_()),
+    pa.field("reject_reasons", pa.list_(pa.string())),
+    pa.field("review_decision", pa.string()),
+]
+
+# The notebook-friendly manifest: every column but the media bytes, as reviewed.
 MANIFEST_SCHEMA = pa.schema(
-    [f for f in CLIP_SCHEMA if f.name not in _MEDIA_COLUMNS], metadata=CLIP_SCHEMA.metadata
+    [f for f in CLIP_SCHEMA if f.name not in _MEDIA_COLUMNS]
+    + [f for f in _REVIEWED_COLUMNS if f.name not in CLIP_SCHEMA.names],
+    metadata=CLIP_SCHEMA.metadata,
 )
 
 # One row per 2-second window (or whole scene) that did not become a clip, with the reason.

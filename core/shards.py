@@ -16,10 +16,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from core.film import SHARDS_DIR, FilmFolder
-from core.io import publish, write_table_atomic
+from core.film import SHARDS_DIR
+from core.io import publish
 from core.record import Clip
-from core.schema import CLIP_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION, rows_to_table
+from core.schema import CLIP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from core.settings import Settings
 
 
@@ -142,13 +142,6 @@ def replace_column(table: pa.Table, name: str, values) -> pa.Table:
     index = table.schema.get_field_index(name)
     field = table.schema.field(index)
     return table.set_column(index, field, pa.array(values, field.type))
-
-
-def write_manifest(folder: FilmFolder) -> Path:
-    """(Re)build a film folder's manifest.parquet from its shards: every column but the media
-    bytes, which Parquet does not even read."""
-    table = read_table(folder.shards, columns=MANIFEST_SCHEMA.names)
-    return write_table_atomic(rows_to_table(table.to_pylist(), MANIFEST_SCHEMA), folder.manifest)
 
 
 def shard_paths(location: str | Path) -> list[Path]:

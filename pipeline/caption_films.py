@@ -22,8 +22,10 @@ from pathlib import Path
 
 from core.film import CAPTION_REWRITE_DIR, FilmFolder
 from core.record import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, Clip
-from core.shards import ShardConfig, ShardWriter, read_clips, shard_paths, write_manifest
+from core.shards import ShardConfig, ShardWriter, read_clips, shard_paths
 from pipeline.executor import LocalStageRunner, StageActorPool
+from pipeline.manifest import write_manifest
+from pipeline.review import Review, effective_quality, read_reviews
 from stages.captioning.cache import CaptionCache
 from stages.captioning.stage import CaptionConfig, CaptionStage
 
@@ -71,7 +73,8 @@ def caption_films(film_dirs: list[Path], config, ip=None, engine=None) -> list[d
 def _caption_film(film_dir, shards, stage, runner, shard_config, engine) -> dict:
     started = time.monotonic()
     cache = CaptionCache(FilmFolder(film_dir).caption_cache)
-    counts, work = _caption_shards(shards, stage, cache, runner, shard_config)
+    reviews = read_reviews(FilmFolder(film_dir))
+    counts, work = _caption_shards(shards, stage, cache, runner, shard_config, reviews)
     summary = _summary(stage, counts, work, runner.take_stats(), started)
     summary["cache_unreadable_lines"] = cache.unreadable_lines
     if engine is not None:
@@ -120,11 +123,19 @@ def _film_shards(film_dir: Path) -> list[Path]:
 # ---- the work ------------------------------------------------------------------------------
 
 
-def _caption_shards(shards, stage: CaptionStage, cache: CaptionCache, runner, shard_config):
+def _caption_shards(
+    shards,
+    stage: CaptionStage,
+    cache: CaptionCache,
+    runner,
+    shard_config,
+    reviews: dict[str, Review] | None = None,
+):
     counts: Counter[str | None] = Counter()
     work: Counter[str] = Counter()
     for path in shards:
         clips = _read_shard(path)
+        stored_usable = _as_reviewed(clips, reviews or {})
         keys = [stage.cache_key(clip) for clip in clips]
         todo = []
         for clip, key in zip(clips, keys):
@@ -150,10 +161,24 @@ def _caption_shards(shards, stage: CaptionStage, cache: CaptionCache, runner, sh
             work["sent_to_model"] += sum(
                 c.caption_status in (CAPTION_OK, CAPTION_FAILED) for c in done
             )
+        for clip in clips:  # the shard keeps the automatic flag; the review stays in its own file
+            clip.usable = stored_usable[clip.clip_id]
         _rewrite_shard(path, clips, shard_config)
         counts.update(c.caption_status for c in clips)
         log.info("%s: %d clips, %d from cache", path.name, len(clips), len(clips) - len(todo))
     return counts, work
+
+
+def _as_reviewed(clips: list[Clip], reviews: dict[str, Review]) -> dict[str, bool]:
+    """Let the caption stage see a person's decisions: a clip accepted in review is captioned
+    even if the quality stage rejected it, one rejected in review is not (pipeline/review.py).
+    Returns the stored flags, to be put back before the shard is rewritten."""
+    stored = {clip.clip_id: clip.usable for clip in clips}
+    for clip in clips:
+        review = reviews.get(clip.clip_id)
+        if review is not None:
+            clip.usable, _ = effective_quality(clip.usable, clip.reject_reasons, review.decision)
+    return stored
 
 
 def _check_bound(sent: list[Clip], done: list[Clip], path: Path) -> None:

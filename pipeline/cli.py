@@ -21,6 +21,7 @@ COMMANDS = {
     "motion-eval": "pipeline.commands.motion_eval",
     "quality-calibrate": "pipeline.commands.quality_calibrate",
     "report": "pipeline.commands.report",
+    "review": "pipeline.commands.review",
     "train": "trainer.cli",
     "play": "trainer.play",
     "export": "trainer.export",

@@ -10,7 +10,8 @@
     ds.rejected_by_reason()               # reason -> clip count (a clip may have several)
 
 Everything is read from what `animegamer dataset` wrote (OUT/<film>/shards, manifest.parquet,
-drops.parquet, summary.json); nothing here writes. The HTML report (pipeline/report.py) is built
+drops.parquet, summary.json) and the decisions `animegamer review` wrote (review.parquet, which the
+manifest already counts; `ds.review_state` sums them up); nothing here writes. The HTML report (pipeline/report.py) is built
 on the same reader, so a notebook and the report never disagree about a clip.
 """
 
@@ -29,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core.film import MANIFEST_FILE, SHARDS_DIR, FilmFolder, FilmSummary, FolderError
-from core.schema import DROP_SCHEMA, MANIFEST_SCHEMA
+from core.schema import DROP_SCHEMA
 from core.shards import (
     RowLocation,
     check_schema_version,
@@ -38,6 +39,8 @@ from core.shards import (
     shard_paths,
 )
 from core.video import decode_image, decode_mp4
+from pipeline.manifest import build_manifest
+from pipeline.review import Review, read_reviews, review_counts
 
 # Nullable Arrow integers become pandas' nullable integers, not floats with NaN: a motion level
 # of 3 stays 3, and a clip without one shows <NA>.
@@ -95,13 +98,7 @@ class Film:
                 f"{SHARDS_DIR}/clips-*.parquet exists"
             )
         # An interrupted run may have shards but no manifest yet: the shards hold the same rows.
-        columns = MANIFEST_SCHEMA.names
-        tables = []
-        for shard in self.shards:
-            table = pq.read_table(shard, columns=columns)
-            check_schema_version(table.schema, shard)
-            tables.append(table)
-        return pa.concat_tables(tables)
+        return build_manifest(self.folder)
 
     @cached_property
     def drops_table(self) -> pa.Table:
@@ -116,6 +113,17 @@ class Film:
     @cached_property
     def drops(self) -> pd.DataFrame:
         return _to_pandas(self.drops_table)
+
+    @cached_property
+    def reviews(self) -> dict[str, Review]:
+        """The decisions of review.parquet by clip id (written by `animegamer review`)."""
+        return read_reviews(self.folder)
+
+    @property
+    def review_counts(self) -> dict[str, int]:
+        """clips, reviewed, accepted, rejected, corrected, and stale (decisions about clips that
+        are no longer in the film)."""
+        return review_counts(self.reviews, self.manifest_table.column("clip_id").to_pylist())
 
 
 def open_dataset(path: str | Path) -> Dataset:
@@ -203,6 +211,12 @@ class Dataset:
         return _to_pandas(pa.concat_tables(tables, promote_options="default"))
 
     @property
+    def review_state(self) -> pd.DataFrame:
+        """Per film: clips, reviewed, accepted, rejected, corrected and stale decisions."""
+        counts = {film.slug: film.review_counts for film in self.films}
+        return pd.DataFrame.from_dict(counts, orient="index").rename_axis("film")
+
+    @property
     def summaries(self) -> dict[str, FilmSummary]:
         """summary.json of every film, keyed by the film folder's name."""
         return {film.slug: film.summary for film in self.films}
@@ -226,7 +240,7 @@ class Dataset:
 
     def video_bytes(self, clip_id: str) -> bytes:
         """The clip's H.264 mp4 exactly as stored in its shard."""
-        return self._media(clip_id, "video")
+        return self.media_bytes(clip_id, "video")
 
     def frames(self, clip_id: str) -> np.ndarray:
         """The clip's frames, N x H x W x 3 uint8 RGB (16 x 480 x 720 x 3 by default)."""
@@ -234,7 +248,7 @@ class Dataset:
 
     def first_frame(self, clip_id: str) -> np.ndarray:
         """The stored first-frame image (the CLIP encoder's visual reference), H x W x 3 uint8."""
-        return decode_image(self._media(clip_id, "first_frame"))
+        return decode_image(self.media_bytes(clip_id, "first_frame"))
 
     def preview(self, clip_id: str, width: int = 360) -> ClipPreview:
         """An animated preview of the clip that renders itself in Jupyter."""
@@ -253,7 +267,8 @@ class Dataset:
             ) from None
         display(self.preview(clip_id, width))
 
-    def _media(self, clip_id: str, column: str) -> bytes:
+    def media_bytes(self, clip_id: str, column: str) -> bytes:
+        """The `video` (mp4) or `first_frame` (JPEG) bytes of one clip, as stored."""
         location = self._location(clip_id)
         data = read_group_column(location, column)[location.row]
         if data is None:
@@ -266,10 +281,13 @@ class Dataset:
 
     def _location(self, clip_id: str) -> RowLocation:
         if self._locations is None:
-            self._locations = {}
+            # built aside and then published: a second thread (the review server's) never sees
+            # a half-filled index
+            locations: dict[str, RowLocation] = {}
             for film in self.films:
                 for shard in film.shards:
-                    self._locations.update(_index_shard(shard))
+                    locations.update(_index_shard(shard))
+            self._locations = locations
         try:
             return self._locations[clip_id]
         except KeyError:

@@ -36,8 +36,8 @@ from core.shards import (
     replace_column,
     rewrite_row_groups,
     shard_paths,
-    write_manifest,
 )
+from pipeline.manifest import write_manifest
 from stages.quality import RejectConfig, clip_reasons, decision, hamming
 
 THRESHOLDS_FILE = "quality.json"

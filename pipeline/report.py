@@ -156,6 +156,7 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Clip geometry", _clip_geometry(manifest)),
         ("Captions (summary)", summary.captions),
         ("Windows dropped", len(drops) if len(drops) else _summary_drop_total(summary)),
+        ("Manual review", review_text(film.review_counts)),
         ("Folder", str(film.path)),
     ]
     return _table(["", ""], [(name, _shown(value)) for name, value in rows], show_header=False)
@@ -307,6 +308,9 @@ def _preview_card(
         if pd.isna(row["motion_level"])
         else f"motion level {row['motion_level']} (scope {row['motion_scope']:.2f})"
     )
+    decision = row.get("review_decision")
+    if isinstance(decision, str):
+        motion += f" · {decision}ed in review"
     instruction = row["instruction"]
     text = (
         f"<q>{html.escape(instruction)}</q>"
@@ -453,10 +457,13 @@ def _overview_section(dataset: Dataset) -> str:
                 len(manifest),
                 int((manifest["status"] != "ok").sum()),
                 len(drops),
+                review_text(film.review_counts),
             )
         )
     table = _table(
-        ["film", "IP", "duration", "clips", "failed", "windows dropped"], rows, escape=False
+        ["film", "IP", "duration", "clips", "failed", "windows dropped", "manual review"],
+        rows,
+        escape=False,
     )
     return f'<section id="overview"><h2>Films</h2>{table}</section>'
 
@@ -700,6 +707,17 @@ def _film_name(film: Film, manifest: pd.DataFrame) -> str:
 def _summary_drop_total(summary: FilmSummary) -> int | None:
     drops = summary.drops
     return sum(drops.values()) if isinstance(drops, dict) else None
+
+
+def review_text(counts: dict[str, int]) -> str:
+    """`3 of 120 clips reviewed: 2 accepted, 1 rejected, 1 corrected` (and stale decisions)."""
+    text = (
+        f"{counts['reviewed']} of {counts['clips']} clips reviewed: {counts['accepted']} "
+        f"accepted, {counts['rejected']} rejected, {counts['corrected']} corrected"
+    )
+    if counts["stale"]:
+        text += f" ({counts['stale']} decisions name clips no longer in the film)"
+    return text
 
 
 def _clip_geometry(manifest: pd.DataFrame) -> str | None:

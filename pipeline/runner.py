@@ -20,10 +20,11 @@ from typing import Any
 from core.film import CropRecord, FilmFacts, FilmFolder, FilmSummary, FolderError, SegmentStats
 from core.io import write_table_atomic
 from core.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
-from core.shards import ShardWriter, read_clips, write_manifest
+from core.shards import ShardWriter, read_clips
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 from pipeline.executor import make_executor
 from pipeline.ip import IP
+from pipeline.manifest import write_manifest
 from pipeline.segments import SegmentJob, plan_segments, run_segment
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe

@@ -510,6 +510,24 @@ def tiny_config(phase: str, backbones: dict, shards: Path, out: Path, **settings
 # ---------------------------------------------------------------- markers
 
 
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory):
+    """One headless Chromium for the tests of the pages (tests/browser.py)."""
+    from browser import Chromium, find_chromium
+
+    executable = find_chromium()
+    if executable is None:
+        if os.environ.get("ANIMEGAMER_SKIP_BROWSER") == "1":
+            pytest.skip("ANIMEGAMER_SKIP_BROWSER=1 and no chromium")
+        pytest.fail(
+            "chromium not found: run scripts/install-chromium.sh "
+            "(or set CHROMIUM=/path/to/chromium)"
+        )
+    browser = Chromium(executable, tmp_path_factory.mktemp("chromium"))
+    yield browser
+    browser.close()
+
+
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests run only where CUDA is present."""
     try:

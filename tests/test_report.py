@@ -1,35 +1,23 @@
 """The HTML report (pipeline/report.py), built from the shards of a film folder and opened in
-headless Chromium.
-
-Chromium is driven over the DevTools protocol on a pipe (--remote-debugging-pipe: JSON messages
-separated by NUL bytes on file descriptors 3 and 4), so the test needs only the standard library:
-no websocket client, no debugging port that another process could take or reach, and console
-messages arrive as structured events rather than log lines scraped from stderr. Chromium is
-Debian's package, installed by scripts/install-chromium.sh; the screenshots land in
-test-artifacts/ (git-ignored).
+headless Chromium (tests/browser.py; the `chromium` fixture is in tests/conftest.py). The
+screenshots land in test-artifacts/ (git-ignored).
 """
 
 from __future__ import annotations
 
 import base64
-import fcntl
 import html
 import io
-import json
-import os
 import re
-import select
 import shutil
-import subprocess
-import time
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import ClassVar
 
 import av
 import cv2
 import numpy as np
 import pytest
+from browser import Chromium
 from conftest import ARTIFACTS, decode_directly, rewrite_film, shard_rows
 from PIL import Image
 
@@ -116,202 +104,6 @@ def bare_film(film_dir, tmp_path_factory) -> Path:
     )
     (film / "drops.parquet").unlink()
     return film
-
-
-# ---------------------------------------------------------------- headless Chromium
-
-
-class Chromium:
-    """One headless Chromium, spoken to over the DevTools protocol on a pipe."""
-
-    FLAGS: ClassVar[list[str]] = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-        "--mute-audio",
-        "--remote-debugging-pipe",
-    ]
-
-    def __init__(self, executable: str, workdir: Path):
-        self.events: list[dict] = []
-        self._buffer = b""
-        self._next_id = 0
-        self.log = workdir / "chromium.log"
-        to_browser_r, self._to_browser = _high_pipe()
-        self._from_browser, from_browser_w = _high_pipe()
-        # Chromium reads commands on fd 3 and writes answers on fd 4; bash puts our pipe ends
-        # there (they were moved above 9 so that no redirection clobbers another; dash, Debian's
-        # sh, cannot name descriptors above 9).
-        command = f'exec "$0" "$@" 3<&{to_browser_r} 4>&{from_browser_w}'
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(
-                [
-                    "bash",
-                    "-c",
-                    command,
-                    executable,
-                    *self.FLAGS,
-                    f"--user-data-dir={workdir / 'profile'}",
-                    "about:blank",
-                ],
-                pass_fds=(to_browser_r, from_browser_w),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-            )
-        os.close(to_browser_r)
-        os.close(from_browser_w)
-
-    def call(
-        self,
-        method: str,
-        params: dict | None = None,
-        session: str | None = None,
-        timeout: float = 30,
-    ) -> dict:
-        self._next_id += 1
-        message = {"id": self._next_id, "method": method, "params": params or {}}
-        if session:
-            message["sessionId"] = session
-        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + timeout
-        while True:
-            reply = self._receive(deadline)
-            if reply.get("id") == message["id"]:
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error']}")
-                return reply.get("result", {})
-            self.events.append(reply)
-
-    def wait_for(self, event: str, session: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while not any(
-            e.get("method") == event and e.get("sessionId") == session for e in self.events
-        ):
-            self.events.append(self._receive(deadline))
-
-    def open(self, url: str, width: int = 1280, height: int = 900) -> str:
-        """Load `url` in a new tab and wait for its load event; returns the tab's session id."""
-        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})[
-            "sessionId"
-        ]
-        for domain in ("Page", "Runtime", "Log"):
-            self.call(f"{domain}.enable", session=session)
-        self.call(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
-            session=session,
-        )
-        self.call("Page.navigate", {"url": url}, session=session)
-        self.wait_for("Page.loadEventFired", session)
-        return session
-
-    def evaluate(self, expression: str, session: str):
-        result = self.call(
-            "Runtime.evaluate",
-            {"expression": expression, "returnByValue": True, "awaitPromise": True},
-            session=session,
-        )
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"page script failed: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def console_errors(self, session: str) -> list[str]:
-        """Console errors, uncaught exceptions and browser-logged errors (failed loads) of a tab."""
-        errors = []
-        for event in (e for e in self.events if e.get("sessionId") == session):
-            params = event.get("params", {})
-            method = event["method"]
-            if method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
-                errors.append(
-                    " ".join(str(a.get("value", a.get("description"))) for a in params["args"])
-                )
-            elif method == "Runtime.exceptionThrown":
-                details = params["exceptionDetails"]
-                errors.append(
-                    f"{details.get('text', 'exception')} "
-                    f"{details.get('exception', {}).get('description', '')}".strip()
-                )
-            elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
-                errors.append(params["entry"]["text"])
-        return errors
-
-    def screenshot(self, session: str, path: Path, max_height: int = 12000) -> Path:
-        size = self.call("Page.getLayoutMetrics", session=session)["cssContentSize"]
-        clip = {
-            "x": 0,
-            "y": 0,
-            "width": size["width"],
-            "height": min(size["height"], max_height),
-            "scale": 1,
-        }
-        data = self.call(
-            "Page.captureScreenshot",
-            {"format": "png", "clip": clip, "captureBeyondViewport": True},
-            session=session,
-        )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(data["data"]))
-        return path
-
-    def close(self) -> None:
-        try:
-            self.call("Browser.close", timeout=5)
-        except (RuntimeError, EOFError, TimeoutError, OSError):
-            pass  # the browser may close the pipe before it answers
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        os.close(self._to_browser)
-        os.close(self._from_browser)
-
-    def _receive(self, deadline: float) -> dict:
-        while b"\0" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            ready, _, _ = select.select([self._from_browser], [], [], max(0.0, remaining))
-            if not ready:
-                raise TimeoutError(f"Chromium did not answer in time; its log: {self._log_tail()}")
-            chunk = os.read(self._from_browser, 1 << 20)
-            if not chunk:
-                raise EOFError(f"Chromium closed the pipe; its log: {self._log_tail()}")
-            self._buffer += chunk
-        message, _, self._buffer = self._buffer.partition(b"\0")
-        return json.loads(message)
-
-    def _log_tail(self) -> str:
-        return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
-
-
-def _high_pipe() -> tuple[int, int]:
-    read, write = os.pipe()
-    high = tuple(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (read, write))
-    os.close(read)
-    os.close(write)
-    return high
-
-
-@pytest.fixture(scope="module")
-def chromium(tmp_path_factory):
-    executable = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(executable).exists():
-        if os.environ.get("ANIMEGAMER_SKIP_BROWSER") == "1":
-            pytest.skip("ANIMEGAMER_SKIP_BROWSER=1 and no chromium")
-        pytest.fail(
-            f"chromium not found at {executable}: run scripts/install-chromium.sh "
-            "(or set CHROMIUM=/path/to/chromium)"
-        )
-    browser = Chromium(executable, tmp_path_factory.mktemp("chromium"))
-    yield browser
-    browser.close()
 
 
 PAGE_STATE = """(() => {
@@ -569,7 +361,6 @@ def test_crop_figure_uses_the_frame_on_screen_at_the_clip_start(tmp_path):
 
 
 def test_report_names_a_shard_of_another_schema_version(film_dir, tmp_path, capsys):
-    import shutil
 
     import pyarrow.parquet as pq
 

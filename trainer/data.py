@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
+from core.film import SHARDS_DIR, FilmFolder
 from core.shards import (
     RowLocation,
     check_schema_version,
@@ -29,6 +30,7 @@ from core.shards import (
     shard_paths,
 )
 from core.video import decode_image, decode_mp4
+from pipeline.review import REJECT, Review, apply_review, read_reviews
 from prompts.game import action_text, instruction_text
 
 CATALOG_COLUMNS = [
@@ -59,7 +61,10 @@ class ClipCatalog:
     """Every clip's light columns, in shard order, plus where its media bytes are.
 
     Clips a shard marks not `usable` are left out of every sample unless `include_unusable`;
-    `unusable` counts them.
+    `unusable` counts them. A person's review decisions (pipeline/review.py) win: an accepted
+    clip is usable, corrected caption fields replace the model's, and a clip rejected in review is
+    not read at all, even with `include_unusable` (`rejected_in_review` counts them; the gap it
+    leaves ends its game sequence).
     """
 
     def __init__(self, locations: list[str | Path], include_unusable: bool = False):
@@ -67,6 +72,8 @@ class ClipCatalog:
         self.media: list[RowLocation] = []
         self.sources = [str(location) for location in locations]
         self.include_unusable = include_unusable
+        self.rejected_in_review = 0
+        self._film_reviews: dict[Path, dict[str, Review]] = {}
         # resolved and deduplicated: a film named twice (data and data/film) would otherwise
         # interleave its clips with their copies and build sequences across the two
         paths = list(
@@ -89,13 +96,27 @@ class ClipCatalog:
         if missing:
             raise ValueError(f"{path}: shard lacks columns {sorted(missing)}")
         columns = CATALOG_COLUMNS + [c for c in OPTIONAL_COLUMNS if c in schema.names]
+        reviews = self._reviews_of(path)
         for where, row in locate_rows(path, columns):
+            row = apply_review(row, reviews.get(row["clip_id"]))
+            if row["review_decision"] == REJECT:
+                self.rejected_in_review += 1
+                continue
             row[USABLE_COLUMN] = row.get(USABLE_COLUMN) is not False  # missing or null: usable
             row.setdefault("motion_levels_version", None)
             row["instruction"] = instruction_of(row)
             row["action"] = action_text(row["adverb"], row["motion_description"])
             self.rows.append(row)
             self.media.append(where)
+
+    def _reviews_of(self, shard: Path) -> dict[str, Review]:
+        """The review decisions of the film folder a shard belongs to (OUT/<film>/shards/)."""
+        if shard.parent.name != SHARDS_DIR:
+            return {}  # a shard file given on its own has no film folder to hold decisions
+        film_dir = shard.parent.parent
+        if film_dir not in self._film_reviews:
+            self._film_reviews[film_dir] = read_reviews(FilmFolder(film_dir))
+        return self._film_reviews[film_dir]
 
     def trainable(self, index: int) -> bool:
         """May this clip be part of a training sample (usable, or unusable ones included)?"""

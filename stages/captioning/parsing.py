@@ -153,6 +153,20 @@ class StateAnswer:
     stamina: int
 
 
+# The state fields by tag, in the prompt's order, each with the rule its value must meet. The
+# review page checks a person's corrections with the same rules (pipeline/review_server.py).
+STATE_FIELDS = {
+    "S": "subject",
+    "MD": "motion_description",
+    "EV": "environment",
+    "MA": "adverb",
+    "SC": "social",
+    "ET": "entertainment",
+    "ST": "stamina",
+}
+CHOICES = {"social": (0, 1), "entertainment": (0, 1), "stamina": (1, -1)}
+
+
 def parse_state(text: str) -> StateAnswer:
     if not text or not text.strip():
         raise ParseError("empty answer")
@@ -161,14 +175,47 @@ def parse_state(text: str) -> StateAnswer:
     if missing:
         raise ParseError(f"missing tags {missing}")
     return StateAnswer(
-        subject=_one_word(values["S"], "S"),
-        motion_description=_short_phrase(values["MD"]),
-        environment=_one_word(values["EV"], "EV"),
-        adverb=_adverb(values["MA"]),
-        social=_choice(values["SC"], "SC", (0, 1)),
-        entertainment=_choice(values["ET"], "ET", (0, 1)),
-        stamina=_choice(values["ST"], "ST", (1, -1)),
+        **{
+            field: check_state_value(field, values[tag], f"<{tag}>")
+            for tag, field in STATE_FIELDS.items()
+        }
     )
+
+
+def check_state_value(field: str, value, label: str | None = None):
+    """`value` (text, or an int for the choice fields) as the typed value of state field `field`,
+    or a ParseError naming `label` (the field's name by default) and the problem."""
+    label = label or field
+    if field in CHOICES:
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        if not isinstance(text, str):
+            raise ParseError(f"{label} must be one of {list(CHOICES[field])}, got {value!r}")
+        return _choice(text.strip(), label, CHOICES[field])
+    if not isinstance(value, str):
+        raise ParseError(f"{label} must be text, got {value!r}")
+    value = " ".join(value.split())  # an answer was already cleaned; a person's edit may not be
+    if field == "motion_description":
+        return _short_phrase(value, label)
+    if field == "adverb":
+        return _adverb(value, label)
+    if field in ("subject", "environment"):
+        return _one_word(value, label)
+    raise ParseError(f"{field!r} is not a state field ({', '.join(STATE_FIELDS.values())})")
+
+
+def check_character_names(names, sheet: list[str], label: str = "characters") -> list[str]:
+    """A list of distinct protagonist names from the reference sheet (the domain a character
+    answer maps into); a ParseError names what does not fit."""
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ParseError(f"{label} must be a list of names, got {names!r}")
+    names = [" ".join(n.split()) for n in names]
+    if len(set(names)) != len(names):
+        raise ParseError(f"{label}: repeated name in {names}")
+    unknown = [n for n in names if n not in sheet]
+    if unknown:
+        known = ", ".join(sheet) if sheet else "none: this IP has no reference sheet"
+        raise ParseError(f"{label}: {unknown} not on the reference sheet (protagonists: {known})")
+    return names
 
 
 def _tag_values(text: str) -> dict[str, str]:
@@ -187,39 +234,39 @@ def _clean(value: str) -> str:
     return value.strip("\"'`").rstrip(".").strip()
 
 
-def _one_word(value: str, tag: str) -> str:
+def _one_word(value: str, label: str) -> str:
     if not _WORD.match(value):
-        raise ParseError(f"<{tag}> must be one word, got {value!r}")
+        raise ParseError(f"{label} must be one word, got {value!r}")
     return value
 
 
-def _short_phrase(value: str) -> str:
+def _short_phrase(value: str, label: str) -> str:
     words = value.split()
     if not words:
-        raise ParseError("<MD> is empty")
+        raise ParseError(f"{label} is empty")
     if len(words) > MAX_MOTION_WORDS:
-        raise ParseError(f"<MD> has {len(words)} words (at most {MAX_MOTION_WORDS})")
+        raise ParseError(f"{label} has {len(words)} words (at most {MAX_MOTION_WORDS})")
     bad = [w for w in words if not _PHRASE_WORD.match(w)]
     if bad:
-        raise ParseError(f"<MD> holds non-words {bad}")
+        raise ParseError(f"{label} holds non-words {bad}")
     return " ".join(words)
 
 
-def _adverb(value: str) -> str:
+def _adverb(value: str, label: str) -> str:
     word = value.lower()
     if not _WORD.match(word):
-        raise ParseError(f"<MA> must be one adverb, got {value!r}")
+        raise ParseError(f"{label} must be one adverb, got {value!r}")
     if not (word.endswith("ly") or word in FLAT_ADVERBS):
-        raise ParseError(f"<MA> {value!r} is not an adverb (-ly or a known flat adverb)")
+        raise ParseError(f"{label} {value!r} is not an adverb (-ly or a known flat adverb)")
     return word
 
 
-def _choice(value: str, tag: str, allowed: tuple[int, ...]) -> int:
+def _choice(value: str, label: str, allowed: tuple[int, ...]) -> int:
     if not re.fullmatch(r"[+-]?\d+", value):
-        raise ParseError(f"<{tag}> must be one of {list(allowed)}, got {value!r}")
+        raise ParseError(f"{label} must be one of {list(allowed)}, got {value!r}")
     number = int(value)
     if number not in allowed:
-        raise ParseError(f"<{tag}> must be one of {list(allowed)}, got {number}")
+        raise ParseError(f"{label} must be one of {list(allowed)}, got {number}")
     return number
 
 

@@ -1,0 +1,97 @@
+"""A film folder's manifest.parquet: its clips' rows without the media bytes, as reviewed.
+
+Built from the shards (the pipeline's own output) with the film's review decisions applied
+(pipeline/review.py), so the manifest is what a notebook, the report and any downstream tool
+should use: corrected caption fields, `usable` and `reject_reasons` once a person's decision is
+counted, and `review_decision`. Every writer of shards rebuilds it through `write_manifest`, and
+the review page rebuilds it on every decision, so it never lags behind either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from core.film import FilmFolder
+from core.io import write_table_atomic
+from core.schema import CLIP_SCHEMA, MANIFEST_SCHEMA
+from core.shards import read_table, shard_paths
+from pipeline.review import (
+    EDITABLE_FIELDS,
+    QUALITY_COLUMNS,
+    Review,
+    apply_review,
+    effective_quality,
+    read_reviews,
+)
+
+# The manifest's columns that come from the shards; the others come from the review.
+SHARD_COLUMNS = [name for name in MANIFEST_SCHEMA.names if name in CLIP_SCHEMA.names]
+
+
+def build_manifest(folder: FilmFolder) -> pa.Table:
+    """The manifest table of a film folder, read from its shards (media columns are never read)."""
+    return reviewed_manifest(shard_table(folder), read_reviews(folder))
+
+
+def shard_table(folder: FilmFolder) -> pa.Table:
+    """The film's clip rows without media: SHARD_COLUMNS, and the quality flags where a shard
+    has them."""
+    tables = []
+    for path in shard_paths(folder.shards):
+        present = pq.read_schema(path).names
+        flags = [c for c in QUALITY_COLUMNS if c in present and c not in SHARD_COLUMNS]
+        tables.append(read_table(path, columns=SHARD_COLUMNS + flags))
+    if not tables:
+        return MANIFEST_SCHEMA.empty_table().select(SHARD_COLUMNS)
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def reviewed_manifest(table: pa.Table, reviews: dict[str, Review]) -> pa.Table:
+    """The manifest of a film from its shard table (`shard_table`) and its review decisions.
+
+    Column-wise, so that the review page can rebuild the manifest of a 3,600-clip film on every
+    decision: only the reviewed rows go through `apply_review`, and the usability of the others
+    is `effective_quality` of their automatic flags alone."""
+    ids = table.column("clip_id").to_pylist()
+    columns = {name: _column(table, name) for name in _REVIEWED}
+    quality = [
+        effective_quality(usable, reasons, None)
+        for usable, reasons in zip(columns["usable"], columns["reject_reasons"])
+    ]
+    columns["usable"] = [usable for usable, _ in quality]
+    columns["reject_reasons"] = [reasons for _, reasons in quality]
+    reviewed = [i for i, clip_id in enumerate(ids) if clip_id in reviews]
+    for index, row in zip(reviewed, table.take(pa.array(reviewed, pa.int64())).to_pylist()):
+        seen = apply_review(row, reviews[row["clip_id"]])
+        for name in _REVIEWED:
+            columns[name][index] = seen[name]
+    arrays = [
+        pa.array(columns[f.name], f.type) if f.name in columns else table.column(f.name)
+        for f in MANIFEST_SCHEMA
+    ]
+    return pa.Table.from_arrays(arrays, schema=MANIFEST_SCHEMA)
+
+
+# The columns a review decision can change (apply_review)
+_REVIEWED = (
+    *EDITABLE_FIELDS,
+    "num_characters",
+    "instruction",
+    "usable",
+    "reject_reasons",
+    "review_decision",
+)
+
+
+def _column(table: pa.Table, name: str) -> list:
+    if name in table.column_names:
+        return table.column(name).to_pylist()
+    return [None] * len(table)
+
+
+def write_manifest(folder: FilmFolder) -> Path:
+    """(Re)build a film folder's manifest.parquet from its shards and its review decisions."""
+    return write_table_atomic(build_manifest(folder), folder.manifest)
