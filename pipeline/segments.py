@@ -1,10 +1,11 @@
 """One time segment of a film, processed in a single decoding pass.
 
-Every frame of the segment is decoded once. A small BGR copy of it feeds scene detection; the
-frame itself waits in a short queue until the detector can no longer report a cut at or before it
-(its `lag`), then goes to the clip splitter, which converts only the frames it samples. Finished
-clips run through the per-clip stages (motion, encoding) while their pixels are still in memory and
-are written to part files. A `DONE.json` marker, written last, makes the segment skippable on rerun.
+Every frame of the segment is decoded once and stays in the decoder's YUV planes. A small BGR copy
+of it feeds scene detection; the frame itself waits in a short queue until the detector can no
+longer report a cut at or before it (its `lag`), then goes to the clip splitter, which crops and
+scales only the frames it samples, plane by plane, into I420 (pipeline/frames.py). Finished clips
+run through the per-clip stages (motion, encoding) while their pixels are still in memory and are
+written to part files. A `DONE.json` marker, written last, makes the segment skippable on rerun.
 
 Segment boundaries are forced scene boundaries: the decoder starts a little before the segment
 (warm-up, so a cut in the segment's first frames is still seen) and runs a little past its end
@@ -22,12 +23,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import av
-import numpy as np
 
 from pipeline.config import PipelineConfig
+from pipeline.frames import PlaneSource
 from pipeline.record import STATUS_OK
 from pipeline.shards import ShardWriter, write_json_atomic
-from pipeline.video import FrameReader, rotate_frame
+from pipeline.video import FrameReader
 from stages.base import ClipStage
 from stages.clips import ClipSplitter, Drop
 from stages.crop import CropBox
@@ -118,9 +119,20 @@ class _SegmentRun:
         self.report = report
         film, config, seg = job.film, job.config, job.segment
         self.detector = SceneCuts(config.scenes, film.fps)
-        self.splitter = ClipSplitter(config.clips, film, job.crop, job.ip, seg.index, seg.is_last)
+        small_size = _small_size(film, config.scenes.width)
+        self.pictures = PlaneSource(
+            film.rotation, small_size, _detect_box(film, job.crop, small_size)
+        )
+        self.splitter = ClipSplitter(
+            config.clips,
+            film,
+            job.crop,
+            job.ip,
+            seg.index,
+            seg.is_last,
+            to_bt601=self.pictures.to_bt601,
+        )
         self.stages = clip_stages(config)
-        self.small_size = _small_size(film, config.scenes.width)
         self.seconds: dict[str, float] = defaultdict(float)
         self.drops: list[Drop] = []
         self.clips_written = 0
@@ -128,7 +140,6 @@ class _SegmentRun:
         self.frames_decoded = 0
         self.settled = job.segment.start - 1  # the last frame handed to the clip splitter
         self.late_cuts = 0
-        self.detect_box = _detect_box(film, job.crop, self.small_size)
 
     def run(self) -> dict:
         film, seg = self.job.film, self.job.segment
@@ -147,7 +158,8 @@ class _SegmentRun:
             # decoded, so a gap in the indices cannot shorten the wait).
             for decoded, (index, frame) in enumerate(self._timed_iter("decode", frames)):
                 last = index
-                for cut in self._timed("scenes", self.detector.process, index, self._small(frame)):
+                small = self._timed("scenes", self.pictures.small_bgr, frame)
+                for cut in self._timed("scenes", self.detector.process, index, small):
                     self._add_cut(cut, cuts)
                 if seg.start <= index < seg.stop:
                     waiting.append((decoded, index, frame))
@@ -176,7 +188,7 @@ class _SegmentRun:
         if self.frames_decoded % 64 == 0:
             self.report(64)
         items = self._timed(
-            "split", self.splitter.process, index, starts_scene, lambda: self._rgb(frame)
+            "split", self.splitter.process, index, starts_scene, lambda: self.pictures.planes(frame)
         )
         self._handle(items)
 
@@ -192,17 +204,6 @@ class _SegmentRun:
             self._timed("write", self.writer.write, clip)
             self.clips_written += 1
             self.clips_failed += clip.status != STATUS_OK
-
-    def _small(self, frame: av.VideoFrame) -> np.ndarray:
-        """The cropped picture at detection size, in BGR as PySceneDetect expects."""
-        width, height = self.small_size
-        small = frame.reformat(width=width, height=height, format="bgr24").to_ndarray()
-        small = rotate_frame(small, self.job.film.rotation)
-        x0, y0, x1, y1 = self.detect_box
-        return np.ascontiguousarray(small[y0:y1, x0:x1])
-
-    def _rgb(self, frame: av.VideoFrame) -> np.ndarray:
-        return rotate_frame(frame.to_ndarray(format="rgb24"), self.job.film.rotation)
 
     def _timed(self, name: str, fn, *args):
         began = time.perf_counter()
