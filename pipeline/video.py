@@ -100,9 +100,12 @@ class FrameReader:
     silently shifted frames.
     """
 
-    def __init__(self, path: str, frame_pts: list[int]):
+    def __init__(self, path: str, frame_pts: list[int], threads: int = 0):
+        """`threads`: decoder threads (frame threading above 1); 0 lets FFmpeg choose, which is
+        one per core of the machine, in every process that decodes."""
         self.path = path
         self.frame_pts = frame_pts
+        self.threads = threads
         self.corrupt_packets = 0
         self.unmatched_frames = 0  # decoded frames whose timestamp the probe did not list
 
@@ -111,6 +114,7 @@ class FrameReader:
         with av.open(self.path) as container:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
+            stream.codec_context.thread_count = self.threads
             if first > 0:
                 container.seek(self.frame_pts[first], stream=stream, backward=True, any_frame=False)
             for frame in self._decode(container, stream):
