@@ -115,19 +115,20 @@ def as_clip_frames(frames) -> ClipFrames:
 
 
 class PlaneSource:
-    """Reads one segment's decoded frames: upright yuv420p planes for the frames clips sample,
-    and the small BGR picture scene detection looks at, for every frame.
+    """Reads one segment's decoded frames: upright yuv420p planes for the frames clips sample, and
+    the small BGR picture scene detection looks at, for every frame.
 
     8-bit limited-range yuv420p, the format of nearly every film, is read in place. Other formats
-    (full range, 10 bits, 4:2:2, ...) are converted by swscale. Each conversion keeps one swscale
-    context for the whole segment (a context per frame cost more than the conversion itself), and
-    runs on the calling thread: a segment owns one CPU, and swscale's own threads would take more.
+    (full range, 10 bits, 4:2:2, ...) are converted by swscale, with one context kept for the
+    whole segment (a context per frame cost more than the conversion), on the calling thread.
     """
 
     def __init__(self, rotation: int, small_size: tuple[int, int], small_box: tuple[int, ...]):
+        """`small_size`: (w, h) of the whole decoded frame at detection size; `small_box`: the
+        picture's box (x0, y0, x1, y1) in that frame once upright."""
         self.rotation = rotation
-        self.small_size = small_size  # (w, h) of the whole frame at detection size, unrotated
-        self.small_box = small_box  # x0, y0, x1, y1 of the crop box in the upright small frame
+        self.small_size = small_size
+        self.small_box = small_box
         self.matrix = _UNTAGGED  # colour matrix of the last frame read for its planes
         self._to_planes = VideoReformatter()
         self._to_small = VideoReformatter()
@@ -144,7 +145,23 @@ class PlaneSource:
         if not self.rotation:
             return y, u, v
         turns = self.rotation // 90
-        return tuple(np.ascontiguousarray(np.rot90(p, k=turns)) for p in (y, u, v))  # type: ignore[return-value]
+        y, u, v = (np.ascontiguousarray(np.rot90(p, k=turns)) for p in (y, u, v))
+        return y, u, v
+
+    def small_bgr(self, frame: av.VideoFrame) -> np.ndarray:
+        """The cropped picture at detection size, in BGR as PySceneDetect expects.
+
+        swscale scales the whole frame, filtering as it shrinks. OpenCV's bilinear resize of the
+        planes (a third cheaper; what PySceneDetect applies to frames it decodes itself) samples
+        without filtering, and the aliasing moved or lost 6 of the sample film's 12 cuts."""
+        width, height = self.small_size
+        small = self._to_small.reformat(
+            frame, width=width, height=height, format="bgr24", threads=1
+        ).to_ndarray()
+        if self.rotation:
+            small = np.rot90(small, k=self.rotation // 90)
+        x0, y0, x1, y1 = self.small_box
+        return np.ascontiguousarray(small[y0:y1, x0:x1])
 
     def to_bt601(self, i420: np.ndarray) -> np.ndarray:
         """A fitted I420 frame in the BT.601 matrix every untagged clip is read with (a no-op
@@ -157,16 +174,20 @@ class PlaneSource:
         )
         return converted.to_ndarray()
 
-    def small_bgr(self, frame: av.VideoFrame) -> np.ndarray:
-        """The cropped picture at detection size, in BGR as PySceneDetect expects."""
-        width, height = self.small_size
-        small = self._to_small.reformat(
-            frame, width=width, height=height, format="bgr24", threads=1
-        ).to_ndarray()
-        if self.rotation:
-            small = np.rot90(small, k=self.rotation // 90)
-        x0, y0, x1, y1 = self.small_box
-        return np.ascontiguousarray(small[y0:y1, x0:x1])
+
+def chroma_region(region: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    """The chroma samples covering a luma region (x, y, w, h): a region starting on an odd pixel
+    starts its chroma half a pixel early, a shift no one can see."""
+    x, y, w, h = region
+    return x // 2, y // 2, (x + w + 1) // 2 - x // 2, (y + h + 1) // 2 - y // 2
+
+
+def i420_planes(i420: np.ndarray, height: int, width: int) -> list[np.ndarray]:
+    """Views of the Y, U and V planes inside one (H * 3/2) x W I420 frame."""
+    quarter = height // 4
+    u = i420[height : height + quarter].reshape(height // 2, width // 2)
+    v = i420[height + quarter : height + 2 * quarter].reshape(height // 2, width // 2)
+    return [i420[:height], u, v]
 
 
 def yuv_planes(frame: av.VideoFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from pipeline.frames import ClipFrames
+from pipeline.frames import ClipFrames, chroma_region, i420_planes
 from pipeline.record import Clip, make_clip_id
 from stages.crop import CropBox
 from stages.probe import FilmInfo
@@ -120,20 +120,16 @@ def fit_i420(
     config: ClipConfig,
 ) -> np.ndarray:
     """Fit a source frame's Y, U, V planes into one (H * 3/2) x W I420 array, each plane scaled
-    once, straight into place. A region starting on an odd pixel starts its chroma half a
-    source pixel early (chroma samples cover two pixels): a shift no one can see."""
+    once, straight into place."""
     height, width = config.height, config.width
     if height % 2 or width % 2:
         raise ValueError(f"clips.height and clips.width must be even, got {height}x{width}")
     out = np.empty((height * 3 // 2, width), np.uint8)
-    x, y, w, h = region
-    chroma = (x // 2, y // 2, (x + w + 1) // 2 - x // 2, (y + h + 1) // 2 - y // 2)
-    quarter = height // 4
-    fit_frame(planes[0], region, config, (width, height), _BLACK_Y, out[:height])
-    for k, plane in enumerate(planes[1:]):
-        rows = out[height + k * quarter : height + (k + 1) * quarter]
-        target = rows.reshape(height // 2, width // 2)  # a view: the chroma plane in place
-        fit_frame(plane, chroma, config, (width // 2, height // 2), _GREY_UV, target)
+    targets = i420_planes(out, height, width)
+    fill = (_BLACK_Y, _GREY_UV, _GREY_UV)
+    regions = (region, chroma_region(region), chroma_region(region))
+    for plane, area, target, value in zip(planes, regions, targets, fill):
+        fit_frame(plane, area, config, (target.shape[1], target.shape[0]), value, target)
     return out
 
 
