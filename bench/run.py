@@ -37,6 +37,8 @@ import cv2
 import numpy as np
 import psutil
 
+from core.film import FilmSummary
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sintel_trailer.mp4"
 OUT = ROOT / "bench" / "out"
@@ -168,7 +170,7 @@ def bare_decode(path: Path) -> dict:
     }
 
 
-def run_pipeline(path: Path, out: Path, executor: str) -> tuple[float, dict]:
+def run_pipeline(path: Path, out: Path, executor: str) -> tuple[float, FilmSummary]:
     from pipeline.config import load_config
     from pipeline.executor import make_executor
     from pipeline.ip import load_ip
@@ -180,6 +182,8 @@ def run_pipeline(path: Path, out: Path, executor: str) -> tuple[float, dict]:
         runner._ray()  # start Ray before the clock: its start-up is reported on its own
     began = time.perf_counter()
     result = run_film(path, out, config, load_ip(None), runner)
+    if result.summary is None:
+        raise RuntimeError(f"{path}: {result.message}")
     return time.perf_counter() - began, result.summary
 
 
@@ -192,13 +196,13 @@ def measure(name: str, film: Path, executor: str) -> dict:
     after = bare_decode(film)
     decode_wall = (before["wall"] + after["wall"]) / 2
     decode_cpu = (before["cpu"] + after["cpu"]) / 2
-    stages = summary["stage_seconds"]
+    stages = summary.stage_seconds or {}
     busy = sum(stages.values())
-    facts = summary["film"]
+    facts = summary.film
     return {
         "film": name,
-        "size": f"{facts['width']}x{facts['height']}",
-        "film_minutes": round(facts["duration"] / 60, 2),
+        "size": f"{facts.width}x{facts.height}",
+        "film_minutes": round((facts.duration or 0) / 60, 2),
         "frames": before["frames"],
         "bare_decode_seconds": [round(before["wall"], 1), round(after["wall"], 1)],
         "pipeline_seconds": round(pipeline_seconds, 1),
@@ -207,7 +211,7 @@ def measure(name: str, film: Path, executor: str) -> dict:
         "pipeline_cpu_seconds": round(tree.cpu_seconds, 1),
         "cpu_ratio": round(tree.cpu_seconds / decode_cpu, 2),
         "peak_memory_gib": round(tree.peak / 2**30, 2),
-        "clips": summary["clips_written"],
+        "clips": summary.clips_written,
         "stage_share": {k: round(v / busy, 3) for k, v in sorted(stages.items())},
         "stage_cpu_seconds": {k: round(v, 1) for k, v in sorted(stages.items())},
     }
@@ -270,15 +274,15 @@ def print_profile(raw: Path, top: int = 25) -> None:
     inclusive: Counter = Counter()
     total = 0
     for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        total += int(count)
+        stack, _, samples = line.rpartition(" ")
+        total += int(samples)
         names = {
             frame.split(" (")[0] + " (" + frame.split(" (")[-1].split(":")[0] + ")"
             for frame in stack.split(";")
             if ".py" in frame
         }
         for name in names:
-            inclusive[name] += int(count)
+            inclusive[name] += int(samples)
     print(f"\npy-spy, {total} samples: inclusive share of wall time per function")
     for name, count in inclusive.most_common(top):
         print(f"{count / total:6.1%}  {name}")

@@ -1,11 +1,7 @@
 """Run the pipeline on films: probe, border crop, segments in parallel, then one finalize step.
 
-Output of a film, under OUT/<film_slug>/:
-    shards/clips-NNNNN.parquet   clip rows with media bytes, rotated by size
-    manifest.parquet              the same rows without media bytes (for notebooks)
-    drops.parquet                 every window that did not become a clip, with its reason
-    summary.json                  film facts, crop box, scenes, counts, stage seconds, config
-    work/                         per-segment parts and DONE markers (removed once complete)
+Output of a film: the folder OUT/<film_slug>/ that core/film.py describes (shards, manifest,
+drops, summary.json, and work/ while segments are under way).
 
 Reruns are safe: a complete film is skipped; an interrupted one redoes only the segments without
 a DONE marker, then finalizes again: shards, manifest and drops are byte for byte those of an
@@ -14,31 +10,25 @@ uninterrupted run (summary.json differs only in its timings and segments_reused)
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from core.film import CropRecord, FilmFacts, FilmFolder, FilmSummary, FolderError, SegmentStats
+from core.io import write_table_atomic
+from core.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
+from core.shards import ShardWriter, read_clips, write_manifest
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 from pipeline.executor import make_executor
 from pipeline.ip import IP
-from pipeline.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from pipeline.segments import SegmentJob, plan_segments, run_segment
-from pipeline.shards import (
-    ShardWriter,
-    read_clips,
-    write_json_atomic,
-    write_manifest,
-    write_table_atomic,
-)
-from stages.crop import BorderCrop
+from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
 
 log = logging.getLogger(__name__)
-
-SUMMARY = "summary.json"
 
 
 @dataclass
@@ -47,7 +37,7 @@ class FilmResult:
     film_dir: Path | None
     ok: bool
     message: str
-    summary: dict | None = None
+    summary: FilmSummary | None = None
 
 
 def film_config(base: PipelineConfig, ip: IP, film_path: str | Path) -> PipelineConfig:
@@ -83,11 +73,12 @@ def run_films(
 
 def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
     """Caption every film that was cut, with one model load for all of them."""
-    from pipeline.captioning.film import caption_films
+    from pipeline.caption_films import caption_films
 
-    film_dirs = [r.film_dir for r in results if r.ok]
-    for result, stats in zip([r for r in results if r.ok], caption_films(film_dirs, config, ip)):
-        result.summary = json.loads((result.film_dir / SUMMARY).read_text())
+    cut = [(r, r.film_dir) for r in results if r.ok and r.film_dir is not None]
+    summaries = caption_films([film_dir for _, film_dir in cut], config, ip)
+    for (result, film_dir), stats in zip(cut, summaries):
+        result.summary = FilmFolder(film_dir).read_summary()
         counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("by_status", {}).items()))
         result.message += f"; captions: {counts or 'none'}"
 
@@ -105,15 +96,15 @@ def run_film(
             f"{path}: the video is {film.duration:.2f} s long; a clip needs "
             f"{config.clips.seconds:g} s"
         )
-    film_dir = Path(out_dir) / film.slug
-    previous = _complete_summary(film_dir, config, ip)
+    folder = FilmFolder(Path(out_dir) / film.slug)
+    previous = _complete_summary(folder, config, ip)
     if previous is not None:
         return FilmResult(
             str(path),
-            film_dir,
+            folder.path,
             True,
-            f"{film.film_name}: already complete ({previous['clips_written']} clips "
-            f"in {film_dir}); skipped",
+            f"{film.film_name}: already complete ({previous.clips_written} clips "
+            f"in {folder.path}); skipped",
             previous,
         )
     probe_seconds = time.perf_counter() - began
@@ -121,56 +112,57 @@ def run_film(
     crop = BorderCrop(config.crop).process(film)
     crop_seconds = time.perf_counter() - crop_began
     segments = plan_segments(film, config.run.segment_seconds)
-    jobs = [SegmentJob(film, crop, config, ip.name, seg, film_dir / "work") for seg in segments]
+    jobs = [SegmentJob(film, crop, config, ip.name, seg, folder) for seg in segments]
     results = executor.map(run_segment, jobs, film.num_frames, f"{film.film_name}")
     summary = finalize(
-        film_dir, film, crop, config, ip, results, {"probe": probe_seconds, "crop": crop_seconds}
+        folder, film, crop, config, ip, results, {"probe": probe_seconds, "crop": crop_seconds}
     )
-    summary["segment_boundaries"] = [seg.start for seg in segments[1:]]
-    summary["wall_seconds"] = round(time.perf_counter() - began, 3)
-    write_json_atomic(summary, film_dir / SUMMARY)
+    summary = summary.updated(
+        segment_boundaries=[seg.start for seg in segments[1:]],
+        wall_seconds=round(time.perf_counter() - began, 3),
+    )
+    folder.write_summary(summary)
     return FilmResult(
-        str(path), film_dir, summary["complete"], _summary_line(film, summary), summary
+        str(path), folder.path, summary.complete, _summary_line(film, summary), summary
     )
 
 
 def finalize(
-    film_dir: Path,
+    folder: FilmFolder,
     film: FilmInfo,
-    crop,
+    crop: CropBox,
     config: PipelineConfig,
     ip: IP,
-    results: list,
-    extra_seconds: dict,
-) -> dict:
+    results: list[SegmentStats | Exception],
+    extra_seconds: dict[str, float],
+) -> FilmSummary:
     """Gather the segments' parts into shards with film-wide clip and scene numbering."""
     failed = {
         i: f"{type(r).__name__}: {r}" for i, r in enumerate(results) if isinstance(r, Exception)
     }
     done = [r for r in results if not isinstance(r, Exception)]
-    work = film_dir / "work"
-    staging = film_dir / "shards.staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    scenes, drop_rows = [], []
+    shutil.rmtree(folder.shards_staging, ignore_errors=True)
+    scenes: list[list[int]] = []
+    drop_rows: list[dict[str, Any]] = []
     clip_index = scene_offset = 0
-    with ShardWriter(staging, "clips", config.shards) as writer:
+    with ShardWriter(folder.shards_staging, "clips", config.shards) as writer:
         for stats in done:
-            seg = stats["segment"]["index"]
-            for part in stats["parts"]:
-                for clip in read_clips(work / f"segment-{seg:05d}" / part):
+            seg = stats.segment["index"]
+            for part in stats.parts:
+                for clip in read_clips(folder.segment_dir(seg) / part):
                     clip.clip_index = clip_index
                     clip.scene_index += scene_offset
                     clip_index += 1
                     writer.write(clip)
-            scenes += stats["scenes"]
-            scene_offset += len(stats["scenes"])
-            drop_rows += [_drop_row(film, seg, d) for d in stats["drop_list"]]
-    _replace_dir(staging, film_dir / "shards")
-    write_manifest(film_dir)
-    write_table_atomic(rows_to_table(drop_rows, DROP_SCHEMA), film_dir / "drops.parquet")
+            scenes += stats.scenes
+            scene_offset += len(stats.scenes)
+            drop_rows += [_drop_row(film, seg, d) for d in stats.drop_list]
+    _replace_dir(folder.shards_staging, folder.shards)
+    write_manifest(folder)
+    write_table_atomic(rows_to_table(drop_rows, DROP_SCHEMA), folder.drops)
     summary = _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seconds)
-    if summary["complete"]:
-        shutil.rmtree(work, ignore_errors=True)
+    if summary.complete:
+        shutil.rmtree(folder.work, ignore_errors=True)
     return summary
 
 
@@ -187,37 +179,49 @@ def _drop_row(film: FilmInfo, segment: int, drop: dict) -> dict:
     }
 
 
-def _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seconds) -> dict:
+def _summary(
+    film: FilmInfo,
+    crop: CropBox,
+    config: PipelineConfig,
+    ip: IP,
+    done: list[SegmentStats],
+    failed: dict[int, str],
+    scenes: list[list[int]],
+    drop_rows: list[dict[str, Any]],
+    extra_seconds: dict[str, float],
+) -> FilmSummary:
     seconds: dict[str, float] = dict(extra_seconds)
     for stats in done:
-        for name, value in stats["stage_seconds"].items():
+        for name, value in stats.stage_seconds.items():
             seconds[name] = seconds.get(name, 0.0) + value
     drops: dict[str, int] = {}
     for row in drop_rows:
         drops[row["reason"]] = drops.get(row["reason"], 0) + 1
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "complete": not failed,
-        "film": film.facts(),
-        "ip": ip.name,
-        "crop": {"x": crop.x, "y": crop.y, "w": crop.w, "h": crop.h, "source": crop.source},
-        "segments": len(done) + len(failed),
-        "segments_reused": sum(bool(s.get("skipped")) for s in done),
-        "failed_segments": failed,
-        "scenes": scenes,
-        "clips_written": sum(s["clips_written"] for s in done),
-        "clips_failed": sum(s["clips_failed"] for s in done),
-        "frames_decoded": sum(s["frames"] for s in done),
-        "corrupt_packets": sum(s["corrupt_packets"] for s in done),
-        "unmatched_frames": sum(s.get("unmatched_frames", 0) for s in done),
-        "late_cuts": sum(s.get("late_cuts", 0) for s in done),
-        "drops": drops,
-        "stage_seconds": {k: round(v, 3) for k, v in seconds.items()},
-        "captions": "pending",
-        "motion_levels": _motion_levels(config),
-        "fingerprint": config.fingerprint(),
-        "config": config.to_dict(),
-    }
+    return FilmSummary(
+        schema_version=SCHEMA_VERSION,
+        complete=not failed,
+        film=FilmFacts.from_dict(film.facts()),
+        ip=ip.name,
+        crop=CropRecord(x=crop.x, y=crop.y, w=crop.w, h=crop.h, source=crop.source),
+        segments=len(done) + len(failed),
+        segments_reused=sum(stats.skipped for stats in done),
+        failed_segments=dict(failed),
+        scenes=scenes,
+        clips_written=sum(s.clips_written for s in done),
+        clips_failed=sum(s.clips_failed for s in done),
+        frames_decoded=sum(s.frames for s in done),
+        corrupt_packets=sum(s.corrupt_packets for s in done),
+        unmatched_frames=sum(s.unmatched_frames for s in done),
+        late_cuts=sum(s.late_cuts for s in done),
+        drops=drops,
+        stage_seconds={k: round(v, 3) for k, v in seconds.items()},
+        captions="pending",
+        motion_levels=_motion_levels(config),
+        fingerprint=config.fingerprint(),
+        config=config.to_dict(),
+        # set by run_film once the segments are gathered; not written before that
+        absent=frozenset({"segment_boundaries", "wall_seconds", "caption"}),
+    )
 
 
 def _motion_levels(config: PipelineConfig) -> dict | None:
@@ -228,16 +232,15 @@ def _motion_levels(config: PipelineConfig) -> dict | None:
     return load_levels(config.motion.level_edges).to_dict()
 
 
-def _complete_summary(film_dir: Path, config: PipelineConfig, ip: IP) -> dict | None:
-    path = film_dir / SUMMARY
-    if not path.is_file():
-        return None
+def _complete_summary(folder: FilmFolder, config: PipelineConfig, ip: IP) -> FilmSummary | None:
     try:
-        summary = json.loads(path.read_text())
-    except json.JSONDecodeError:
+        summary = folder.read_summary()
+    except FolderError:
+        return None  # unreadable: the film is redone
+    if summary is None:
         return None
-    same = summary.get("fingerprint") == config.fingerprint() and summary.get("ip") == ip.name
-    return summary if same and summary.get("complete") else None
+    same = summary.fingerprint == config.fingerprint() and summary.ip == ip.name
+    return summary if same and summary.complete else None
 
 
 def _replace_dir(new: Path, target: Path) -> None:
@@ -251,25 +254,24 @@ def _replace_dir(new: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _summary_line(film: FilmInfo, summary: dict) -> str:
-    drops = ", ".join(f"{k} {v}" for k, v in sorted(summary["drops"].items())) or "none"
-    failed = summary["failed_segments"]
+def _summary_line(film: FilmInfo, summary: FilmSummary) -> str:
+    drops = ", ".join(f"{k} {v}" for k, v in sorted((summary.drops or {}).items())) or "none"
+    failed = summary.failed_segments
     reused = (
-        f"; resumed with {summary['segments_reused']} of {summary['segments']} segments "
-        f"already done"
-        if summary.get("segments_reused")
+        f"; resumed with {summary.segments_reused} of {summary.segments} segments already done"
+        if summary.segments_reused
         else ""
     )
     state = (
         "done"
-        if summary["complete"]
+        if summary.complete
         else (
-            f"INCOMPLETE ({len(failed)} of {summary['segments']} segments failed, first: "
+            f"INCOMPLETE ({len(failed)} of {summary.segments} segments failed, first: "
             f"{next(iter(failed.values()))}; rerun to retry)"
         )
     )
     return (
-        f"{film.film_name}: {state}: {summary['clips_written']} clips "
-        f"({summary['clips_failed']} failed), {len(summary['scenes'])} scenes, drops: {drops}; "
-        f"{film.duration:.1f} s of film in {summary.get('wall_seconds', 0):.1f} s{reused}"
+        f"{film.film_name}: {state}: {summary.clips_written} clips "
+        f"({summary.clips_failed} failed), {len(summary.scenes or [])} scenes, drops: {drops}; "
+        f"{film.duration:.1f} s of film in {summary.wall_seconds or 0:.1f} s{reused}"
     )

@@ -3,10 +3,10 @@
 Every frame of the segment is decoded once and stays in the decoder's YUV planes. A small BGR copy
 of it feeds scene detection; the frame itself waits in a short queue until the detector can no
 longer report a cut at or before it (its `lag`), then goes to the clip splitter, which crops and
-scales only the frames it samples, plane by plane, into I420 (pipeline/frames.py). Finished clips
-run through the per-clip stages (motion, encoding) while their pixels are still in memory and are
+scales only the frames it samples, plane by plane, into I420 (core/frames.py). Finished clips run
+through the per-clip stages (motion, encoding) while their pixels are still in memory and are
 written to part files, on a second thread (`_ClipLane`), so that encoding overlaps decoding where a
-core is free. A `DONE.json` marker, written last, makes the segment skippable on rerun.
+core is free. A DONE marker (core/film.py), written last, makes the segment skippable on rerun.
 
 A segment is one task with one CPU: the decoder runs `run.decode_threads` threads (1 by default),
 swscale, OpenCV and x264 one each, so tasks side by side on a node never oversubscribe it.
@@ -19,7 +19,6 @@ Segment boundaries are forced scene boundaries: the decoder starts a little befo
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections import defaultdict, deque
@@ -31,20 +30,18 @@ from pathlib import Path
 import av
 import cv2
 
+from core.film import FilmFolder, SegmentStats
+from core.frames import PlaneSource
+from core.record import STATUS_OK, Clip
+from core.shards import ShardWriter
+from core.video import FrameReader
 from pipeline.config import PipelineConfig
-from pipeline.frames import PlaneSource
-from pipeline.record import STATUS_OK, Clip
-from pipeline.shards import ShardWriter, write_json_atomic
-from pipeline.video import FrameReader
-from stages.base import ClipStage
+from stages.base import ClipStage, Frame, build_clip_stages
 from stages.clips import ClipSplitter, Drop
 from stages.crop import CropBox
-from stages.encode import EncodeMedia
-from stages.motion import MotionScope
 from stages.probe import FilmInfo
 from stages.scenes import SceneCuts
 
-DONE = "DONE.json"
 WARMUP_SECONDS = 1.0
 
 
@@ -63,11 +60,11 @@ class SegmentJob:
     config: PipelineConfig
     ip: str
     segment: Segment
-    work_dir: Path
+    folder: FilmFolder
 
     @property
     def directory(self) -> Path:
-        return self.work_dir / f"segment-{self.segment.index:05d}"
+        return self.folder.segment_dir(self.segment.index)
 
 
 def plan_segments(film: FilmInfo, seconds: float) -> list[Segment]:
@@ -82,42 +79,31 @@ def plan_segments(film: FilmInfo, seconds: float) -> list[Segment]:
     return [Segment(i, bounds[i], bounds[i + 1], i == count - 1) for i in range(count)]
 
 
-def completed(job: SegmentJob, fingerprint: str) -> dict | None:
+def completed(job: SegmentJob, fingerprint: str) -> SegmentStats | None:
     """The segment's stats if it finished under the same settings, IP and bounds, else None."""
-    marker = job.directory / DONE
-    if not marker.is_file():
+    stats = job.folder.read_segment_stats(job.segment.index)
+    if stats is None:
         return None
-    stats = json.loads(marker.read_text())
     same = (
-        stats.get("fingerprint") == fingerprint
-        and stats.get("ip") == job.ip
-        and stats.get("segment") == asdict(job.segment)
+        stats.fingerprint == fingerprint
+        and stats.ip == job.ip
+        and stats.segment == asdict(job.segment)
     )
     return stats if same else None
 
 
-def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None) -> dict:
-    """Process one segment and return its stats (the same dict `DONE.json` holds)."""
+def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None) -> SegmentStats:
+    """Process one segment and return its stats (what its DONE.json marker holds)."""
     fingerprint = job.config.fingerprint()
     done = completed(job, fingerprint)
     if done is not None:
         report(job.segment.stop - job.segment.start)
-        return done | {"skipped": True}
+        return done.updated(skipped=True)
     shutil.rmtree(job.directory, ignore_errors=True)  # leftovers of an interrupted attempt
     job.directory.mkdir(parents=True)
-    stats = _SegmentRun(job, report).run()
-    stats["fingerprint"], stats["ip"] = fingerprint, job.ip
-    write_json_atomic(stats, job.directory / DONE)
-    return stats | {"skipped": False}
-
-
-def clip_stages(config: PipelineConfig) -> list[ClipStage]:
-    """The per-clip stages that run while a clip's pixels are in memory, in order."""
-    stages: list[ClipStage] = []
-    if config.motion.enabled:
-        stages.append(MotionScope(config.motion))
-    stages.append(EncodeMedia(config.clips))
-    return stages
+    stats = _SegmentRun(job, report).run().updated(fingerprint=fingerprint, ip=job.ip)
+    job.folder.write_segment_stats(job.segment.index, stats)
+    return stats
 
 
 class _SegmentRun:
@@ -139,14 +125,14 @@ class _SegmentRun:
             seg.is_last,
             to_bt601=self.pictures.to_bt601,
         )
-        self.stages = clip_stages(config)
+        self.stages = build_clip_stages(config)
         self.seconds: dict[str, float] = defaultdict(float)
         self.drops: list[Drop] = []
         self.frames_decoded = 0
         self.settled = job.segment.start - 1  # the last frame handed to the clip splitter
         self.late_cuts = 0
 
-    def run(self) -> dict:
+    def run(self) -> SegmentStats:
         cv2.setNumThreads(1)  # one CPU per segment task (see the module's docstring)
         for stage in self.stages:
             _timed(self.seconds, stage.name, stage.setup)
@@ -167,24 +153,24 @@ class _SegmentRun:
         lag = self.detector.lag
         warmup = int(WARMUP_SECONDS * film.fps) + lag
         cuts: set[int] = set()
-        waiting: deque = deque()
+        waiting: deque[tuple[int, Frame]] = deque()
         last = seg.start
         frames = reader.frames(max(0, seg.start - warmup), min(film.num_frames, seg.stop + lag))
         # A frame waits until `lag` more frames were decoded after it (counted in frames
         # decoded, so a gap in the indices cannot shorten the wait).
-        for decoded, (index, frame) in enumerate(self._timed_iter("decode", frames)):
+        for decoded, (index, picture) in enumerate(self._timed_iter("decode", frames)):
             last = index
-            small = _timed(self.seconds, "scenes", self.pictures.small_bgr, frame)
-            for cut in _timed(self.seconds, "scenes", self.detector.process, index, small):
+            frame = self._frame(index, picture)
+            for cut in _timed(self.seconds, "scenes", self.detector.process, frame):
                 self._add_cut(cut, cuts)
             if seg.start <= index < seg.stop:
-                waiting.append((decoded, index, frame))
+                waiting.append((decoded, frame))
             while waiting and waiting[0][0] <= decoded - lag:
-                self._settle(*waiting.popleft()[1:], cuts)
-        for cut in self.detector.finish(last):
+                self._settle(waiting.popleft()[1], cuts)
+        for cut in self.detector.finish(last + 1):
             self._add_cut(cut, cuts)
         while waiting:
-            self._settle(*waiting.popleft()[1:], cuts)
+            self._settle(waiting.popleft()[1], cuts)
         self._handle(self.splitter.finish(seg.stop))
 
     def _add_cut(self, cut: int, cuts: set[int]) -> None:
@@ -196,16 +182,18 @@ class _SegmentRun:
             cut = self.settled + 1
         cuts.add(cut)
 
-    def _settle(self, index: int, frame: av.VideoFrame, cuts: set[int]) -> None:
-        self.settled = index
-        starts_scene = index == self.job.segment.start or index in cuts
+    def _settle(self, frame: Frame, cuts: set[int]) -> None:
+        self.settled = frame.index
+        frame.starts_scene = frame.index == self.job.segment.start or frame.index in cuts
         self.frames_decoded += 1
         if self.frames_decoded % 64 == 0:
             self.report(64)
-        load = lambda: self.pictures.planes(frame)  # noqa: E731 - called for sampled frames only
-        self._handle(
-            _timed(self.seconds, "split", self.splitter.process, index, starts_scene, load)
-        )
+        self._handle(_timed(self.seconds, "split", self.splitter.process, frame))
+
+    def _frame(self, index: int, picture: av.VideoFrame) -> Frame:
+        pictures = self.pictures
+        small = _timed(self.seconds, "scenes", pictures.small_bgr, picture)  # needed right away
+        return Frame(index, small=lambda: small, planes=lambda: pictures.planes(picture))
 
     def _handle(self, items: list) -> None:
         for item in items:
@@ -231,21 +219,22 @@ class _SegmentRun:
             total[name] += seconds
         return total
 
-    def _stats(self, reader: FrameReader) -> dict:
+    def _stats(self, reader: FrameReader) -> SegmentStats:
         self.report(self.frames_decoded % 64)
-        return {
-            "segment": asdict(self.job.segment),
-            "clips_written": self.lane.written,
-            "clips_failed": self.lane.failed,
-            "frames": self.frames_decoded,
-            "corrupt_packets": reader.corrupt_packets,
-            "unmatched_frames": reader.unmatched_frames,
-            "late_cuts": self.late_cuts,
-            "drop_list": [asdict(d) for d in self.drops],
-            "scenes": self.splitter.scenes,
-            "parts": sorted(p.name for p in self.lane.writer.paths),
-            "stage_seconds": {k: round(v, 4) for k, v in self._stage_seconds().items()},
-        }
+        return SegmentStats(
+            segment=asdict(self.job.segment),
+            clips_written=self.lane.written,
+            clips_failed=self.lane.failed,
+            frames=self.frames_decoded,
+            corrupt_packets=reader.corrupt_packets,
+            unmatched_frames=reader.unmatched_frames,
+            late_cuts=self.late_cuts,
+            drop_list=[asdict(d) for d in self.drops],
+            scenes=self.splitter.scenes,
+            parts=sorted(p.name for p in self.lane.writer.paths),
+            stage_seconds={k: round(v, 4) for k, v in self._stage_seconds().items()},
+            absent=frozenset({"fingerprint", "ip"}),  # set once the segment is done
+        )
 
 
 class _ClipLane:

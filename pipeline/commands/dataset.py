@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pipeline.config import ConfigError, describe_fields, load_config
 from pipeline.ip import GENERIC, ManifestError, load_ip
-from pipeline.segments import clip_stages
+from stages.base import build_clip_stages
 
 SAMPLE_FILM = Path(__file__).resolve().parents[2] / "samples" / "sintel_trailer.mp4"
 VIDEO_SUFFIXES = {".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v", ".ts", ".mpg", ".mpeg", ".flv"}
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         if args.quiet:
             overrides.append("run.progress=false")
         config = load_config(args.config, overrides)
-        clip_stages(config)  # builds and checks the stages' settings, loading nothing
+        build_clip_stages(config)  # builds and checks the stages' settings, loading nothing
         films = (
             expand_films(args.films) if args.films else [e.path for e in ip.films] or [SAMPLE_FILM]
         )

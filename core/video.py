@@ -12,7 +12,7 @@ import av
 import cv2
 import numpy as np
 
-from pipeline.frames import ClipFrames, as_clip_frames
+from core.frames import ClipFrames, as_clip_frames
 
 
 def encode_mp4(
