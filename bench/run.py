@@ -10,7 +10,8 @@ Each film is decoded bare (FFmpeg's own threads, every core) right before and ri
 pipeline runs on it; the ratio is pipeline time over the mean of the two. Both wall-clock and CPU
 seconds are given: CPU seconds count every process of the run (this one and Ray's, which are its
 children), and on a machine shared with other work they move far less than wall time does.
-Peak memory is the largest summed resident size of this process tree, sampled every 0.2 s.
+Ray's workers run at niceness 0, as the bare decode does. Peak memory is the largest summed
+resident size of this process tree, sampled every 0.2 s.
 Stage shares are shares of the workers' CPU seconds (summary.json's stage_seconds).
 
     python -m bench.run [--minutes 10] [--hd-minutes 5] [--executor ray|local] [--profile]
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -320,6 +322,10 @@ def main(argv=None) -> int:
     if args.executor == "ray":
         from pipeline.executor import init_ray
 
+        # Ray runs its workers at niceness 15 unless told otherwise (its job manager says 0 too):
+        # on a machine shared with other work they would lose the CPUs the bare decode, at 0,
+        # keeps, and the ratio would measure the neighbours.
+        os.environ.setdefault("RAY_worker_niceness", "0")
         init_ray()
     report = {
         "executor": args.executor,
