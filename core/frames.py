@@ -8,7 +8,7 @@ representation it needs, and each one is computed once, on first request:
     frames.i420(k)        frame k as an (H * 3/2) x W I420 array (x264's and OpenCV's layout)
     frames.luma()         N x H x W luma planes (limited range 16-235), a view, no copy
     frames.grey((h, w))   N grey frames at h x w, full range 0-255 (what RGB-to-grey gives)
-    frames.rgb()          N x H x W x 3 RGB uint8
+    frames.rgb()          N x H x W x 3 RGB uint8 (frames.rgb_frame(k): frame k alone)
 
 The planes are BT.601, limited range, like every H.264 stream without a colour tag; `fit_i420`
 brings other sources there. A `ClipFrames` built from RGB arrays (`ClipFrames.from_rgb`, for tests
@@ -88,6 +88,13 @@ class ClipFrames:
             planar = self._planar()
             self._rgb = np.stack([cv2.cvtColor(f, cv2.COLOR_YUV2RGB_I420) for f in planar])
         return self._rgb
+
+    def rgb_frame(self, k: int) -> np.ndarray:
+        """Frame k alone as H x W x 3 RGB (a stage that looks at one or two frames should not pay
+        for sixteen)."""
+        if self._rgb is not None:
+            return self._rgb[k]
+        return cv2.cvtColor(self.i420(k), cv2.COLOR_YUV2RGB_I420)
 
     def first_bgr(self) -> np.ndarray:
         """Frame 0 as BGR, the order OpenCV's image encoders take."""

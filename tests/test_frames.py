@@ -148,3 +148,11 @@ def test_decoder_threads_do_not_change_the_output(tmp_path):
         result = run_film(film, tmp_path / f"t{threads}", config, load_ip(None))
         rows.append([clip.to_row() for clip in read_clips(result.film_dir)])
     assert rows[0] and rows[0] == rows[1]
+
+
+def test_one_rgb_frame_is_the_frame_of_all_of_them():
+    frames = _bikes_frames(3)
+    planar = ClipFrames(np.stack([fit_i420(yuv_planes(f), REGION, ClipConfig()) for f in frames]))
+    single = planar.rgb_frame(1)
+    assert np.array_equal(single, planar.rgb()[1])
+    assert np.array_equal(ClipFrames.from_rgb(planar.rgb()).rgb_frame(2), planar.rgb()[2])
