@@ -160,12 +160,27 @@ def _resize(image: np.ndarray, width: int, height: int, out: np.ndarray | None) 
         return out
     shrinking = width * height < image.shape[0] * image.shape[1]
     interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
+    if shrinking:
+        image = _shrink_by_whole_factor(image, width, height)
     if out is None:
         return cv2.resize(image, (width, height), interpolation=interpolation)
     result = cv2.resize(image, (width, height), dst=out, interpolation=interpolation)
     if result is not out:  # OpenCV allocates anew when it cannot write into `out`
         out[...] = result
     return out
+
+
+def _shrink_by_whole_factor(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    """Average k x k blocks first when the picture is at least k times the target (a 1080p film's
+    frames into 720x480): OpenCV's area resize by a whole factor is a plain block mean, nine times
+    faster than its general case, which then has only the rest to do. At most k - 1 edge pixels
+    of the source are left out; pictures under twice the target size are untouched."""
+    factor = min(image.shape[1] // width, image.shape[0] // height)
+    if factor < 2:
+        return image
+    rows, cols = image.shape[0] // factor, image.shape[1] // factor
+    whole = image[: rows * factor, : cols * factor]
+    return cv2.resize(whole, (cols, rows), interpolation=cv2.INTER_AREA)
 
 
 class ClipSplitter:

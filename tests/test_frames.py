@@ -4,6 +4,7 @@ sources of any pixel format and colour matrix, and scene scores identical to PyS
 from __future__ import annotations
 
 import av
+import cv2
 import numpy as np
 import pytest
 from conftest import BIKES, local_config
@@ -156,3 +157,17 @@ def test_one_rgb_frame_is_the_frame_of_all_of_them():
     single = planar.rgb_frame(1)
     assert np.array_equal(single, planar.rgb()[1])
     assert np.array_equal(ClipFrames.from_rgb(planar.rgb()).rgb_frame(2), planar.rgb()[2])
+
+
+def test_shrinking_by_twice_or_more_averages_blocks_first_and_stays_an_area_resize():
+    frame = _bikes_frames(1)[0].to_ndarray(format="rgb24")
+    big = cv2.resize(frame, (1920, 1080), interpolation=cv2.INTER_CUBIC)  # a 1080p picture
+    config = ClipConfig(resize="stretch")
+    fitted = fit_frame(big, (0, 0, 1920, 1080), config)
+    direct = cv2.resize(big, (720, 480), interpolation=cv2.INTER_AREA)
+    assert not np.array_equal(fitted, direct)  # the block means did run
+    assert np.abs(fitted.astype(int) - direct.astype(int)).mean() < 0.5
+    small = fit_frame(big[:, :1300], (0, 0, 1300, 1080), config)  # under twice: OpenCV alone
+    assert np.array_equal(
+        small, cv2.resize(big[:, :1300], (720, 480), interpolation=cv2.INTER_AREA)
+    )
