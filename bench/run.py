@@ -272,7 +272,7 @@ def profile(film: Path) -> None:
 
 
 def print_profile(raw: Path, top: int = 25) -> None:
-    """Inclusive share of each of our functions, and of the libraries' leaf functions."""
+    """Inclusive share of the samples for each Python function (both threads counted)."""
     inclusive: Counter = Counter()
     total = 0
     for line in raw.read_text().splitlines():
@@ -285,7 +285,7 @@ def print_profile(raw: Path, top: int = 25) -> None:
         }
         for name in names:
             inclusive[name] += int(samples)
-    print(f"\npy-spy, {total} samples: inclusive share of wall time per function")
+    print(f"\npy-spy, {total} samples of busy threads (main and clip lane): inclusive share")
     for name, count in inclusive.most_common(top):
         print(f"{count / total:6.1%}  {name}")
 
