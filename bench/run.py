@@ -2,7 +2,9 @@
 
 Films, made here from the bundled sample and kept in bench/out/:
     sintel at half of --minutes and at --minutes: the 854x480 trailer repeated back to back
-        (packets remuxed, not re-encoded), so memory can be seen to stay flat as a film grows;
+        (packets remuxed, not re-encoded), so memory can be seen to stay flat as a film grows
+        (the shorter one also runs with the quality stage off and then on again, in the same
+        run, to give the wall time the stage adds);
     1080p at --hd-minutes: the trailer upscaled to 1920x1080 and encoded once with x264 the way
         films are delivered (B-frames, CABAC), then repeated the same way.
 
@@ -172,13 +174,15 @@ def bare_decode(path: Path) -> dict:
     }
 
 
-def run_pipeline(path: Path, out: Path, executor: str) -> tuple[float, FilmSummary]:
+def run_pipeline(
+    path: Path, out: Path, executor: str, overrides: tuple[str, ...] = ()
+) -> tuple[float, FilmSummary]:
     from pipeline.config import load_config
     from pipeline.executor import make_executor
     from pipeline.ip import load_ip
     from pipeline.runner import run_film
 
-    config = load_config(None, [f"run.executor={executor}"])
+    config = load_config(None, [f"run.executor={executor}", *overrides])
     runner = make_executor(executor, None, progress=True)
     if executor == "ray":
         runner._ray()  # start Ray before the clock: its start-up is reported on its own
@@ -187,6 +191,22 @@ def run_pipeline(path: Path, out: Path, executor: str) -> tuple[float, FilmSumma
     if result.summary is None:
         raise RuntimeError(f"{path}: {result.message}")
     return time.perf_counter() - began, result.summary
+
+
+def quality_cost(film: Path, out: Path, executor: str) -> dict:
+    """What the quality stage adds to the wall time: the film again without it (black-run
+    boundaries kept, so the clips are the same), then with it, both after the measured run so
+    that neither pays for cold workers or caches."""
+    seconds = {}
+    for name, overrides in (("without", ("quality.enabled=false",)), ("with", ())):
+        shutil.rmtree(out, ignore_errors=True)
+        seconds[name], summary = run_pipeline(film, out, executor, overrides)
+    return {
+        "pipeline_seconds_without_quality": round(seconds["without"], 1),
+        "pipeline_seconds_with_quality_again": round(seconds["with"], 1),
+        "quality_added_wall_fraction": round(seconds["with"] / seconds["without"] - 1, 3),
+        "clips_without_quality": summary.clips_written,
+    }
 
 
 def measure(name: str, film: Path, executor: str) -> dict:
@@ -216,6 +236,10 @@ def measure(name: str, film: Path, executor: str) -> dict:
         "clips": summary.clips_written,
         "stage_share": {k: round(v / busy, 3) for k, v in sorted(stages.items())},
         "stage_cpu_seconds": {k: round(v, 1) for k, v in sorted(stages.items())},
+        # the quality stage and the black-run boundaries (issue 13; budget: 10 %)
+        "quality_share_of_worker_time": round(
+            (stages.get("quality", 0) + stages.get("black", 0)) / busy, 3
+        ),
     }
 
 
@@ -334,6 +358,8 @@ def main(argv=None) -> int:
     }
     for name, film in films:
         run = measure(name, film, args.executor)
+        if film == films[0][1]:
+            run |= quality_cost(film, OUT / f"dataset-{name}-quality", args.executor)
         report["runs"].append(run)
         print(json.dumps(run, indent=2), flush=True)
     report["motion"] = motion_figures()

@@ -40,7 +40,7 @@ from stages.base import ClipStage, Frame, build_clip_stages
 from stages.clips import ClipSplitter, Drop
 from stages.crop import CropBox
 from stages.probe import FilmInfo
-from stages.scenes import SceneCuts
+from stages.scenes import BlackRuns, SceneCuts
 
 WARMUP_SECONDS = 1.0
 
@@ -112,6 +112,7 @@ class _SegmentRun:
         self.report = report
         film, config, seg = job.film, job.config, job.segment
         self.detector = SceneCuts(config.scenes, film.fps)
+        self.black_runs = BlackRuns(config.scenes, film.fps)
         small_size = _small_size(film, config.scenes.width)
         self.pictures = PlaneSource(
             film.rotation, small_size, _detect_box(film, job.crop, small_size)
@@ -150,7 +151,7 @@ class _SegmentRun:
 
     def _decode_and_cut(self, reader: FrameReader) -> None:
         film, seg = self.job.film, self.job.segment
-        lag = self.detector.lag
+        lag = max(self.detector.lag, self.black_runs.lag)
         warmup = int(WARMUP_SECONDS * film.fps) + lag
         cuts: set[int] = set()
         waiting: deque[tuple[int, Frame]] = deque()
@@ -163,12 +164,15 @@ class _SegmentRun:
             frame = self._frame(index, picture)
             for cut in _timed(self.seconds, "scenes", self.detector.process, frame):
                 self._add_cut(cut, cuts)
+            for cut in _timed(self.seconds, "black", self.black_runs.process, frame):
+                self._add_cut(cut, cuts)
             if seg.start <= index < seg.stop:
                 waiting.append((decoded, frame))
             while waiting and waiting[0][0] <= decoded - lag:
                 self._settle(waiting.popleft()[1], cuts)
         for cut in self.detector.finish(last + 1):
             self._add_cut(cut, cuts)
+        self.black_runs.finish(last + 1)
         while waiting:
             self._settle(waiting.popleft()[1], cuts)
         self._handle(self.splitter.finish(seg.stop))
@@ -229,6 +233,9 @@ class _SegmentRun:
             corrupt_packets=reader.corrupt_packets,
             unmatched_frames=reader.unmatched_frames,
             late_cuts=self.late_cuts,
+            black_frames=self.black_runs.frames_within(
+                self.job.segment.start, self.job.segment.stop
+            ),
             drop_list=[asdict(d) for d in self.drops],
             scenes=self.splitter.scenes,
             parts=sorted(p.name for p in self.lane.writer.paths),

@@ -9,8 +9,9 @@ invalid ones are asked again with sampling, up to `max_retries` times, then the 
 as caption_failed with the raw text kept.
 
 caption_status is one of: ok, caption_failed, pending (no model configured), or skipped_<why>
-(skipped_clip_error, skipped_no_video, skipped_no_motion_level, skipped_bad_video) for clips the
-prompts cannot be filled for. Every clip gets a status; counts per status land in the film's summary.json.
+(skipped_unusable: the quality stage rejected the clip, see docs/quality.md; skipped_clip_error,
+skipped_no_video, skipped_no_motion_level, skipped_bad_video) for clips that are not worth
+captioning or the prompts cannot be filled for. Every clip gets a status; counts per status land in the film's summary.json.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from core.record import (
     SKIPPED_CLIP_ERROR,
     SKIPPED_NO_MOTION_LEVEL,
     SKIPPED_NO_VIDEO,
+    SKIPPED_UNUSABLE,
     STATUS_OK,
     Clip,
 )
@@ -96,6 +98,9 @@ class CaptionConfig(Settings):
     """Engine openai: requests in flight at once."""
     request_timeout: float = 300.0
     """Engine openai: seconds before a request is abandoned (and counted as a failed attempt)."""
+    include_unusable: bool = False
+    """Caption clips the quality stage rejected too (usable = false). Off: they are left out,
+    with caption_status skipped_unusable, and cost no model time."""
 
     def validate(self) -> None:
         check_choice("caption", "engine", self.engine, ENGINES)
@@ -193,7 +198,11 @@ class CaptionStage(ClipStage):
     def process_batch(self, clips: list[Clip]) -> list[Clip]:
         if not self.config.model:
             for clip in clips:
-                clip.caption_status = clip.caption_status or CAPTION_PENDING
+                clip.caption_status = clip.caption_status or (
+                    CAPTION_PENDING
+                    if clip.usable or self.config.include_unusable
+                    else SKIPPED_UNUSABLE
+                )
             return clips
         self.setup()
         ids = [clip.clip_id for clip in clips]
@@ -214,6 +223,8 @@ class CaptionStage(ClipStage):
     def _skip_reason(self, clip: Clip) -> str | None:
         if clip.status != STATUS_OK:
             return SKIPPED_CLIP_ERROR
+        if not clip.usable and not self.config.include_unusable:
+            return SKIPPED_UNUSABLE
         if not clip.video:
             return SKIPPED_NO_VIDEO
         if clip.motion_level is None:
