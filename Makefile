@@ -21,7 +21,7 @@ EXPORT ?= $(OUT)-export
 # holds a path or a name goes through it; ARGS alone is split into words by the shell, on purpose.
 q = '$(subst ','\'',$(1))'
 
-.PHONY: help venv lint dataset caption report test test-fast bench motion-calibrate motion-eval quality-calibrate train play export eval clean
+.PHONY: help venv lint dataset caption report test test-fast bench bench-gpu motion-calibrate motion-eval quality-calibrate train play export eval clean
 
 help:
 	@echo "make dataset [FILM=path] [IP=name] [OUT=data] [MODEL=internvl-path]  films -> clip shards"
@@ -33,7 +33,7 @@ help:
 	@echo "make train PHASE=encoder|mllm|adapt SHARDS=<folder> [CONFIG=yaml]      train AnimeGamer"
 	@echo "make export SHARDS=<folder> FORMAT=webdataset|cogvideox EXPORT=<out>   other trainers' layouts"
 	@echo "make eval GENERATED=<mp4 folder> REFERENCES=<mp4 folder> [TEXTS=..] [LEVELS=..]  CLIP-I/T, DreamSim, ACC-F"
-	@echo "make lint | make test | make test-fast (no slow tests) | make bench"
+	@echo "make lint | make test | make test-fast (no slow tests) | make bench | make bench-gpu (CUDA)"
 
 venv: $(STAMP)
 
@@ -88,6 +88,11 @@ test-fast: venv
 
 bench: venv
 	$(PY) -m bench.run $(ARGS)
+
+# Every GPU path at real size with random weights (docs/gpu.md); says so and exits 0 without CUDA.
+# On a GPU machine whose own Python holds CUDA PyTorch: `python3 -m bench.gpu` (docs/gpu.md).
+bench-gpu: venv
+	$(PY) -m bench.gpu $(ARGS)
 
 clean:
 	rm -rf $(VENV) data bench/out test-artifacts .pytest_cache

@@ -130,7 +130,9 @@ def describe_fields() -> list[tuple[str, object, str]]:
     """(section.field, default, help) for every setting: the CLI's --help lists these."""
     rows = []
     for section in dataclasses.fields(PipelineConfig):
-        section_obj = section.default_factory()
+        make_section = section.default_factory
+        assert callable(make_section), f"{section.name}: every section has a default_factory"
+        section_obj = make_section()
         docs = field_docs(type(section_obj))
         for f in dataclasses.fields(section_obj):
             rows.append(
