@@ -2,7 +2,8 @@
 
 Every stage reads and fills fields of `Clip`; the shard schema (core/schema.py) declares the
 same persisted fields with their Arrow types, and tests/test_shards.py keeps the two in step. `frames` is the in-memory payload
-(16 x H x W x 3 uint8 RGB) and is never written: shards carry `video` (H.264 mp4) and `first_frame`
+(the 16 sampled frames as `core.frames.ClipFrames`: I420 planes that give RGB, luma or small
+grey frames on request) and is never written: shards carry `video` (H.264 mp4) and `first_frame`
 instead, and stages drop `frames` as soon as the media bytes exist.
 """
 
@@ -10,8 +11,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from core.frames import ClipFrames
 
 # Changing the namespace changes every clip id: never do it.
 CLIP_NAMESPACE = uuid.UUID("6f3b8a52-9c1e-4c55-b0a7-1d2e63f0a9c4")
@@ -92,7 +97,7 @@ class Clip:
     status: str = STATUS_OK
     error: str | None = None
     # in memory only
-    frames: np.ndarray | None = field(default=None, repr=False)
+    frames: ClipFrames | None = field(default=None, repr=False)
 
     def to_row(self) -> dict:
         """The persisted fields as a plain dict (one shard row)."""

@@ -12,18 +12,23 @@ import av
 import cv2
 import numpy as np
 
+from core.frames import ClipFrames, as_clip_frames
+
 
 def encode_mp4(
-    frames: np.ndarray, fps: float, crf: int = 20, preset: str = "ultrafast", threads: int = 1
+    frames: ClipFrames | np.ndarray,
+    fps: float,
+    crf: int = 20,
+    preset: str = "ultrafast",
+    threads: int = 1,
 ) -> bytes:
-    """Encode N x H x W x 3 RGB uint8 frames as an H.264 (yuv420p) mp4 held in memory.
+    """Encode a clip's frames (`ClipFrames`, or N x H x W x 3 RGB uint8) as an H.264 (yuv420p)
+    mp4 held in memory. The I420 planes go to x264 as they are: no conversion on the way.
 
     One thread per encoder: the pipeline already runs one encoder per CPU.
     """
-    frames = np.asarray(frames)
-    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
-        raise ValueError(f"expected N x H x W x 3 uint8 frames, got {frames.shape} {frames.dtype}")
-    height, width = frames.shape[1:3]
+    frames = as_clip_frames(frames)
+    count, height, width = frames.shape
     if height % 2 or width % 2:
         raise ValueError(f"H.264 in yuv420p needs even sizes, got {height}x{width}")
     buffer = io.BytesIO()
@@ -37,8 +42,8 @@ def encode_mp4(
         # lets a 16-frame clip decode without reordering.
         stream.options = {"crf": str(crf), "preset": preset, "threads": str(threads), "bf": "0"}
         stream.codec_context.thread_count = threads
-        for index, frame in enumerate(frames):
-            picture = _i420_frame(frame)
+        for index in range(count):
+            picture = av.VideoFrame.from_ndarray(frames.i420(index), format="yuv420p")
             # explicit timestamps: the encoder's rate control reads them
             picture.pts, picture.time_base = index, 1 / rate
             for packet in stream.encode(picture):
@@ -46,14 +51,6 @@ def encode_mp4(
         for packet in stream.encode():
             container.mux(packet)
     return buffer.getvalue()
-
-
-def _i420_frame(rgb: np.ndarray) -> av.VideoFrame:
-    """RGB to a yuv420p frame with OpenCV (BT.601, which decoders assume for untagged H.264).
-    Measured here on 480x720 clips: 7 ms per clip against 55 ms for the encoder's own swscale
-    conversion, and a closer round trip (mean error 1.2 against 5.1 grey levels)."""
-    yuv = cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2YUV_I420)
-    return av.VideoFrame.from_ndarray(yuv, format="yuv420p")
 
 
 def decode_mp4(data: bytes) -> np.ndarray:
@@ -67,7 +64,13 @@ def decode_mp4(data: bytes) -> np.ndarray:
 
 def encode_image(frame: np.ndarray, fmt: str = "jpeg", quality: int = 95) -> bytes:
     """RGB uint8 H x W x 3 to PNG or JPEG bytes."""
-    bgr = cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2BGR)
+    return encode_bgr_image(
+        cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2BGR), fmt, quality
+    )
+
+
+def encode_bgr_image(bgr: np.ndarray, fmt: str = "jpeg", quality: int = 95) -> bytes:
+    """BGR uint8 H x W x 3 (OpenCV's order) to PNG or JPEG bytes."""
     if fmt == "png":
         ok, data = cv2.imencode(".png", bgr)
     elif fmt in ("jpeg", "jpg"):
@@ -97,9 +100,12 @@ class FrameReader:
     silently shifted frames.
     """
 
-    def __init__(self, path: str, frame_pts: list[int]):
+    def __init__(self, path: str, frame_pts: list[int], threads: int = 0):
+        """`threads`: decoder threads (frame threading above 1); 0 lets FFmpeg choose, which is
+        one per core of the machine, in every process that decodes."""
         self.path = path
         self.frame_pts = frame_pts
+        self.threads = threads
         self.corrupt_packets = 0
         self.unmatched_frames = 0  # decoded frames whose timestamp the probe did not list
 
@@ -108,6 +114,7 @@ class FrameReader:
         with av.open(self.path) as container:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
+            stream.codec_context.thread_count = self.threads
             if first > 0:
                 container.seek(self.frame_pts[first], stream=stream, backward=True, any_frame=False)
             for frame in self._decode(container, stream):

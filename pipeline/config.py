@@ -44,6 +44,9 @@ class RunConfig(Settings):
     2 s there is dropped and counted as segment_tail, at most one clip per boundary."""
     num_cpus: int | None = None
     """CPUs for the embedded Ray; None lets Ray use the machine."""
+    decode_threads: int = 1
+    """Decoder threads of one segment task. Each task holds one CPU and the tasks fill the node,
+    so one is right; FFmpeg's own choice (0) starts one per core in every task."""
     progress: bool = True
 
     def validate(self) -> None:

@@ -1,10 +1,16 @@
 """One time segment of a film, processed in a single decoding pass.
 
-Every frame of the segment is decoded once. A small BGR copy of it feeds scene detection; the
-frame itself waits in a short queue until the detector can no longer report a cut at or before it
-(its `lag`), then goes to the clip splitter, which converts only the frames it samples. Finished
-clips run through the per-clip stages (motion, encoding) while their pixels are still in memory and
-are written to part files. A DONE marker (core/film.py), written last, makes the segment skippable on rerun.
+Every frame of the segment is decoded once and stays in the decoder's YUV planes. A small BGR copy
+of it feeds scene detection; the frame itself waits in a short queue until the detector can no
+longer report a cut at or before it (its `lag`), then goes to the clip splitter, which crops and
+scales only the frames it samples, plane by plane, into I420 (core/frames.py). Finished clips run
+through the per-clip stages (motion, encoding) while their pixels are still in memory and are
+written to part files, on a second thread (`_ClipLane`), so that encoding overlaps decoding where a
+core is free. A DONE marker (core/film.py), written last, makes the segment skippable on rerun.
+
+A segment is one task with one CPU: the decoder runs `run.decode_threads` threads (1 by default),
+swscale, OpenCV and x264 one each, so tasks side by side on a node never oversubscribe it.
+`stage_seconds` are CPU seconds of the thread that ran each stage.
 
 Segment boundaries are forced scene boundaries: the decoder starts a little before the segment
 (warm-up, so a cut in the segment's first frames is still seen) and runs a little past its end
@@ -17,18 +23,20 @@ import shutil
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import av
-import numpy as np
+import cv2
 
 from core.film import FilmFolder, SegmentStats
-from core.record import STATUS_OK
+from core.frames import PlaneSource
+from core.record import STATUS_OK, Clip
 from core.shards import ShardWriter
-from core.video import FrameReader, rotate_frame
+from core.video import FrameReader
 from pipeline.config import PipelineConfig
-from stages.base import Frame, build_clip_stages
+from stages.base import ClipStage, Frame, build_clip_stages
 from stages.clips import ClipSplitter, Drop
 from stages.crop import CropBox
 from stages.probe import FilmInfo
@@ -105,51 +113,69 @@ class _SegmentRun:
         film, config, seg = job.film, job.config, job.segment
         self.detector = SceneCuts(config.scenes, film.fps)
         self.black_runs = BlackRuns(config.scenes, film.fps)
-        self.splitter = ClipSplitter(config.clips, film, job.crop, job.ip, seg.index, seg.is_last)
+        small_size = _small_size(film, config.scenes.width)
+        self.pictures = PlaneSource(
+            film.rotation, small_size, _detect_box(film, job.crop, small_size)
+        )
+        self.splitter = ClipSplitter(
+            config.clips,
+            film,
+            job.crop,
+            job.ip,
+            seg.index,
+            seg.is_last,
+            to_bt601=self.pictures.to_bt601,
+        )
         self.stages = build_clip_stages(config)
-        self.small_size = _small_size(film, config.scenes.width)
         self.seconds: dict[str, float] = defaultdict(float)
         self.drops: list[Drop] = []
-        self.clips_written = 0
-        self.clips_failed = 0
         self.frames_decoded = 0
         self.settled = job.segment.start - 1  # the last frame handed to the clip splitter
         self.late_cuts = 0
-        self.detect_box = _detect_box(film, job.crop, self.small_size)
 
     def run(self) -> SegmentStats:
-        film, seg = self.job.film, self.job.segment
+        cv2.setNumThreads(1)  # one CPU per segment task (see the module's docstring)
         for stage in self.stages:
-            self._timed(stage.name, stage.setup)
+            _timed(self.seconds, stage.name, stage.setup)
+        reader = FrameReader(
+            self.job.film.path, self.job.film.frame_pts, self.job.config.run.decode_threads
+        )
+        with ShardWriter(self.job.directory, "part", self.job.config.shards) as writer:
+            self.lane = _ClipLane(self.stages, writer)
+            try:
+                self._decode_and_cut(reader)
+                self.lane.drain()
+            finally:
+                self.lane.close()
+        return self._stats(reader)
+
+    def _decode_and_cut(self, reader: FrameReader) -> None:
+        film, seg = self.job.film, self.job.segment
         lag = max(self.detector.lag, self.black_runs.lag)
         warmup = int(WARMUP_SECONDS * film.fps) + lag
-        reader = FrameReader(film.path, film.frame_pts)
         cuts: set[int] = set()
         waiting: deque[tuple[int, Frame]] = deque()
         last = seg.start
-        with ShardWriter(self.job.directory, "part", self.job.config.shards) as writer:
-            self.writer = writer
-            frames = reader.frames(max(0, seg.start - warmup), min(film.num_frames, seg.stop + lag))
-            # A frame waits until `lag` more frames were decoded after it (counted in frames
-            # decoded, so a gap in the indices cannot shorten the wait).
-            for decoded, (index, picture) in enumerate(self._timed_iter("decode", frames)):
-                last = index
-                frame = self._frame(index, picture)
-                for cut in self._timed("scenes", self.detector.process, frame):
-                    self._add_cut(cut, cuts)
-                for cut in self._timed("black", self.black_runs.process, frame):
-                    self._add_cut(cut, cuts)
-                if seg.start <= index < seg.stop:
-                    waiting.append((decoded, frame))
-                while waiting and waiting[0][0] <= decoded - lag:
-                    self._settle(waiting.popleft()[1], cuts)
-            for cut in self.detector.finish(last + 1):
+        frames = reader.frames(max(0, seg.start - warmup), min(film.num_frames, seg.stop + lag))
+        # A frame waits until `lag` more frames were decoded after it (counted in frames
+        # decoded, so a gap in the indices cannot shorten the wait).
+        for decoded, (index, picture) in enumerate(self._timed_iter("decode", frames)):
+            last = index
+            frame = self._frame(index, picture)
+            for cut in _timed(self.seconds, "scenes", self.detector.process, frame):
                 self._add_cut(cut, cuts)
-            self.black_runs.finish(last + 1)
-            while waiting:
+            for cut in _timed(self.seconds, "black", self.black_runs.process, frame):
+                self._add_cut(cut, cuts)
+            if seg.start <= index < seg.stop:
+                waiting.append((decoded, frame))
+            while waiting and waiting[0][0] <= decoded - lag:
                 self._settle(waiting.popleft()[1], cuts)
-            self._handle(self.splitter.finish(seg.stop))
-        return self._stats(reader)
+        for cut in self.detector.finish(last + 1):
+            self._add_cut(cut, cuts)
+        self.black_runs.finish(last + 1)
+        while waiting:
+            self._settle(waiting.popleft()[1], cuts)
+        self._handle(self.splitter.finish(seg.stop))
 
     def _add_cut(self, cut: int, cuts: set[int]) -> None:
         """A cut reported after its frame was already cut into clips (a detector that reports
@@ -166,60 +192,43 @@ class _SegmentRun:
         self.frames_decoded += 1
         if self.frames_decoded % 64 == 0:
             self.report(64)
-        self._handle(self._timed("split", self.splitter.process, frame))
+        self._handle(_timed(self.seconds, "split", self.splitter.process, frame))
 
     def _frame(self, index: int, picture: av.VideoFrame) -> Frame:
-        small = self._small(picture)  # always needed, by scene detection, right away
-        return Frame(index, small=lambda: small, rgb=lambda: self._rgb(picture))
+        pictures = self.pictures
+        small = _timed(self.seconds, "scenes", pictures.small_bgr, picture)  # needed right away
+        return Frame(index, small=lambda: small, planes=lambda: pictures.planes(picture))
 
     def _handle(self, items: list) -> None:
         for item in items:
             if isinstance(item, Drop):
                 self.drops.append(item)
-                continue
-            clip = item
-            for stage in self.stages:
-                clip = self._timed(stage.name, stage.process_safely, clip)
-            clip.frames = None  # a failed stage may leave pixels behind: never hold them
-            self._timed("write", self.writer.write, clip)
-            self.clips_written += 1
-            self.clips_failed += clip.status != STATUS_OK
-
-    def _small(self, frame: av.VideoFrame) -> np.ndarray:
-        """The cropped picture at detection size, in BGR as PySceneDetect expects."""
-        width, height = self.small_size
-        small = frame.reformat(width=width, height=height, format="bgr24").to_ndarray()
-        small = rotate_frame(small, self.job.film.rotation)
-        x0, y0, x1, y1 = self.detect_box
-        return np.ascontiguousarray(small[y0:y1, x0:x1])
-
-    def _rgb(self, frame: av.VideoFrame) -> np.ndarray:
-        return rotate_frame(frame.to_ndarray(format="rgb24"), self.job.film.rotation)
-
-    def _timed(self, name: str, fn, *args):
-        began = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            self.seconds[name] += time.perf_counter() - began
+            else:
+                self.lane.submit(item)
 
     def _timed_iter(self, name: str, iterator):
         while True:
-            began = time.perf_counter()
+            began = time.thread_time()
             try:
                 item = next(iterator)
             except StopIteration:
-                self.seconds[name] += time.perf_counter() - began
+                self.seconds[name] += time.thread_time() - began
                 return
-            self.seconds[name] += time.perf_counter() - began
+            self.seconds[name] += time.thread_time() - began
             yield item
+
+    def _stage_seconds(self) -> dict[str, float]:
+        total = defaultdict(float, self.seconds)
+        for name, seconds in self.lane.seconds.items():
+            total[name] += seconds
+        return total
 
     def _stats(self, reader: FrameReader) -> SegmentStats:
         self.report(self.frames_decoded % 64)
         return SegmentStats(
             segment=asdict(self.job.segment),
-            clips_written=self.clips_written,
-            clips_failed=self.clips_failed,
+            clips_written=self.lane.written,
+            clips_failed=self.lane.failed,
             frames=self.frames_decoded,
             corrupt_packets=reader.corrupt_packets,
             unmatched_frames=reader.unmatched_frames,
@@ -229,10 +238,61 @@ class _SegmentRun:
             ),
             drop_list=[asdict(d) for d in self.drops],
             scenes=self.splitter.scenes,
-            parts=sorted(p.name for p in self.writer.paths),
-            stage_seconds={k: round(v, 4) for k, v in self.seconds.items()},
+            parts=sorted(p.name for p in self.lane.writer.paths),
+            stage_seconds={k: round(v, 4) for k, v in self._stage_seconds().items()},
             absent=frozenset({"fingerprint", "ip"}),  # set once the segment is done
         )
+
+
+class _ClipLane:
+    """The per-clip stages and the part writer, on one thread beside the decoding loop.
+
+    Clips go through one at a time, in the order they were cut, so bytes and part files are those
+    of a sequential run; at most `depth` clips wait, so memory stays at a few clips' pixels. On a
+    busy node the two threads share the task's CPU; where a core is idle (the last segments of a
+    film) encoding runs beside decoding. An error in the lane (a failing write) is raised again
+    in the segment's thread by the next `submit` or `drain`.
+    """
+
+    def __init__(self, stages: list[ClipStage], writer: ShardWriter, depth: int = 2):
+        self.stages, self.writer, self.depth = stages, writer, depth
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.written = 0
+        self.failed = 0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clip-lane")
+        self._pending: deque[Future] = deque()
+
+    def submit(self, clip: Clip) -> None:
+        self._pending.append(self._pool.submit(self._finish, clip))
+        while len(self._pending) > self.depth:
+            self._pending.popleft().result()
+
+    def drain(self) -> None:
+        while self._pending:
+            self._pending.popleft().result()
+
+    def close(self) -> None:
+        """Wait for the lane to stop (the writer must not close under a write)."""
+        for future in self._pending:
+            future.cancel()
+        self._pool.shutdown(wait=True)
+
+    def _finish(self, clip: Clip) -> None:
+        for stage in self.stages:
+            clip = _timed(self.seconds, stage.name, stage.process_safely, clip)
+        clip.frames = None  # a failed stage may leave pixels behind: never hold them
+        _timed(self.seconds, "write", self.writer.write, clip)
+        self.written += 1
+        self.failed += clip.status != STATUS_OK
+
+
+def _timed(seconds: dict[str, float], name: str, fn, *args):
+    """Call fn(*args), adding the CPU seconds this thread spent in it to seconds[name]."""
+    began = time.thread_time()
+    try:
+        return fn(*args)
+    finally:
+        seconds[name] += time.thread_time() - began
 
 
 def _detect_box(film: FilmInfo, crop: CropBox, small_size: tuple[int, int]) -> tuple[int, ...]:

@@ -43,13 +43,15 @@ from core.record import Clip
 @dataclass
 class Frame:
     """One decoded source frame. `small()` is the cropped picture at detection size in BGR (what
-    PySceneDetect expects); `rgb()` is the whole upright picture in RGB. Each is converted when
-    called, so a stage that never asks never pays. `starts_scene` is known once scene detection
-    has settled the frame (its lag has passed)."""
+    PySceneDetect expects); `planes()` is the whole upright picture as its Y, U, V planes (yuv420p,
+    8-bit, limited range; views of the decoder's own buffers where the source allows), which clip
+    splitting crops and scales into I420 without going through RGB (core/frames.py). Each is
+    computed when called, so a stage that never asks never pays. `starts_scene` is known once
+    scene detection has settled the frame (its lag has passed)."""
 
     index: int
     small: Callable[[], np.ndarray]
-    rgb: Callable[[], np.ndarray]
+    planes: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]
     starts_scene: bool = False
 
 

@@ -12,11 +12,13 @@ short (a scene's tail under 2 s, the end of a segment or film) are dropped and r
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
 
+from core.frames import ClipFrames, chroma_region, i420_planes
 from core.record import Clip, make_clip_id
 from core.settings import Settings, check_choice
 from stages.base import Frame
@@ -24,6 +26,7 @@ from stages.crop import CropBox
 from stages.probe import FilmInfo
 
 EPS = 1e-6
+_BLACK_Y, _GREY_UV = 16, 128  # black in limited-range YUV: what pad mode's bars are made of
 RESIZE_MODES = ("center_crop", "pad", "stretch")
 IMAGE_FORMATS = ("jpeg", "png")
 
@@ -92,17 +95,47 @@ def output_region(crop: CropBox, config: ClipConfig) -> tuple[int, int, int, int
     return crop.x, crop.y + (crop.h - h) // 2, crop.w, h
 
 
-def fit_frame(rgb: np.ndarray, region: tuple[int, int, int, int], config: ClipConfig) -> np.ndarray:
-    """Cut `region` out of a source frame and bring it to height x width."""
+def fit_frame(
+    image: np.ndarray,
+    region: tuple[int, int, int, int],
+    config: ClipConfig,
+    size: tuple[int, int] | None = None,
+    fill: int = 0,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Cut `region` (x, y, w, h) out of a picture (RGB, or one plane) and bring it to `size`
+    (w, h; the clip's by default): the one geometry rule every representation goes through."""
+    width, height = size or (config.width, config.height)
     x, y, w, h = region
-    picture = rgb[y : y + h, x : x + w]
+    picture = image[y : y + h, x : x + w]
     if config.resize != "pad":
-        return _resize(picture, config.width, config.height)
-    scale = min(config.width / w, config.height / h)
+        return _resize(picture, width, height, out)
+    scale = min(width / w, height / h)
     inner_w, inner_h = int(round(w * scale)), int(round(h * scale))
-    out = np.zeros((config.height, config.width, 3), np.uint8)
-    top, left = (config.height - inner_h) // 2, (config.width - inner_w) // 2
-    out[top : top + inner_h, left : left + inner_w] = _resize(picture, inner_w, inner_h)
+    if out is None:
+        out = np.empty((height, width, *image.shape[2:]), np.uint8)
+    out[...] = fill
+    top, left = (height - inner_h) // 2, (width - inner_w) // 2
+    _resize(picture, inner_w, inner_h, out[top : top + inner_h, left : left + inner_w])
+    return out
+
+
+def fit_i420(
+    planes: tuple[np.ndarray, np.ndarray, np.ndarray],
+    region: tuple[int, int, int, int],
+    config: ClipConfig,
+) -> np.ndarray:
+    """Fit a source frame's Y, U, V planes into one (H * 3/2) x W I420 array, each plane scaled
+    once, straight into place."""
+    height, width = config.height, config.width
+    if height % 2 or width % 2:
+        raise ValueError(f"clips.height and clips.width must be even, got {height}x{width}")
+    out = np.empty((height * 3 // 2, width), np.uint8)
+    targets = i420_planes(out, height, width)
+    fill = (_BLACK_Y, _GREY_UV, _GREY_UV)
+    regions = (region, chroma_region(region), chroma_region(region))
+    for plane, area, target, value in zip(planes, regions, targets, fill):
+        fit_frame(plane, area, config, (target.shape[1], target.shape[0]), value, target)
     return out
 
 
@@ -119,21 +152,45 @@ class _Once:
         return self._value
 
 
-def _resize(image: np.ndarray, width: int, height: int) -> np.ndarray:
+def _resize(image: np.ndarray, width: int, height: int, out: np.ndarray | None) -> np.ndarray:
     if image.shape[1] == width and image.shape[0] == height:
-        return np.ascontiguousarray(image)
+        if out is None:
+            return np.ascontiguousarray(image)
+        out[...] = image
+        return out
     shrinking = width * height < image.shape[0] * image.shape[1]
-    return cv2.resize(
-        image, (width, height), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
-    )
+    interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
+    if shrinking:
+        image = _shrink_by_whole_factor(image, width, height)
+    if out is None:
+        return cv2.resize(image, (width, height), interpolation=interpolation)
+    result = cv2.resize(image, (width, height), dst=out, interpolation=interpolation)
+    if result is not out:  # OpenCV allocates anew when it cannot write into `out`
+        out[...] = result
+    return out
+
+
+def _shrink_by_whole_factor(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    """Average k x k blocks first when the picture is at least k times the target (a 1080p film's
+    frames into 720x480): OpenCV's area resize by a whole factor is a plain block mean, nine times
+    faster than its general case, which then has only the rest to do. At most k - 1 edge pixels
+    of the source are left out; pictures under twice the target size are untouched."""
+    factor = min(image.shape[1] // width, image.shape[0] // height)
+    if factor < 2:
+        return image
+    rows, cols = image.shape[0] // factor, image.shape[1] // factor
+    whole = image[: rows * factor, : cols * factor]
+    return cv2.resize(whole, (cols, rows), interpolation=cv2.INTER_AREA)
 
 
 class ClipSplitter:
     """A frame-level stage: `process(frame)` returns the Clips and Drops the frame completes, for
     one film segment; `finish(end)` closes the last scene.
 
-    `frame.rgb()` is called only for sampled frames, so the other two thirds of the frames are
-    never converted.
+    `frame.planes()` is called only for sampled frames, so the other two thirds of the frames are
+    never touched. Each sample is fitted once into I420 (then passed through `to_bt601`, which
+    brings a source of another colour matrix to the one clips are stored in); a clip carries its
+    samples as `ClipFrames`.
     """
 
     def __init__(
@@ -144,8 +201,10 @@ class ClipSplitter:
         ip: str,
         segment_index: int,
         is_last_segment: bool,
+        to_bt601: Callable[[np.ndarray], np.ndarray] | None = None,
     ):
         self.config, self.film, self.crop, self.ip = config, film, crop, ip
+        self.to_bt601 = to_bt601 or (lambda i420: i420)
         self.segment_index = segment_index
         self.is_last_segment = is_last_segment
         self.region = output_region(crop, config)
@@ -166,7 +225,7 @@ class ClipSplitter:
             out += self._close_scene(index)
             self._open_scene(index)
         out += self._close_passed_windows(index)
-        fitted = _Once(lambda: fit_frame(frame.rgb(), self.region, self.config))
+        fitted = _Once(lambda: self.to_bt601(fit_i420(frame.planes(), self.region, self.config)))
         self._take_samples(index, fitted)
         window = self.window
         if window is not None and window.fits and index == window.end_frame - 1:
@@ -263,7 +322,7 @@ class ClipSplitter:
 
     def _make_clip(self, window: _Window) -> Clip:
         cfg, film = self.config, self.film
-        frames = np.stack([window.samples[m] for m in range(cfg.num_frames)])
+        frames = ClipFrames(np.stack([window.samples[m] for m in range(cfg.num_frames)]))
         indices = list(window.sample_indices)
         clip = Clip(
             clip_id=make_clip_id(

@@ -6,8 +6,9 @@ clip's pixels at a time.
 
 from __future__ import annotations
 
+from core.frames import as_clip_frames
 from core.record import Clip
-from core.video import encode_image, encode_mp4
+from core.video import encode_bgr_image, encode_mp4
 from stages.base import ClipStage, register_clip_stage
 from stages.clips import ClipConfig
 
@@ -21,10 +22,9 @@ class EncodeMedia(ClipStage):
     def process(self, clip: Clip) -> Clip:
         if clip.frames is None:
             raise ValueError(f"clip {clip.clip_id} has no frames to encode")
-        clip.video = encode_mp4(
-            clip.frames, clip.fps, crf=self.config.crf, preset=self.config.preset
-        )
-        clip.first_frame = encode_image(clip.frames[0], self.config.image_format)
+        frames = as_clip_frames(clip.frames)
+        clip.video = encode_mp4(frames, clip.fps, crf=self.config.crf, preset=self.config.preset)
+        clip.first_frame = encode_bgr_image(frames.first_bgr(), self.config.image_format)
         clip.frames = None
         return clip
 

@@ -24,6 +24,7 @@ import cv2
 import numpy as np
 
 from core.device import DeviceError, pick_device
+from core.frames import ClipFrames
 from core.record import Clip
 from core.settings import Settings, check_choice
 from stages.base import ClipStage, Resources, register_clip_stage
@@ -96,8 +97,9 @@ class MotionMeasurement:
     held_pairs: int
 
 
-def grey_frames(frames: np.ndarray, size: tuple[int, int]) -> list[np.ndarray]:
-    return [_resize(cv2.cvtColor(f, cv2.COLOR_RGB2GRAY), size) for f in frames]
+def grey_frames(frames: ClipFrames | np.ndarray, size: tuple[int, int]) -> list[np.ndarray]:
+    """Full-range grey frames at `size` (h, w), from the clip's luma (or RGB) without RGB."""
+    return _checked_frames(frames).grey(size)
 
 
 def held_pairs(small_grey: list[np.ndarray], pixel_delta: float, max_fraction: float) -> list[bool]:
@@ -138,17 +140,20 @@ def pair_scope(speed: np.ndarray, background_ratio: float, reference_percentile:
     return float(moving.mean())
 
 
-def measure_motion(frames: np.ndarray, backend, config: MotionConfig) -> MotionMeasurement:
-    """Motion scope of N >= 2 RGB frames (any size) with a flow backend (see DisFlow)."""
+def measure_motion(
+    frames: ClipFrames | np.ndarray, backend, config: MotionConfig
+) -> MotionMeasurement:
+    """Motion scope of N >= 2 frames (`ClipFrames` or RGB, any size) with a flow backend (see
+    DisFlow)."""
     frames = _checked_frames(frames)
-    small_grey = grey_frames(frames, HELD_CHECK_SIZE)
+    small_grey = frames.grey(HELD_CHECK_SIZE)
     held = held_pairs(small_grey, config.held_pixel_delta, config.held_max_fraction)
     moving = [i for i, is_held in enumerate(held) if not is_held]
     if not moving:
         return MotionMeasurement(scope=0.0, moving_pairs=0, held_pairs=len(held))
     values = [
         pair_scope(speed, config.background_ratio, config.reference_percentile)
-        for speed in backend.speeds(frames, moving, small_grey)
+        for speed in backend.speeds(frames, moving)
     ]
     return MotionMeasurement(
         scope=float(np.mean(values)), moving_pairs=len(moving), held_pairs=len(held) - len(moving)
@@ -162,12 +167,16 @@ def rule_descriptor(config: MotionConfig) -> str:
     )
 
 
-def _checked_frames(frames) -> np.ndarray:
-    frames = np.asarray(frames)
-    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or len(frames) < 2:
-        raise MotionError(
-            f"motion needs N >= 2 frames of H x W x 3 uint8 RGB, got {frames.shape} {frames.dtype}"
-        )
+def _checked_frames(frames) -> ClipFrames:
+    if not isinstance(frames, ClipFrames):
+        rgb = np.asarray(frames)
+        if rgb.ndim != 4 or rgb.shape[-1] != 3 or rgb.dtype != np.uint8 or len(rgb) < 2:
+            raise MotionError(
+                f"motion needs N >= 2 frames of H x W x 3 uint8 RGB, got {rgb.shape} {rgb.dtype}"
+            )
+        frames = ClipFrames.from_rgb(rgb)
+    if len(frames) < 2:
+        raise MotionError(f"motion needs N >= 2 frames, got {len(frames)}")
     return frames
 
 
@@ -221,19 +230,15 @@ class DisFlow:
         if self.patch_stride:
             self._dis.setPatchStride(self.patch_stride)
 
-    def speeds(
-        self, frames: np.ndarray, pairs: list[int], small_grey: list[np.ndarray] | None = None
-    ):
+    def speeds(self, frames: ClipFrames | np.ndarray, pairs: list[int]):
         """Yield the speed map (480x720 pixel units) of each pair (i, i + 1) in `pairs`.
 
-        `small_grey` (the frames as grey at HELD_CHECK_SIZE) is reused when it is our size.
+        Grey frames at the working size come from `frames`, which computes each size once (the
+        held-drawing test already asked for 120x180, the default working size).
         """
         if self._dis is None:
             self.load()
-        if small_grey is not None and small_grey[0].shape == self.size:
-            grey = small_grey
-        else:
-            grey = grey_frames(frames, self.size)
+        grey = _checked_frames(frames).grey(self.size)
         for i in pairs:
             flow = self._dis.calc(grey[i], match_brightness(grey[i + 1], grey[i]), None)
             yield speed_in_unit_pixels(flow[..., 0], flow[..., 1], self.size)
@@ -293,16 +298,17 @@ class MemFlowBackend:
             ) from None
         self._model = model.to(self._device).eval()
 
-    def speeds(self, frames: np.ndarray, pairs: list[int], small_grey=None):
+    def speeds(self, frames: ClipFrames | np.ndarray, pairs: list[int]):
         if self._model is None:
             self.load()
         import torch
 
+        rgb = _checked_frames(frames).rgb()
         with torch.inference_mode():
             previous = None
             for n, i in enumerate(pairs):
                 inputs = {
-                    "images": self._tensor(frames[i : i + 2]),
+                    "images": self._tensor(rgb[i : i + 2]),
                     "meta": {"is_seq_start": n == 0, "is_seq_end": n == len(pairs) - 1},
                 }
                 if previous is not None and pairs[n - 1] == i - 1:
@@ -365,7 +371,8 @@ def make_backend(config: MotionConfig):
 class MotionScope(ClipStage):
     """Fills motion_scope, motion_level, motion_backend and motion_levels_version of a clip.
 
-    Needs `clip.frames` (the 16 in-memory RGB frames), so it runs where clips are cut, before
+    Needs `clip.frames` (the 16 in-memory frames; DIS reads small grey frames made from their
+    luma, MemFlow their RGB), so it runs where clips are cut, before
     the frames are dropped. Build it from `config.motion`; `setup()` loads the backend once per
     worker (it also runs on the first `process` call if nobody called it).
     """
@@ -402,7 +409,7 @@ class MotionScope(ClipStage):
         clip.motion_levels_version = self.levels.version
         return clip
 
-    def measure(self, frames: np.ndarray) -> MotionMeasurement:
+    def measure(self, frames: ClipFrames | np.ndarray) -> MotionMeasurement:
         return measure_motion(frames, self.backend, self.config)
 
     @property

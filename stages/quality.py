@@ -27,6 +27,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from core.frames import as_clip_frames
 from core.record import STATUS_OK, Clip
 from core.settings import ConfigError, Settings
 from stages.base import ClipStage, register_clip_stage
@@ -328,7 +329,10 @@ class QualityStage(ClipStage):
                 f"clip {clip.clip_id}: quality needs the in-memory frames (clip.frames is None)"
             )
         assert self.detector is not None  # built whenever the stage is enabled
-        frames = clip.frames
+        # Its thresholds were measured on RGB frames, so it reads RGB (one conversion of the 16
+        # frames, about 6 ms; the luma series could come from `grey()` without it, once the
+        # thresholds are checked on luma-made grey).
+        frames = as_clip_frames(clip.frames).rgb()
         clip.quality_luma_mean, clip.quality_luma_peak = luma_series(frames)
         clip.quality_text_area = max(
             self.detector.areas([frames[_at(i, frames)] for i in self.config.text_frames])

@@ -33,8 +33,41 @@ from core.settings import Settings, check_choice
 from stages.base import Frame
 
 
-class MedianAdaptiveDetector(ContentDetector):
-    """PySceneDetect's adaptive rule with the window's median in place of its mean.
+class _OpenCvScore:
+    """ContentDetector's frame score with each channel's mean absolute difference taken by
+    OpenCV (absdiff, then a sum) instead of numpy's int32 arithmetic. Both sum the same integers
+    exactly, so scores and cuts are identical (tests/test_clips.py compares them); this takes a
+    fifth of the time (about 20 us against 105 us a frame at 256x108). With a stats manager or an
+    edge weight the library's own computation runs."""
+
+    def _calculate_frame_score(self, timecode: FrameTimecode, frame_img: np.ndarray) -> float:
+        weights = self._weights  # type: ignore[attr-defined]
+        if self.stats_manager is not None or weights.delta_edges:  # type: ignore[attr-defined]
+            return super()._calculate_frame_score(timecode, frame_img)  # type: ignore[misc]
+        hue, sat, lum = cv2.split(cv2.cvtColor(frame_img, cv2.COLOR_BGR2HSV))
+        previous = self._last_frame  # type: ignore[has-type]
+        self._last_frame = ContentDetector._FrameData(hue, sat, lum, None)
+        if previous is None:
+            return 0.0
+        pixels = float(hue.shape[0] * hue.shape[1])
+        components = [
+            cv2.sumElems(cv2.absdiff(now, before))[0] / pixels
+            for now, before in ((hue, previous.hue), (sat, previous.sat), (lum, previous.lum))
+        ] + [0.0]
+        return sum(c * w for c, w in zip(components, weights)) / sum(abs(w) for w in weights)
+
+
+class FastAdaptiveDetector(_OpenCvScore, AdaptiveDetector):
+    """PySceneDetect's AdaptiveDetector, scores computed as in `_OpenCvScore`."""
+
+
+class FastContentDetector(_OpenCvScore, ContentDetector):
+    """PySceneDetect's ContentDetector, scores computed as in `_OpenCvScore`."""
+
+
+class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
+    """PySceneDetect's adaptive rule with the window's median in place of its mean (scores as in
+    `_OpenCvScore`).
 
     The adaptive detector calls frame c a cut when its content score is `adaptive_threshold`
     times the average score of the `window_width` frames on each side. Two cuts a frame or two
@@ -87,8 +120,8 @@ class MedianAdaptiveDetector(ContentDetector):
 # name -> (detector class, name of its main threshold argument)
 DETECTORS = {
     "adaptive": (MedianAdaptiveDetector, "adaptive_threshold"),
-    "pyscenedetect-adaptive": (AdaptiveDetector, "adaptive_threshold"),
-    "content": (ContentDetector, "threshold"),
+    "pyscenedetect-adaptive": (FastAdaptiveDetector, "adaptive_threshold"),
+    "content": (FastContentDetector, "threshold"),
     "hash": (HashDetector, "threshold"),
     "histogram": (HistogramDetector, "threshold"),
     "threshold": (ThresholdDetector, "threshold"),

@@ -118,16 +118,21 @@ def test_the_clip_splitter_converts_only_the_frames_it_samples(tmp_path):
     splitter = ClipSplitter(ClipConfig(), film, crop, "generic", 0, True)
     converted: list[int] = []
 
-    def rgb(index: int) -> np.ndarray:
+    def planes(index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         converted.append(index)
-        return np.zeros((film.height, film.width, 3), np.uint8)
+        half = (film.height // 2, film.width // 2)
+        return (
+            np.zeros((film.height, film.width), np.uint8),
+            np.zeros(half, np.uint8),
+            np.zeros(half, np.uint8),
+        )
 
     def no_small() -> np.ndarray:
         raise AssertionError("splitting never needs the detection-size picture")
 
     found: list = []
     for index in range(film.num_frames):
-        frame = Frame(index, small=no_small, rgb=partial(rgb, index), starts_scene=index == 0)
+        frame = Frame(index, small=no_small, planes=partial(planes, index), starts_scene=index == 0)
         found += splitter.process(frame)
     found += splitter.finish(film.num_frames)
     [clip] = [item for item in found if isinstance(item, Clip)]
@@ -141,10 +146,10 @@ def test_scene_detection_finds_a_cut_through_the_frame_contract(tmp_path):
     with av.open(str(film.path)) as container:
         for index, picture in enumerate(container.decode(video=0)):
             small = picture.reformat(width=128, height=72, format="bgr24").to_ndarray()
-            cuts += detector.process(Frame(index, small=lambda s=small: s, rgb=_no_rgb))
+            cuts += detector.process(Frame(index, small=lambda s=small: s, planes=_no_planes))
     cuts += detector.finish(film.num_frames)
     assert cuts == [36]
 
 
-def _no_rgb() -> np.ndarray:
+def _no_planes() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     raise AssertionError("scene detection never needs the full picture")
