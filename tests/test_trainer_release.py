@@ -294,7 +294,8 @@ def test_a_run_records_the_levels_file_its_shards_were_labelled_with(backbones, 
 
 
 def _mark_unusable(shards: Path, film: str, clip_index: int, out: Path) -> Path:
-    """A copy of the dataset whose shards carry a `usable` column, one clip marked False."""
+    """A copy of the dataset with one clip marked not usable (the column is set, or added to
+    shards written without it)."""
     import shutil
 
     import pyarrow as pa
@@ -309,7 +310,11 @@ def _mark_unusable(shards: Path, film: str, clip_index: int, out: Path) -> Path:
                 table.column("film_id").to_pylist(), table.column("clip_index").to_pylist()
             )
         ]
-        table = table.append_column("usable", pa.array(usable, pa.bool_()))
+        column = pa.array(usable, pa.bool_())
+        if "usable" in table.column_names:
+            table = table.set_column(table.column_names.index("usable"), "usable", column)
+        else:
+            table = table.append_column("usable", column)
         pq.write_table(table.replace_schema_metadata(pq.read_schema(path).metadata), path)
     return out
 
