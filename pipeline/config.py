@@ -37,6 +37,12 @@ class RunConfig:
     2 s there is dropped and counted as segment_tail, at most one clip per boundary."""
     num_cpus: int | None = None
     """CPUs for the embedded Ray; None lets Ray use the machine."""
+    films_in_flight: int | None = None
+    """Films being probed, cut or finalized at once; None: twice the cluster's CPUs. Bounds the
+    driver's and the object store's memory on corpora of thousands of films."""
+    task_threads: int = 1
+    """Decoder, OpenCV and torch threads per task: tasks already run one per CPU, so more threads
+    per task would oversubscribe the node."""
     progress: bool = True
 
 

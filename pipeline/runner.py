@@ -1,4 +1,7 @@
-"""Run the pipeline on films: probe, border crop, segments in parallel, then one finalize step.
+"""Run the pipeline on a corpus of films: every film's probe and border crop, its segments and its
+finalize step are tasks on the executor, all films scheduled together (a bounded number in
+flight), so a folder of short films keeps every CPU of a node or cluster busy. The driver only
+routes task results; a film's output never depends on the order in which its tasks finish.
 
 Output of a film, under OUT/<film_slug>/:
     shards/clips-NNNNN.parquet   clip rows with media bytes, rotated by size
@@ -9,7 +12,8 @@ Output of a film, under OUT/<film_slug>/:
 
 Reruns are safe: a complete film is skipped; an interrupted one redoes only the segments without
 a DONE marker, then finalizes again: shards, manifest and drops are byte for byte those of an
-uninterrupted run (summary.json differs only in its timings and segments_reused).
+uninterrupted run (summary.json differs only in its timings, segments_reused and where each
+segment ran).
 """
 
 from __future__ import annotations
@@ -22,10 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
-from pipeline.executor import make_executor
+from pipeline.corpus import write_dataset_summary
+from pipeline.executor import TaskResources, make_executor
 from pipeline.ip import IP
 from pipeline.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
-from pipeline.segments import SegmentJob, plan_segments, run_segment
+from pipeline.segments import (
+    Segment,
+    SegmentJob,
+    clip_stages,
+    limit_threads,
+    plan_segments,
+    run_segment,
+)
 from pipeline.shards import (
     ShardWriter,
     read_clips,
@@ -33,7 +45,7 @@ from pipeline.shards import (
     write_manifest,
     write_table_atomic,
 )
-from stages.crop import BorderCrop
+from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
 
 log = logging.getLogger(__name__)
@@ -48,6 +60,34 @@ class FilmResult:
     ok: bool
     message: str
     summary: dict | None = None
+
+
+@dataclass
+class PrepareJob:
+    path: str | Path
+    out_dir: Path
+    config: PipelineConfig
+    ip: IP
+
+
+@dataclass
+class FilmPlan:
+    """A probed film ready to be cut: its facts, crop box and segments."""
+
+    film: FilmInfo
+    crop: CropBox
+    film_dir: Path
+    segments: list[Segment]
+    seconds: dict[str, float]
+
+
+@dataclass
+class FinalizeJob:
+    plan: FilmPlan
+    config: PipelineConfig
+    ip: IP
+    segment_results: list
+    started_at: float  # wall clock (time.time) when the film's first task was submitted
 
 
 def film_config(base: PipelineConfig, ip: IP, film_path: str | Path) -> PipelineConfig:
@@ -66,19 +106,168 @@ def film_config(base: PipelineConfig, ip: IP, film_path: str | Path) -> Pipeline
 def run_films(
     paths: list[str | Path], out_dir: str | Path, config: PipelineConfig, ip: IP, executor=None
 ) -> list[FilmResult]:
-    """Each film in turn (its segments in parallel); one bad film never stops the others."""
+    """All films at once: each film's probe, crop, segments and finalize are tasks, with a bounded
+    number of films in flight; one bad film never stops the others. Results in input order."""
     executor = executor or make_executor(
         config.run.executor, config.run.num_cpus, config.run.progress
     )
-    results = []
-    for path in paths:
+    results: list[FilmResult | None] = [None] * len(paths)
+    work = []
+    for index, path in enumerate(paths):
         try:
-            results.append(run_film(path, out_dir, film_config(config, ip, path), ip, executor))
-        except (FilmError, ConfigError) as exc:
-            results.append(FilmResult(str(path), None, False, str(exc)))
+            work.append((index, path, film_config(config, ip, path)))
+        except ConfigError as exc:
+            results[index] = FilmResult(str(path), None, False, str(exc))
+    scheduler = _FilmScheduler(executor, Path(out_dir), ip, config.run.films_in_flight)
+    for index, outcome in scheduler.run(work).items():
+        results[index] = _as_result(paths[index], outcome)
+    done = [r for r in results if r is not None]
     if config.caption.model:
-        _caption(results, config, ip)
-    return results
+        _caption(done, config, ip)
+    unprocessed = [{"path": r.path, "error": r.message} for r in done if r.film_dir is None]
+    write_dataset_summary(out_dir, unprocessed)
+    return done
+
+
+def run_film(
+    path: str | Path, out_dir: str | Path, config: PipelineConfig, ip: IP, executor=None
+) -> FilmResult:
+    """One film with exactly `config` (no manifest overrides); a bad film raises FilmError."""
+    executor = executor or make_executor(
+        config.run.executor, config.run.num_cpus, config.run.progress
+    )
+    outcome = _FilmScheduler(executor, Path(out_dir), ip, 1).run([(0, path, config)])[0]
+    if isinstance(outcome, FilmError):
+        raise outcome
+    return _as_result(path, outcome)
+
+
+def _as_result(path: str | Path, outcome) -> FilmResult:
+    if isinstance(outcome, FilmResult):
+        return outcome
+    if isinstance(outcome, FilmError | ConfigError):
+        return FilmResult(str(path), None, False, str(outcome))
+    return FilmResult(str(path), None, False, f"{path}: {type(outcome).__name__}: {outcome}")
+
+
+def segment_resources(config: PipelineConfig) -> TaskResources:
+    """One CPU, and a GPU when a per-clip stage runs on one (MemFlow on CUDA): Ray then never
+    puts two segments' models on one GPU."""
+    gpus = max((stage.resources.gpus for stage in clip_stages(config)), default=0.0)
+    return TaskResources(cpus=1.0, gpus=gpus)
+
+
+class _FilmScheduler:
+    """Drives films through prepare -> segments -> finalize on the executor. Only this loop runs
+    in the driver; it touches no film data, it only submits tasks and routes their results."""
+
+    def __init__(self, executor, out_dir: Path, ip: IP, films_in_flight: int | None):
+        self.executor, self.out_dir, self.ip = executor, out_dir, ip
+        self.limit = films_in_flight or 2 * executor.slots()
+        self.tasks: dict = {}  # task -> (film index, step, payload)
+        self.segments: dict[int, list] = {}  # film index -> its segment tasks, in order
+        self.outcomes: dict[int, object] = {}
+
+    def run(self, work: list[tuple[int, str | Path, PipelineConfig]]) -> dict[int, object]:
+        queue = list(reversed(work))
+        with self.executor.progress_bar("films") as self.bar:
+            while queue or self.tasks:
+                while queue and self._films_in_flight() < self.limit:
+                    self._start(*queue.pop())
+                for task in self.executor.wait(list(self.tasks)):
+                    self._advance(task)
+        return self.outcomes
+
+    def _films_in_flight(self) -> int:
+        return len({index for index, _, _ in self.tasks.values()})
+
+    def _start(self, index: int, path, config: PipelineConfig) -> None:
+        job = PrepareJob(path, self.out_dir, config, self.ip)
+        started = time.time()
+        self.tasks[self.executor.submit(prepare_film, job)] = (index, "prepare", (config, started))
+
+    def _advance(self, task) -> None:
+        index, step, payload = self.tasks.pop(task)
+        value = self.executor.result(task)
+        if step == "prepare":
+            self._prepared(index, value, *payload)
+        elif step == "segment":
+            self._segment_done(index, payload)
+        else:
+            self.outcomes[index] = value
+            self.bar.set_postfix_str(f"{len(self.outcomes)} films done")
+
+    def _prepared(self, index: int, value, config: PipelineConfig, started: float) -> None:
+        if not isinstance(value, FilmPlan):  # skipped (complete) or failed
+            self.outcomes[index] = value
+            return
+        self.bar.total = (self.bar.total or 0) + value.film.num_frames
+        self.bar.refresh()
+        resources = segment_resources(config)
+        work_dir = value.film_dir / "work"
+        jobs = [
+            SegmentJob(value.film, value.crop, config, self.ip.name, s, work_dir)
+            for s in value.segments
+        ]
+        tasks = [self.executor.submit(run_segment, job, resources) for job in jobs]
+        self.segments[index] = tasks
+        for task in tasks:
+            self.tasks[task] = (index, "segment", (value, config, started))
+
+    def _segment_done(self, index: int, payload) -> None:
+        if any(step == "segment" and i == index for i, step, _ in self.tasks.values()):
+            return  # the film's other segments are still running
+        plan, config, started = payload
+        results = [self.executor.result(t) for t in self.segments.pop(index)]
+        job = FinalizeJob(plan, config, self.ip, results, started)
+        self.tasks[self.executor.submit(finalize_film, job)] = (index, "finalize", None)
+
+
+def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
+    """Probe the film and find its crop box (a task): a plan, or the result of a finished film."""
+    began = time.perf_counter()
+    film = Probe().process(job.path)
+    if film.duration < job.config.clips.seconds:
+        raise FilmError(
+            f"{job.path}: the video is {film.duration:.2f} s long; a clip needs "
+            f"{job.config.clips.seconds:g} s"
+        )
+    film_dir = Path(job.out_dir) / film.slug
+    previous = _complete_summary(film_dir, job.config, job.ip)
+    if previous is not None:
+        return FilmResult(
+            str(job.path),
+            film_dir,
+            True,
+            f"{film.film_name}: already complete ({previous['clips_written']} clips "
+            f"in {film_dir}); skipped",
+            previous,
+        )
+    probe_seconds = time.perf_counter() - began
+    limit_threads(job.config.run.task_threads)
+    crop_began = time.perf_counter()
+    crop = BorderCrop(job.config.crop).process(film)
+    seconds = {"probe": probe_seconds, "crop": time.perf_counter() - crop_began}
+    segments = plan_segments(film, job.config.run.segment_seconds)
+    return FilmPlan(film, crop, film_dir, segments, seconds)
+
+
+def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
+    """Gather a film's segments into its outputs and write summary.json last (a task)."""
+    plan = job.plan
+    summary = finalize(
+        plan.film_dir, plan.film, plan.crop, job.config, job.ip, job.segment_results, plan.seconds
+    )
+    summary["segment_boundaries"] = [seg.start for seg in plan.segments[1:]]
+    summary["wall_seconds"] = round(time.time() - job.started_at, 3)
+    write_json_atomic(summary, plan.film_dir / SUMMARY)
+    return FilmResult(
+        str(plan.film.path),
+        plan.film_dir,
+        summary["complete"],
+        _summary_line(plan.film, summary),
+        summary,
+    )
 
 
 def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
@@ -90,48 +279,6 @@ def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
         result.summary = json.loads((result.film_dir / SUMMARY).read_text())
         counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("by_status", {}).items()))
         result.message += f"; captions: {counts or 'none'}"
-
-
-def run_film(
-    path: str | Path, out_dir: str | Path, config: PipelineConfig, ip: IP, executor=None
-) -> FilmResult:
-    executor = executor or make_executor(
-        config.run.executor, config.run.num_cpus, config.run.progress
-    )
-    began = time.perf_counter()
-    film = Probe().process(path)
-    if film.duration < config.clips.seconds:
-        raise FilmError(
-            f"{path}: the video is {film.duration:.2f} s long; a clip needs "
-            f"{config.clips.seconds:g} s"
-        )
-    film_dir = Path(out_dir) / film.slug
-    previous = _complete_summary(film_dir, config, ip)
-    if previous is not None:
-        return FilmResult(
-            str(path),
-            film_dir,
-            True,
-            f"{film.film_name}: already complete ({previous['clips_written']} clips "
-            f"in {film_dir}); skipped",
-            previous,
-        )
-    probe_seconds = time.perf_counter() - began
-    crop_began = time.perf_counter()
-    crop = BorderCrop(config.crop).process(film)
-    crop_seconds = time.perf_counter() - crop_began
-    segments = plan_segments(film, config.run.segment_seconds)
-    jobs = [SegmentJob(film, crop, config, ip.name, seg, film_dir / "work") for seg in segments]
-    results = executor.map(run_segment, jobs, film.num_frames, f"{film.film_name}")
-    summary = finalize(
-        film_dir, film, crop, config, ip, results, {"probe": probe_seconds, "crop": crop_seconds}
-    )
-    summary["segment_boundaries"] = [seg.start for seg in segments[1:]]
-    summary["wall_seconds"] = round(time.perf_counter() - began, 3)
-    write_json_atomic(summary, film_dir / SUMMARY)
-    return FilmResult(
-        str(path), film_dir, summary["complete"], _summary_line(film, summary), summary
-    )
 
 
 def finalize(
@@ -203,6 +350,7 @@ def _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seco
         "crop": {"x": crop.x, "y": crop.y, "w": crop.w, "h": crop.h, "source": crop.source},
         "segments": len(done) + len(failed),
         "segments_reused": sum(bool(s.get("skipped")) for s in done),
+        "segment_runs": [_segment_run(s) for s in done],
         "failed_segments": failed,
         "scenes": scenes,
         "clips_written": sum(s["clips_written"] for s in done),
@@ -217,6 +365,20 @@ def _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seco
         "motion_levels": _motion_levels(config),
         "fingerprint": config.fingerprint(),
         "config": config.to_dict(),
+    }
+
+
+def _segment_run(stats: dict) -> dict:
+    """One segment's line in summary.json: its frames, where it ran, how long it took."""
+    segment = stats["segment"]
+    return {
+        "index": segment["index"],
+        "start_frame": segment["start"],
+        "stop_frame": segment["stop"],
+        "clips_written": stats["clips_written"],
+        "reused": bool(stats.get("skipped")),
+        "ran_on": stats.get("ran_on"),
+        "seconds": round(sum(stats["stage_seconds"].values()), 3),
     }
 
 

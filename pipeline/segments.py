@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 
 from pipeline.config import PipelineConfig
@@ -103,6 +104,15 @@ def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None)
     return stats | {"skipped": False}
 
 
+def limit_threads(threads: int) -> None:
+    """Cap the thread pools a task's libraries would otherwise size to the whole node."""
+    import sys
+
+    cv2.setNumThreads(threads)
+    if "torch" in sys.modules:  # only MemFlow brings torch in; never import it for this
+        sys.modules["torch"].set_num_threads(threads)
+
+
 def clip_stages(config: PipelineConfig) -> list[ClipStage]:
     """The per-clip stages that run while a clip's pixels are in memory, in order."""
     stages: list[ClipStage] = []
@@ -134,9 +144,11 @@ class _SegmentRun:
         film, seg = self.job.film, self.job.segment
         for stage in self.stages:
             self._timed(stage.name, stage.setup)
+        threads = self.job.config.run.task_threads
+        limit_threads(threads)
         lag = self.detector.lag
         warmup = int(WARMUP_SECONDS * film.fps) + lag
-        reader = FrameReader(film.path, film.frame_pts)
+        reader = FrameReader(film.path, film.frame_pts, threads)
         cuts: set[int] = set()
         waiting: deque = deque()
         last = seg.start

@@ -97,9 +97,10 @@ class FrameReader:
     silently shifted frames.
     """
 
-    def __init__(self, path: str, frame_pts: list[int]):
+    def __init__(self, path: str, frame_pts: list[int], threads: int = 0):
         self.path = path
         self.frame_pts = frame_pts
+        self.threads = threads  # decoder threads; 0 lets FFmpeg use every core
         self.corrupt_packets = 0
         self.unmatched_frames = 0  # decoded frames whose timestamp the probe did not list
 
@@ -108,6 +109,7 @@ class FrameReader:
         with av.open(self.path) as container:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
+            stream.codec_context.thread_count = self.threads
             if first > 0:
                 container.seek(self.frame_pts[first], stream=stream, backward=True, any_frame=False)
             for frame in self._decode(container, stream):
