@@ -8,10 +8,12 @@ the films that failed before cutting (no folder of their own) are those of the l
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from pipeline import storage
 from pipeline.shards import write_json_atomic
 
 DATASET_SUMMARY = "dataset.json"
@@ -21,8 +23,8 @@ USABLE_COLUMN = "usable"
 
 def dataset_summary(out_dir: str | Path, failed_films: list[dict] | None = None) -> dict:
     """Totals over every film folder under `out_dir`, then one line per film."""
-    films = [_film_line(path.parent) for path in sorted(Path(out_dir).glob(f"*/{FILM_SUMMARY}"))]
-    films = [f for f in films if f is not None]
+    lines = (_film_line(storage.join(out_dir, name)) for name in storage.list_names(out_dir))
+    films = [line for line in lines if line is not None]
     usable = [f["usable_clips"] for f in films if f["usable_clips"] is not None]
     return {
         "films": len(films),
@@ -43,19 +45,27 @@ def dataset_summary(out_dir: str | Path, failed_films: list[dict] | None = None)
     }
 
 
-def write_dataset_summary(out_dir: str | Path, failed_films: list[dict] | None = None) -> Path:
-    return write_json_atomic(
-        dataset_summary(out_dir, failed_films), Path(out_dir) / DATASET_SUMMARY
-    )
+def write_dataset_summary(out_dir: str | Path, failed_films: list[dict] | None = None) -> None:
+    summary = dataset_summary(out_dir, failed_films)
+    if not storage.is_remote(out_dir):
+        write_json_atomic(summary, Path(out_dir) / DATASET_SUMMARY)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        local = write_json_atomic(summary, Path(folder) / DATASET_SUMMARY)
+        storage.upload(local, storage.join(out_dir, DATASET_SUMMARY))
 
 
-def _film_line(film_dir: Path) -> dict | None:
+def _film_line(film_dir: str | Path) -> dict | None:
+    """A film folder's line, or None for anything that holds no committed summary.json."""
+    text = storage.read_text(storage.join(film_dir, FILM_SUMMARY))
+    if text is None:
+        return None
     try:
-        summary = json.loads((film_dir / FILM_SUMMARY).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None  # a summary being replaced or damaged: the film is not counted yet
+        summary = json.loads(text)
+    except json.JSONDecodeError:
+        return None  # damaged: the film is not counted until a rerun rewrites it
     return {
-        "folder": film_dir.name,
+        "folder": storage.name(film_dir),
         "film_name": summary.get("film", {}).get("film_name"),
         "ip": summary.get("ip"),
         "complete": bool(summary.get("complete")),
@@ -69,12 +79,16 @@ def _film_line(film_dir: Path) -> dict | None:
     }
 
 
-def _usable_clips(film_dir: Path) -> int | None:
+def _usable_clips(film_dir: str | Path) -> int | None:
     """Clips whose `usable` column is true, when the manifest has that column (else None)."""
-    manifest = film_dir / "manifest.parquet"
-    if not manifest.is_file() or USABLE_COLUMN not in pq.read_schema(manifest).names:
+    fs, path = storage.filesystem(storage.join(film_dir, "manifest.parquet"))
+    if not fs.exists(path):
         return None
-    column = pq.read_table(manifest, columns=[USABLE_COLUMN]).column(USABLE_COLUMN)
+    with fs.open(path, "rb") as handle:
+        parquet = pq.ParquetFile(handle)
+        if USABLE_COLUMN not in parquet.schema_arrow.names:
+            return None
+        column = parquet.read(columns=[USABLE_COLUMN]).column(USABLE_COLUMN)
     return sum(bool(v) for v in column.to_pylist())
 
 

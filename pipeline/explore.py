@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import storage
 from pipeline.schema import DROP_SCHEMA, MANIFEST_SCHEMA
 from pipeline.shards import check_schema_version, shard_paths
 from pipeline.video import decode_image, decode_mp4
@@ -124,7 +125,10 @@ class Film:
 
 
 def open_dataset(path: str | Path) -> Dataset:
-    """Open a film folder (OUT/<film>) or a dataset folder (OUT, one sub-folder per film)."""
+    """Open a film folder (OUT/<film>) or a dataset folder (OUT, one sub-folder per film), local
+    or an fsspec URL (s3://...; its committed films are copied to a local cache and read there)."""
+    if storage.is_remote(path):
+        path = storage.mirror_committed(path, SUMMARY_FILE)
     root = Path(path).expanduser()
     if not root.exists():
         raise DatasetError(f"{root}: no such folder")

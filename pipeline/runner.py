@@ -22,15 +22,17 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from pipeline import storage
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 from pipeline.corpus import write_dataset_summary
 from pipeline.executor import TaskResources, make_executor
 from pipeline.ip import IP
 from pipeline.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from pipeline.segments import (
+    DONE,
     Segment,
     SegmentJob,
     clip_stages,
@@ -53,10 +55,14 @@ log = logging.getLogger(__name__)
 SUMMARY = "summary.json"
 
 
+def _no_report(n: int) -> None:
+    pass
+
+
 @dataclass
 class FilmResult:
     path: str
-    film_dir: Path | None
+    film_dir: str | Path | None
     ok: bool
     message: str
     summary: dict | None = None
@@ -65,7 +71,7 @@ class FilmResult:
 @dataclass
 class PrepareJob:
     path: str | Path
-    out_dir: Path
+    out_dir: str | Path
     config: PipelineConfig
     ip: IP
 
@@ -76,7 +82,7 @@ class FilmPlan:
 
     film: FilmInfo
     crop: CropBox
-    film_dir: Path
+    film_dir: str | Path  # a local path or an fsspec URL
     segments: list[Segment]
     seconds: dict[str, float]
 
@@ -104,21 +110,28 @@ def film_config(base: PipelineConfig, ip: IP, film_path: str | Path) -> Pipeline
 
 
 def run_films(
-    paths: list[str | Path], out_dir: str | Path, config: PipelineConfig, ip: IP, executor=None
+    paths: list[str | Path],
+    out_dir: str | Path,
+    config: PipelineConfig,
+    ip: IP,
+    executor=None,
+    ip_for: dict[str, IP] | None = None,
 ) -> list[FilmResult]:
     """All films at once: each film's probe, crop, segments and finalize are tasks, with a bounded
-    number of films in flight; one bad film never stops the others. Results in input order."""
+    number of films in flight; one bad film never stops the others. Results in input order.
+    `ip_for` maps a film (str of its path) to its own IP; the others belong to `ip`."""
     executor = executor or make_executor(
         config.run.executor, config.run.num_cpus, config.run.progress
     )
     results: list[FilmResult | None] = [None] * len(paths)
     work = []
     for index, path in enumerate(paths):
+        film_ip = (ip_for or {}).get(str(path), ip)
         try:
-            work.append((index, path, film_config(config, ip, path)))
+            work.append((index, path, film_config(config, film_ip, path), film_ip))
         except ConfigError as exc:
             results[index] = FilmResult(str(path), None, False, str(exc))
-    scheduler = _FilmScheduler(executor, Path(out_dir), ip, config.run.films_in_flight)
+    scheduler = _FilmScheduler(executor, out_dir, config.run.films_in_flight)
     for index, outcome in scheduler.run(work).items():
         results[index] = _as_result(paths[index], outcome)
     done = [r for r in results if r is not None]
@@ -136,10 +149,57 @@ def run_film(
     executor = executor or make_executor(
         config.run.executor, config.run.num_cpus, config.run.progress
     )
-    outcome = _FilmScheduler(executor, Path(out_dir), ip, 1).run([(0, path, config)])[0]
+    outcome = _FilmScheduler(executor, out_dir, 1).run([(0, path, config, ip)])[0]
     if isinstance(outcome, FilmError):
         raise outcome
     return _as_result(path, outcome)
+
+
+@dataclass
+class FilmDryRun:
+    """What a run would do with one film: its length, segments and output folder."""
+
+    path: str
+    ip: str = ""
+    duration: float = 0.0
+    frames: int = 0
+    segments: list[tuple[int, int]] | None = None
+    film_dir: str = ""
+    complete: bool = False
+    error: str = ""
+
+
+def plan_films(
+    paths: list[str | Path],
+    out_dir: str | Path,
+    config: PipelineConfig,
+    ip: IP,
+    ip_for: dict[str, IP] | None = None,
+) -> list[FilmDryRun]:
+    """Probe each film (packets only, nothing decoded but one frame) and plan its segments."""
+    plans = []
+    for path in paths:
+        film_ip = (ip_for or {}).get(str(path), ip)
+        try:
+            film_cfg = film_config(config, film_ip, path)
+            film = Probe().process(_fetched_film(path))
+        except (FilmError, ConfigError) as exc:
+            plans.append(FilmDryRun(str(path), error=str(exc)))
+            continue
+        film_dir = storage.join(out_dir, film.slug)
+        segments = plan_segments(film, film_cfg.run.segment_seconds)
+        plans.append(
+            FilmDryRun(
+                str(path),
+                film_ip.name,
+                film.duration,
+                film.num_frames,
+                [(seg.start, seg.stop) for seg in segments],
+                str(film_dir),
+                _complete_summary(film_dir, film_cfg, film_ip) is not None,
+            )
+        )
+    return plans
 
 
 def _as_result(path: str | Path, outcome) -> FilmResult:
@@ -161,14 +221,15 @@ class _FilmScheduler:
     """Drives films through prepare -> segments -> finalize on the executor. Only this loop runs
     in the driver; it touches no film data, it only submits tasks and routes their results."""
 
-    def __init__(self, executor, out_dir: Path, ip: IP, films_in_flight: int | None):
-        self.executor, self.out_dir, self.ip = executor, out_dir, ip
+    def __init__(self, executor, out_dir: str | Path, films_in_flight: int | None):
+        self.executor, self.out_dir = executor, out_dir
         self.limit = films_in_flight or 2 * executor.slots()
         self.tasks: dict = {}  # task -> (film index, step, payload)
         self.segments: dict[int, list] = {}  # film index -> its segment tasks, in order
+        self.running: dict[int, int] = {}  # film index -> its segments not finished yet
         self.outcomes: dict[int, object] = {}
 
-    def run(self, work: list[tuple[int, str | Path, PipelineConfig]]) -> dict[int, object]:
+    def run(self, work: list[tuple[int, str | Path, PipelineConfig, IP]]) -> dict[int, object]:
         queue = list(reversed(work))
         with self.executor.progress_bar("films") as self.bar:
             while queue or self.tasks:
@@ -181,10 +242,10 @@ class _FilmScheduler:
     def _films_in_flight(self) -> int:
         return len({index for index, _, _ in self.tasks.values()})
 
-    def _start(self, index: int, path, config: PipelineConfig) -> None:
-        job = PrepareJob(path, self.out_dir, config, self.ip)
+    def _start(self, index: int, path, config: PipelineConfig, ip: IP) -> None:
+        job = PrepareJob(path, self.out_dir, config, ip)
         started = time.time()
-        self.tasks[self.executor.submit(prepare_film, job)] = (index, "prepare", (config, started))
+        self.tasks[self.executor.submit(prepare_film, job)] = (index, "prepare", (job, started))
 
     def _advance(self, task) -> None:
         index, step, payload = self.tasks.pop(task)
@@ -197,42 +258,43 @@ class _FilmScheduler:
             self.outcomes[index] = value
             self.bar.set_postfix_str(f"{len(self.outcomes)} films done")
 
-    def _prepared(self, index: int, value, config: PipelineConfig, started: float) -> None:
+    def _prepared(self, index: int, value, job: PrepareJob, started: float) -> None:
         if not isinstance(value, FilmPlan):  # skipped (complete) or failed
             self.outcomes[index] = value
             return
         self.bar.total = (self.bar.total or 0) + value.film.num_frames
         self.bar.refresh()
+        config, ip = job.config, job.ip
         resources = segment_resources(config)
-        work_dir = value.film_dir / "work"
+        work_dir = storage.join(value.film_dir, "work")
         jobs = [
-            SegmentJob(value.film, value.crop, config, self.ip.name, s, work_dir)
-            for s in value.segments
+            SegmentJob(value.film, value.crop, config, ip.name, s, work_dir) for s in value.segments
         ]
-        tasks = [self.executor.submit(run_segment, job, resources) for job in jobs]
-        self.segments[index] = tasks
+        tasks = [self.executor.submit(run_stored_segment, seg, resources) for seg in jobs]
+        self.segments[index], self.running[index] = tasks, len(tasks)
         for task in tasks:
-            self.tasks[task] = (index, "segment", (value, config, started))
+            self.tasks[task] = (index, "segment", (value, job, started))
 
     def _segment_done(self, index: int, payload) -> None:
-        if any(step == "segment" and i == index for i, step, _ in self.tasks.values()):
+        self.running[index] -= 1
+        if self.running[index]:
             return  # the film's other segments are still running
-        plan, config, started = payload
+        plan, prepared, started = payload
         results = [self.executor.result(t) for t in self.segments.pop(index)]
-        job = FinalizeJob(plan, config, self.ip, results, started)
+        job = FinalizeJob(plan, prepared.config, prepared.ip, results, started)
         self.tasks[self.executor.submit(finalize_film, job)] = (index, "finalize", None)
 
 
 def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
     """Probe the film and find its crop box (a task): a plan, or the result of a finished film."""
     began = time.perf_counter()
-    film = Probe().process(job.path)
+    film = Probe().process(_fetched_film(job.path))
     if film.duration < job.config.clips.seconds:
         raise FilmError(
             f"{job.path}: the video is {film.duration:.2f} s long; a clip needs "
             f"{job.config.clips.seconds:g} s"
         )
-    film_dir = Path(job.out_dir) / film.slug
+    film_dir = storage.join(job.out_dir, film.slug)
     previous = _complete_summary(film_dir, job.config, job.ip)
     if previous is not None:
         return FilmResult(
@@ -249,18 +311,59 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
     crop = BorderCrop(job.config.crop).process(film)
     seconds = {"probe": probe_seconds, "crop": time.perf_counter() - crop_began}
     segments = plan_segments(film, job.config.run.segment_seconds)
+    if storage.is_remote(job.path):
+        film.path = str(job.path)  # every task fetches the film by its URL (once per node)
     return FilmPlan(film, crop, film_dir, segments, seconds)
+
+
+def _fetched_film(path: str | Path) -> Path:
+    if not storage.is_remote(path):
+        return Path(path)
+    try:
+        return storage.local_film(path)
+    except FileNotFoundError:
+        raise FilmError(f"{path}: no such object") from None
+    except OSError as exc:
+        raise FilmError(f"{path}: cannot be read ({exc})") from None
+
+
+def run_stored_segment(job: SegmentJob, report=_no_report) -> dict:
+    """A segment whose work folder is local runs in place. One in object storage runs in a local
+    scratch folder and is published part by part, its DONE.json last (the commit point)."""
+    if not storage.is_remote(job.work_dir):
+        return run_segment(job, report)
+    remote = storage.join(job.work_dir, f"segment-{job.segment.index:05d}")
+    local = replace(job, work_dir=storage.scratch_dir(job.work_dir))
+    shutil.rmtree(local.directory, ignore_errors=True)
+    marker = storage.read_text(storage.join(remote, DONE))
+    if marker is not None:  # committed earlier: run_segment decides whether it still holds
+        local.directory.mkdir(parents=True)
+        (local.directory / DONE).write_text(marker)
+    stats = run_segment(local, report)
+    if not stats["skipped"]:
+        storage.remove(storage.join(remote, DONE))
+        for part in stats["parts"]:
+            storage.upload(local.directory / part, storage.join(remote, part))
+        storage.upload(local.directory / DONE, storage.join(remote, DONE))
+    shutil.rmtree(local.directory, ignore_errors=True)
+    return stats
 
 
 def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
     """Gather a film's segments into its outputs and write summary.json last (a task)."""
     plan = job.plan
+    remote = storage.is_remote(plan.film_dir)
+    film_dir = storage.scratch_dir(plan.film_dir) if remote else Path(plan.film_dir)
+    if remote:
+        _fetch_parts(plan.film_dir, film_dir, job.segment_results)
     summary = finalize(
-        plan.film_dir, plan.film, plan.crop, job.config, job.ip, job.segment_results, plan.seconds
+        film_dir, plan.film, plan.crop, job.config, job.ip, job.segment_results, plan.seconds
     )
     summary["segment_boundaries"] = [seg.start for seg in plan.segments[1:]]
     summary["wall_seconds"] = round(time.time() - job.started_at, 3)
-    write_json_atomic(summary, plan.film_dir / SUMMARY)
+    write_json_atomic(summary, film_dir / SUMMARY)
+    if remote:
+        _publish_film(film_dir, plan.film_dir, summary["complete"])
     return FilmResult(
         str(plan.film.path),
         plan.film_dir,
@@ -268,6 +371,34 @@ def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
         _summary_line(plan.film, summary),
         summary,
     )
+
+
+def _fetch_parts(remote_dir: str | Path, local_dir: Path, segment_results: list) -> None:
+    """The committed parts of every finished segment, into a fresh local film folder."""
+    shutil.rmtree(local_dir, ignore_errors=True)
+    for stats in segment_results:
+        if isinstance(stats, Exception):
+            continue
+        folder = f"segment-{stats['segment']['index']:05d}"
+        for part in stats["parts"]:
+            remote = storage.join(remote_dir, "work", folder, part)
+            storage.download(remote, local_dir / "work" / folder / part)
+
+
+def _publish_film(local_dir: Path, remote_dir: str | Path, complete: bool) -> None:
+    """Upload a finalized film: its old summary.json (the commit point) goes first, the new one
+    last; shards of an earlier attempt that this one did not write are removed before it."""
+    storage.remove(storage.join(remote_dir, SUMMARY))
+    shards = sorted(p.name for p in (local_dir / "shards").glob("*.parquet"))
+    for shard in shards:
+        storage.upload(local_dir / "shards" / shard, storage.join(remote_dir, "shards", shard))
+    for stale in set(storage.list_names(storage.join(remote_dir, "shards"))) - set(shards):
+        storage.remove(storage.join(remote_dir, "shards", stale))
+    for name in ("manifest.parquet", "drops.parquet", SUMMARY):
+        storage.upload(local_dir / name, storage.join(remote_dir, name))
+    if complete:
+        storage.remove(storage.join(remote_dir, "work"))
+    shutil.rmtree(local_dir, ignore_errors=True)
 
 
 def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
@@ -390,12 +521,12 @@ def _motion_levels(config: PipelineConfig) -> dict | None:
     return load_levels(config.motion.level_edges).to_dict()
 
 
-def _complete_summary(film_dir: Path, config: PipelineConfig, ip: IP) -> dict | None:
-    path = film_dir / SUMMARY
-    if not path.is_file():
+def _complete_summary(film_dir: str | Path, config: PipelineConfig, ip: IP) -> dict | None:
+    text = storage.read_text(storage.join(film_dir, SUMMARY))
+    if text is None:
         return None
     try:
-        summary = json.loads(path.read_text())
+        summary = json.loads(text)
     except json.JSONDecodeError:
         return None
     same = summary.get("fingerprint") == config.fingerprint() and summary.get("ip") == ip.name

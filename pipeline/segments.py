@@ -25,6 +25,7 @@ import av
 import cv2
 import numpy as np
 
+from pipeline import storage
 from pipeline.config import PipelineConfig
 from pipeline.record import STATUS_OK
 from pipeline.shards import ShardWriter, write_json_atomic
@@ -56,7 +57,7 @@ class SegmentJob:
     config: PipelineConfig
     ip: str
     segment: Segment
-    work_dir: Path
+    work_dir: Path  # where the runner gives an fsspec URL, it runs the job in a local copy
 
     @property
     def directory(self) -> Path:
@@ -148,7 +149,7 @@ class _SegmentRun:
         limit_threads(threads)
         lag = self.detector.lag
         warmup = int(WARMUP_SECONDS * film.fps) + lag
-        reader = FrameReader(film.path, film.frame_pts, threads)
+        reader = FrameReader(str(storage.local_film(film.path)), film.frame_pts, threads)
         cuts: set[int] = set()
         waiting: deque = deque()
         last = seg.start

@@ -150,8 +150,8 @@ def test_two_node_cluster_runs_a_folder_like_the_embedded_ray(tmp_path, ray_tmpd
     embedded = run_dataset(films_folder, tmp_path / "embedded", ray_env(ray_tmpdir / "head"))
     assert embedded.returncode == 0, embedded.stdout + embedded.stderr
 
-    cluster_films = sorted(p.name for p in (tmp_path / "cluster").iterdir())
-    assert cluster_films == sorted(p.name for p in (tmp_path / "embedded").iterdir())
+    cluster_films = sorted(p.name for p in (tmp_path / "cluster").iterdir() if p.is_dir())
+    assert cluster_films == sorted(p.name for p in (tmp_path / "embedded").iterdir() if p.is_dir())
     assert len(cluster_films) == 2
     nodes_used = set()
     for film in cluster_films:
