@@ -23,8 +23,13 @@ USABLE_COLUMN = "usable"
 
 def dataset_summary(out_dir: str | Path, failed_films: list[dict] | None = None) -> dict:
     """Totals over every film folder under `out_dir`, then one line per film."""
-    lines = (_film_line(storage.join(out_dir, name)) for name in storage.list_names(out_dir))
-    films = [line for line in lines if line is not None]
+    film_dirs = [storage.join(out_dir, name) for name in storage.list_names(out_dir)]
+    return summarize_films(film_dirs, failed_films)
+
+
+def summarize_films(film_dirs: list, failed_films: list[dict] | None = None) -> dict:
+    """Totals over the given film folders (those without a committed summary.json left out)."""
+    films = [line for line in map(_film_line, film_dirs) if line is not None]
     usable = [f["usable_clips"] for f in films if f["usable_clips"] is not None]
     return {
         "films": len(films),

@@ -192,6 +192,19 @@ class Dataset:
         tables = [film.drops_table for film in self.films]
         return _to_pandas(pa.concat_tables(tables, promote_options="default"))
 
+    @cached_property
+    def overview(self) -> dict:
+        """The corpus at a glance: films, clips, usable clips, drops, failures, hours of film and
+        stage seconds, in total and per film (OUT/dataset.json holds the same for a run)."""
+        from pipeline.corpus import DATASET_SUMMARY, summarize_films
+
+        summary = summarize_films([film.path for film in self.films])
+        path = self.root / DATASET_SUMMARY
+        if path.is_file():  # the films that failed before cutting have no folder to read
+            summary["failed_films"] = json.loads(path.read_text()).get("failed_films", [])
+            summary["films_failed"] = len(summary["failed_films"])
+        return summary
+
     @property
     def summaries(self) -> dict[str, dict]:
         """summary.json of every film, keyed by the film folder's name."""
