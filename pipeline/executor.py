@@ -52,6 +52,11 @@ class LocalExecutor:
     def slots(self) -> int:
         return 1
 
+    def shortfall(self, resources: TaskResources) -> str | None:
+        """Why a task asking `resources` could never run here (None: it can). In this process
+        a stage finds its own device."""
+        return None
+
     def submit(self, fn: Callable, job, resources: TaskResources = TaskResources()) -> _LocalTask:
         report = self._bar.update if self._bar is not None else _ignore
         try:
@@ -95,6 +100,17 @@ class RayExecutor:
         """CPUs of the whole cluster: how many one-CPU tasks can run at once."""
         return max(1, int(self._ray().cluster_resources().get("CPU", 1)))
 
+    def shortfall(self, resources: TaskResources) -> str | None:
+        """Why a task asking `resources` could never be placed on this cluster (Ray would wait
+        for it forever), or None."""
+        cluster = self._ray().cluster_resources()
+        if resources.gpus > cluster.get("GPU", 0):
+            return (
+                f"a segment task needs {resources.gpus:g} GPU(s); the Ray cluster has "
+                f"{cluster.get('GPU', 0):g}"
+            )
+        return None
+
     def submit(self, fn: Callable, job, resources: TaskResources = TaskResources()):
         ray = self._ray()
         if resources not in self._remote:
@@ -106,11 +122,12 @@ class RayExecutor:
         return self._remote[resources].remote(fn, job, self._counter)
 
     def wait(self, tasks: list) -> list:
-        """The tasks that finished, waiting at most half a second (the progress bar's tick)."""
+        """The tasks that finished: back as soon as one does (its film's next step is submitted
+        at once), at the latest after half a second (the progress bar's tick)."""
         ray = self._ray()
-        done, _ = ray.wait(list(tasks), num_returns=len(tasks), timeout=0.5)
-        if not done:
-            done, _ = ray.wait(list(tasks), num_returns=1, timeout=0)
+        done, _ = ray.wait(list(tasks), num_returns=1, timeout=0.5)
+        if done:
+            done, _ = ray.wait(list(tasks), num_returns=len(tasks), timeout=0)
         if self._counter is not None and self._bar is not None:
             self._bar.update(ray.get(self._counter.take.remote()))
         return done

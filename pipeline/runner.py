@@ -266,6 +266,11 @@ class _FilmScheduler:
         self.bar.refresh()
         config, ip = job.config, job.ip
         resources = segment_resources(config)
+        shortfall = self.executor.shortfall(resources)
+        if shortfall:
+            message = f"{job.path}: {shortfall} (motion.backend={config.motion.backend} on CUDA)"
+            self.outcomes[index] = FilmResult(str(job.path), None, False, message)
+            return
         work_dir = storage.join(value.film_dir, "work")
         jobs = [
             SegmentJob(value.film, value.crop, config, ip.name, s, work_dir) for s in value.segments
@@ -351,6 +356,7 @@ def run_stored_segment(job: SegmentJob, report=_no_report) -> dict:
 
 def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
     """Gather a film's segments into its outputs and write summary.json last (a task)."""
+    began = time.perf_counter()
     plan = job.plan
     remote = storage.is_remote(plan.film_dir)
     film_dir = storage.scratch_dir(plan.film_dir) if remote else Path(plan.film_dir)
@@ -361,6 +367,7 @@ def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
     )
     summary["segment_boundaries"] = [seg.start for seg in plan.segments[1:]]
     summary["wall_seconds"] = round(time.time() - job.started_at, 3)
+    summary["stage_seconds"]["finalize"] = round(time.perf_counter() - began, 3)
     write_json_atomic(summary, film_dir / SUMMARY)
     if remote:
         _publish_film(film_dir, plan.film_dir, summary["complete"])
@@ -386,16 +393,10 @@ def _fetch_parts(remote_dir: str | Path, local_dir: Path, segment_results: list)
 
 
 def _publish_film(local_dir: Path, remote_dir: str | Path, complete: bool) -> None:
-    """Upload a finalized film: its old summary.json (the commit point) goes first, the new one
-    last; shards of an earlier attempt that this one did not write are removed before it."""
-    storage.remove(storage.join(remote_dir, SUMMARY))
-    shards = sorted(p.name for p in (local_dir / "shards").glob("*.parquet"))
-    for shard in shards:
-        storage.upload(local_dir / "shards" / shard, storage.join(remote_dir, "shards", shard))
-    for stale in set(storage.list_names(storage.join(remote_dir, "shards"))) - set(shards):
-        storage.remove(storage.join(remote_dir, "shards", stale))
-    for name in ("manifest.parquet", "drops.parquet", SUMMARY):
-        storage.upload(local_dir / name, storage.join(remote_dir, name))
+    """Upload a finalized film, its summary.json (the commit point) last; a complete film's
+    segment parts are removed after it."""
+    shutil.rmtree(local_dir / "work", ignore_errors=True)  # the parts are in the store already
+    storage.publish_folder(local_dir, remote_dir, SUMMARY)
     if complete:
         storage.remove(storage.join(remote_dir, "work"))
     shutil.rmtree(local_dir, ignore_errors=True)

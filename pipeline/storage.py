@@ -19,9 +19,12 @@ write into scratch folders) and is then published with these rules.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import fsspec
@@ -172,11 +175,82 @@ def mirror_committed(location: Location, summary_name: str) -> Path:
 
 
 def _mirror_folder(remote: Location, local: Path) -> None:
+    """Copy what changed since the last copy (by the objects' ETags, else sizes)."""
     fs, path = filesystem(remote)
+    index = local / ".mirror-versions.json"
+    known = json.loads(index.read_text()) if index.is_file() else {}
+    versions = {}
     for found in fs.find(path, detail=True).values():
         relative = found["name"][len(path.rstrip("/")) + 1 :]
         if relative.startswith("work/"):
             continue  # uncommitted segment parts: never read
+        versions[relative] = str(found.get("ETag") or found.get("size"))
         target = local / relative
-        if not target.is_file() or target.stat().st_size != found.get("size"):
+        if not target.is_file() or known.get(relative) != versions[relative]:
             download(f"{str(remote).split('://', 1)[0]}://{found['name']}", target)
+    for relative in set(known) - set(versions):  # gone from the store: gone from the copy
+        (local / relative).unlink(missing_ok=True)
+    index.parent.mkdir(parents=True, exist_ok=True)
+    index.write_text(json.dumps(versions))
+
+
+def publish_folder(local: Path, remote: Location, marker: str) -> None:
+    """Upload a finished local folder over a remote one. Its commit marker is removed first and
+    uploaded last; remote files the local folder no longer has are removed before the marker
+    returns (a `work/` folder of segment parts is left to its owner, the run)."""
+    remove(join(remote, marker))
+    files = {
+        p.relative_to(local).as_posix(): p
+        for p in sorted(local.rglob("*"))
+        if p.is_file() and not p.name.startswith(".") and p.name != marker
+    }
+    for relative, path in files.items():
+        upload(path, join(remote, *relative.split("/")))
+    fs, root = filesystem(remote)
+    for found in fs.find(root):
+        relative = found[len(root.rstrip("/")) + 1 :]
+        if relative not in files and relative != marker and not relative.startswith("work/"):
+            fs.rm(found)
+    upload(local / marker, join(remote, marker))
+
+
+@contextmanager
+def working_copy(location: Location, marker: str) -> Iterator[Path]:
+    """A local folder to read and rewrite a dataset or film folder in: the folder itself when it
+    is local; for a URL, a local copy of its committed films, whose changed films are published
+    back with `publish_folder` (and other new or changed files uploaded) when the block ends
+    without an error."""
+    if not is_remote(location):
+        yield Path(location)
+        return
+    local = mirror_committed(location, marker)
+    before = _snapshot(local)
+    yield local
+    after = _snapshot(local)
+    changed = {relative for relative, stamp in after.items() if before.get(relative) != stamp}
+    film_dirs = {p.parent for p in local.rglob(marker)}
+    for film_dir in sorted(film_dirs):
+        prefix = film_dir.relative_to(local).as_posix()
+        inside = prefix + "/" if prefix != "." else ""
+        if any(relative.startswith(inside) for relative in changed):
+            publish_folder(film_dir, join(location, *([prefix] if inside else [])), marker)
+    for relative in sorted(changed):
+        if not any((local / relative).is_relative_to(d) for d in film_dirs):
+            upload(local / relative, join(location, *relative.split("/")))
+
+
+@contextmanager
+def working_copies(locations: list, marker: str) -> Iterator[list[Path]]:
+    """`working_copy` of each location, all published back together at the end."""
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        yield [stack.enter_context(working_copy(location, marker)) for location in locations]
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {
+        p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+        if p.is_file() and not p.name.startswith(".")
+    }

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import BIKES, BUNNY, ROOT
+from conftest import BIKES, BUNNY, ROOT, local_config
 
 RUN_TIMEOUT = 600
 
@@ -163,3 +163,31 @@ def test_two_node_cluster_runs_a_folder_like_the_embedded_ray(tmp_path, ray_tmpd
         assert len(summary["segment_runs"]) == summary["segments"]
         nodes_used |= {run["ran_on"]["node"] for run in summary["segment_runs"]}
     assert len(nodes_used) == 2, f"all segments ran on {nodes_used}"
+
+
+def test_a_segment_running_memflow_on_cuda_asks_ray_for_a_gpu(tmp_path):
+    """Ray places each GPU segment on a GPU of its own; a cluster without one refuses the film
+    at once with one line, where Ray would otherwise wait for a GPU forever."""
+    import ray
+
+    from pipeline.executor import RayExecutor
+    from pipeline.ip import load_ip
+    from pipeline.runner import run_films, segment_resources
+
+    gpu = local_config(
+        motion__backend="memflow", motion__memflow_device="cuda", motion__memflow_random_weights=1
+    )
+    assert segment_resources(gpu).gpus == 1.0
+    assert segment_resources(local_config()).gpus == 0.0
+    try:
+        executor = RayExecutor(num_cpus=1, progress=False)
+        if executor._ray().cluster_resources().get("GPU", 0):
+            pytest.skip("this machine has a GPU: the refusal needs a cluster without one")
+        [result] = run_films([BIKES], tmp_path, gpu, load_ip(None), executor)
+    finally:
+        ray.shutdown()
+    assert not result.ok
+    assert result.message == (
+        f"{BIKES}: a segment task needs 1 GPU(s); the Ray cluster has 0 "
+        "(motion.backend=memflow on CUDA)"
+    )

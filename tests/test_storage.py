@@ -133,3 +133,22 @@ def test_a_missing_s3_film_is_one_line_and_the_others_run(bucket):
     results = run_films([missing, films[1]], f"{bucket}/dataset", local_config(), load_ip(None))
     assert not results[0].ok and results[0].message == f"{missing}: no such object"
     assert results[1].ok
+
+
+def test_motion_calibrate_rewrites_an_s3_dataset_in_place(bucket, local_reference):
+    """The command works on a local copy of the committed films and publishes each rewritten
+    film back, its summary.json last; the levels file lands beside the dataset."""
+    from pipeline.cli import main as cli_main
+
+    films = put_films(bucket)
+    out = f"{bucket}/dataset"
+    run_films(films, out, local_config(), load_ip(None))
+    assert cli_main(["motion-calibrate", out]) == 0
+    [levels_file] = storage.list_names(f"{out}/motion_levels")
+    version = levels_file.removesuffix(".json")
+    dataset = open_dataset(out)
+    measured = dataset.manifest.dropna(subset=["motion_scope"])
+    assert set(measured["motion_levels_version"]) == {version}
+    for film in dataset.films:
+        assert film.summary["motion_levels"]["version"] == version
+        assert "work" not in storage.list_names(f"{out}/{film.slug}")

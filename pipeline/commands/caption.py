@@ -29,9 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "film_dirs",
         nargs="+",
-        type=Path,
         metavar="film_dir",
-        help="a film folder (OUT/<film>/ holding shards/), or a dataset folder holding several",
+        help="a film folder (OUT/<film>/ holding shards/), or a dataset folder holding several; "
+        "local or an fsspec URL (s3://...: its committed films are captioned in a local copy "
+        "and published back, summary.json last)",
     )
     parser.add_argument(
         "--model",
@@ -69,6 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    from pipeline import storage
+
+    with storage.working_copies(args.film_dirs, "summary.json") as local:
+        return _run(argparse.Namespace(**{**vars(args), "film_dirs": local}))
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, _shorthand_overrides(args))
         films = [film for path in args.film_dirs for film in film_folders(path)]

@@ -10,6 +10,7 @@ that was interrupted is completed by running it again with `--apply` on the writ
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -50,8 +51,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "datasets",
         nargs="+",
-        type=Path,
-        help="dataset or film folders (OUT or OUT/<film>) whose shards are read and rewritten",
+        help="dataset or film folders (OUT or OUT/<film>) whose shards are read and rewritten; "
+        "local or fsspec URLs (s3://...: rewritten in a local copy, published back)",
     )
     parser.add_argument(
         "--quantiles",
@@ -76,6 +77,13 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from pipeline import storage
+
+    with storage.working_copies(args.datasets, "summary.json") as local:
+        return _run(argparse.Namespace(**{**vars(args), "datasets": local}))
+
+
+def _run(args) -> int:
     try:
         shards, manifests = find_tables(args.datasets)
         scopes, backends = read_scopes(shards)
