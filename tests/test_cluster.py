@@ -175,7 +175,9 @@ def test_a_segment_running_memflow_on_cuda_asks_ray_for_a_gpu(tmp_path):
     from pipeline.runner import run_films, segment_resources
 
     gpu = local_config(
-        motion__backend="memflow", motion__memflow_device="cuda", motion__memflow_random_weights=1
+        motion__backend="memflow",
+        motion__memflow_device="cuda",
+        motion__memflow_random_weights="true",
     )
     assert segment_resources(gpu).gpus == 1.0
     assert segment_resources(local_config()).gpus == 0.0
