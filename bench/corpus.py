@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import av
@@ -39,9 +40,10 @@ def make_corpus(folder: Path) -> list[Path]:
 def _split_sample(folder: Path) -> None:
     with av.open(str(SAMPLE)) as probe:
         stream = probe.streams.video[0]
-        packets = [p for p in probe.demux(stream) if p.pts is not None and p.dts is not None]
-        keys = [p.pts for p in packets if p.is_keyframe]
-        span = max(p.pts for p in packets) + (packets[1].pts - packets[0].pts if packets else 0)
+        pts = [(p.pts, p.is_keyframe) for p in probe.demux(stream) if p.pts is not None]
+        keys = [t for t, key in pts if key]
+        times = sorted(t for t, _ in pts)
+        span = times[-1] + (times[1] - times[0])  # the end of the last frame
     for k in range(PIECES):
         _remux_rotated(folder / f"sintel_part{k}.mp4", keys[round(k * len(keys) / PIECES)], span)
 
@@ -75,7 +77,7 @@ def _warm_up(job, report) -> None:
     time.sleep(1.0)
 
 
-def run_corpus(films: list[Path], out: Path, num_cpus: int | None) -> tuple[float, float]:
+def run_corpus(films: Sequence[str | Path], out: Path, num_cpus: int | None) -> tuple[float, float]:
     """Seconds to cut every film with an embedded Ray of `num_cpus` CPUs (None: every core), and
     the mean number of tasks at work (worker seconds of every stage over the wall time)."""
     import ray
@@ -100,7 +102,7 @@ def run_corpus(films: list[Path], out: Path, num_cpus: int | None) -> tuple[floa
     failed = [r.message for r in results if not r.ok]
     if failed:
         raise RuntimeError(f"corpus bench: films failed: {failed}")
-    busy = sum(sum(r.summary["stage_seconds"].values()) for r in results)
+    busy = sum(sum((r.summary or {})["stage_seconds"].values()) for r in results)
     return seconds, busy / seconds
 
 

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
@@ -92,9 +92,9 @@ class RayExecutor:
     def __init__(self, num_cpus: int | None = None, progress: bool = True):
         self.num_cpus = num_cpus
         self.progress = progress
-        self._counter = None
+        self._counter: Any = None  # the progress counter actor of the current run
         self._bar: tqdm | None = None
-        self._remote: dict[TaskResources, object] = {}
+        self._remote: dict[TaskResources, Any] = {}
 
     def slots(self) -> int:
         """CPUs of the whole cluster: how many one-CPU tasks can run at once."""

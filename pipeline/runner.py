@@ -22,8 +22,10 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 from pipeline import storage
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
@@ -110,7 +112,7 @@ def film_config(base: PipelineConfig, ip: IP, film_path: str | Path) -> Pipeline
 
 
 def run_films(
-    paths: list[str | Path],
+    paths: Sequence[str | Path],
     out_dir: str | Path,
     config: PipelineConfig,
     ip: IP,
@@ -170,7 +172,7 @@ class FilmDryRun:
 
 
 def plan_films(
-    paths: list[str | Path],
+    paths: Sequence[str | Path],
     out_dir: str | Path,
     config: PipelineConfig,
     ip: IP,
@@ -271,7 +273,8 @@ class _FilmScheduler:
             message = f"{job.path}: {shortfall} (motion.backend={config.motion.backend} on CUDA)"
             self.outcomes[index] = FilmResult(str(job.path), None, False, message)
             return
-        work_dir = storage.join(value.film_dir, "work")
+        # A work folder in object storage stays a URL: run_stored_segment works in a local copy.
+        work_dir = cast(Path, storage.join(value.film_dir, "work"))
         jobs = [
             SegmentJob(value.film, value.crop, config, ip.name, s, work_dir) for s in value.segments
         ]
@@ -403,14 +406,16 @@ def _publish_film(local_dir: Path, remote_dir: str | Path, complete: bool) -> No
 
 
 def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
-    """Caption every film that was cut, with one model load for all of them."""
+    """Caption every film that was cut, with one model load for all of them (films in object
+    storage in local copies, published back with their summary.json last)."""
     from pipeline.captioning.film import caption_films
 
-    film_dirs = [r.film_dir for r in results if r.ok]
-    for result, stats in zip([r for r in results if r.ok], caption_films(film_dirs, config, ip)):
-        result.summary = json.loads((result.film_dir / SUMMARY).read_text())
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("by_status", {}).items()))
-        result.message += f"; captions: {counts or 'none'}"
+    cut = [r for r in results if r.ok and r.film_dir is not None]
+    with storage.working_copies([r.film_dir for r in cut], SUMMARY) as film_dirs:
+        for result, film_dir, stats in zip(cut, film_dirs, caption_films(film_dirs, config, ip)):
+            result.summary = json.loads((film_dir / SUMMARY).read_text())
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("by_status", {}).items()))
+            result.message += f"; captions: {counts or 'none'}"
 
 
 def finalize(

@@ -57,7 +57,7 @@ class SegmentJob:
     config: PipelineConfig
     ip: str
     segment: Segment
-    work_dir: Path  # where the runner gives an fsspec URL, it runs the job in a local copy
+    work_dir: Path  # the runner runs a job whose work folder is in object storage in a local copy
 
     @property
     def directory(self) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline import storage
@@ -120,7 +121,7 @@ def expand_films(paths: list[str]) -> list[str | Path]:
     return films
 
 
-def folder_ips(films: list[str | Path], roots: list[str], default: IP) -> dict[str, IP]:
+def folder_ips(films: Sequence[str | Path], roots: list[str], default: IP) -> dict[str, IP]:
     """The IP of each film: the nearest IP_FILE in its folder or a folder above it, up to the
     folder named on the command line; `default` (--ip) where there is none."""
     loaded: dict[str, IP] = {}
