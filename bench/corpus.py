@@ -102,7 +102,7 @@ def run_corpus(films: Sequence[str | Path], out: Path, num_cpus: int | None) -> 
     failed = [r.message for r in results if not r.ok]
     if failed:
         raise RuntimeError(f"corpus bench: films failed: {failed}")
-    busy = sum(sum((r.summary or {})["stage_seconds"].values()) for r in results)
+    busy = sum(sum((r.summary.stage_seconds or {}).values()) for r in results if r.summary)
     return seconds, busy / seconds
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import av
 import psutil
 
+from core.film import FilmSummary
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sintel_trailer.mp4"
 OUT = ROOT / "bench" / "out"
@@ -97,7 +99,7 @@ def bare_decode(path: Path) -> tuple[float, int]:
     return time.perf_counter() - began, frames
 
 
-def run_pipeline(path: Path, out: Path, executor: str) -> tuple[float, dict]:
+def run_pipeline(path: Path, out: Path, executor: str) -> tuple[float, FilmSummary]:
     from pipeline.config import load_config
     from pipeline.executor import make_executor
     from pipeline.ip import load_ip
@@ -109,6 +111,8 @@ def run_pipeline(path: Path, out: Path, executor: str) -> tuple[float, dict]:
         runner._ray()  # start Ray before the clock: its start-up is reported on its own
     began = time.perf_counter()
     result = run_film(path, out, config, load_ip(None), runner)
+    if result.summary is None:
+        raise RuntimeError(f"{path}: {result.message}")
     return time.perf_counter() - began, result.summary
 
 
@@ -160,16 +164,16 @@ def main(argv=None) -> int:
         shutil.rmtree(out, ignore_errors=True)
         with PeakMemory() as memory:
             pipeline_seconds, summary = run_pipeline(film, out, args.executor)
-        stages = summary["stage_seconds"]
+        stages = summary.stage_seconds or {}
         busy = sum(stages.values())
         run = {
-            "film_minutes": round(summary["film"]["duration"] / 60, 2),
+            "film_minutes": round((summary.film.duration or 0) / 60, 2),
             "frames": frames,
             "bare_decode_seconds": round(decode_seconds, 1),
             "pipeline_seconds": round(pipeline_seconds, 1),
             "ratio_pipeline_to_decode": round(pipeline_seconds / decode_seconds, 2),
             "peak_memory_gib": round(memory.peak / 2**30, 2),
-            "clips": summary["clips_written"],
+            "clips": summary.clips_written,
             "stage_share": {k: round(v / busy, 3) for k, v in sorted(stages.items())},
             "motion_share_of_worker_time": round(stages.get("motion", 0) / busy, 3),
         }

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.settings import coerce, field_docs
-from pipeline.shards import ShardConfig
-from stages.caption import CaptionConfig
+from core.settings import ConfigError, Settings, check_choice, coerce, field_docs
+from core.shards import ShardConfig
+from stages.captioning.stage import CaptionConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
 from stages.motion import MotionConfig
@@ -28,7 +28,7 @@ EXECUTORS = ("ray", "local")
 
 
 @dataclass
-class RunConfig:
+class RunConfig(Settings):
     executor: str = "ray"
     """'ray' (a local Ray starts by itself; RAY_ADDRESS joins a cluster) or 'local' (one process)."""
     segment_seconds: float = 120.0
@@ -44,6 +44,9 @@ class RunConfig:
     """Decoder, OpenCV and torch threads per task: tasks already run one per CPU, so more threads
     per task would oversubscribe the node."""
     progress: bool = True
+
+    def validate(self) -> None:
+        check_choice("run", "executor", self.executor, EXECUTORS)
 
 
 @dataclass
@@ -86,10 +89,6 @@ def load_config(
     return config
 
 
-class ConfigError(ValueError):
-    pass
-
-
 def apply_mapping(config: PipelineConfig, data: dict, source: str) -> None:
     """Apply `{section: {field: value}}` onto `config`, rejecting unknown names."""
     for section_name, values in data.items():
@@ -116,24 +115,13 @@ def apply_overrides(config: PipelineConfig, overrides: list[str]) -> None:
 
 
 def check_choices(config: PipelineConfig, source: str) -> None:
-    """Settings that name one of a fixed set are checked here, before any film is touched."""
-    from stages.clips import RESIZE_MODES
-    from stages.motion import BACKENDS
-    from stages.scenes import DETECTORS
-
-    choices = {
-        ("clips", "resize"): RESIZE_MODES,
-        ("scenes", "detector"): tuple(DETECTORS),
-        ("motion", "backend"): BACKENDS,
-        ("run", "executor"): EXECUTORS,
-        ("clips", "image_format"): ("jpeg", "png"),
-    }
-    for (section, name), allowed in choices.items():
-        value = getattr(getattr(config, section), name)
-        if value not in allowed:
-            raise ConfigError(
-                f"{source}: {section}.{name}={value!r}: choose one of {list(allowed)}"
-            )
+    """Every section checks its own settings here, before any film is touched."""
+    for section in dataclasses.fields(config):
+        settings: Settings = getattr(config, section.name)
+        try:
+            settings.validate()
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
 
 
 def describe_fields() -> list[tuple[str, object, str]]:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pipeline import storage
-from pipeline.shards import write_json_atomic
+from core import storage
+from core.film import MANIFEST_FILE, SUMMARY_FILE
+from core.io import write_json_atomic
 
 DATASET_SUMMARY = "dataset.json"
-FILM_SUMMARY = "summary.json"
 USABLE_COLUMN = "usable"
 
 
@@ -62,7 +62,7 @@ def write_dataset_summary(out_dir: str | Path, failed_films: list[dict] | None =
 
 def _film_line(film_dir: str | Path) -> dict | None:
     """A film folder's line, or None for anything that holds no committed summary.json."""
-    text = storage.read_text(storage.join(film_dir, FILM_SUMMARY))
+    text = storage.read_text(storage.join(film_dir, SUMMARY_FILE))
     if text is None:
         return None
     try:
@@ -86,7 +86,7 @@ def _film_line(film_dir: str | Path) -> dict | None:
 
 def _usable_clips(film_dir: str | Path) -> int | None:
     """Clips whose `usable` column is true, when the manifest has that column (else None)."""
-    fs, path = storage.filesystem(storage.join(film_dir, "manifest.parquet"))
+    fs, path = storage.filesystem(storage.join(film_dir, MANIFEST_FILE))
     if not fs.exists(path):
         return None
     with fs.open(path, "rb") as handle:

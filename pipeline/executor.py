@@ -3,7 +3,8 @@
 `map(fn, jobs, total, desc)` calls `fn(job, report)` for each job and returns the results in job
 order; `report(n)` advances a progress bar by n units of work from wherever the job runs. A job
 that raises does not stop the others: its result is the exception, for the caller to record. A
-job's dict result gains `ran_on`: the Ray node id (or "local") and host name where it ran.
+job's result with a `ran_on` field (or key) gets the Ray node id (or "local") and host name where
+it ran.
 """
 
 from __future__ import annotations
@@ -333,9 +334,13 @@ def _run_with_counter(fn, job, counter):
 
 
 def _placed(result, node: str):
-    """Record where a job ran, so a run's summary shows how the work spread over the cluster."""
+    """Record where a job ran (on results that have room for it: a `ran_on` field or key), so a
+    run's summary shows how the work spread over the cluster."""
+    where = {"node": node, "host": socket.gethostname()}
     if isinstance(result, dict):
-        result["ran_on"] = {"node": node, "host": socket.gethostname()}
+        result["ran_on"] = where
+    elif hasattr(result, "ran_on"):
+        result.ran_on = where
     return result
 
 

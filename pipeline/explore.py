@@ -26,15 +26,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline import storage
-from pipeline.schema import DROP_SCHEMA, MANIFEST_SCHEMA
-from pipeline.shards import check_schema_version, shard_paths
-from pipeline.video import decode_image, decode_mp4
-
-MANIFEST_FILE = "manifest.parquet"
-DROPS_FILE = "drops.parquet"
-SUMMARY_FILE = "summary.json"
-SHARDS_DIR = "shards"
+from core import storage
+from core.film import MANIFEST_FILE, SHARDS_DIR, SUMMARY_FILE, FilmFolder, FilmSummary, FolderError
+from core.schema import DROP_SCHEMA, MANIFEST_SCHEMA
+from core.shards import check_schema_version, shard_paths
+from core.video import decode_image, decode_mp4
 
 # Nullable Arrow integers become pandas' nullable integers, not floats with NaN: a motion level
 # of 3 stays 3, and a clip without one shows <NA>.
@@ -69,28 +65,28 @@ class Film:
     def slug(self) -> str:
         return self.path.name
 
+    @property
+    def folder(self) -> FilmFolder:
+        return FilmFolder(self.path)
+
     @cached_property
-    def summary(self) -> dict:
-        """summary.json as written by the pipeline, or {} when the film has none yet."""
-        path = self.path / SUMMARY_FILE
-        if not path.is_file():
-            return {}
+    def summary(self) -> FilmSummary:
+        """summary.json as written by the pipeline (typed; `.to_dict()` gives the JSON object),
+        or an empty one, every field not recorded, when the film has none yet."""
         try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}: not valid JSON ({exc})") from None
-        if not isinstance(data, dict):
-            raise DatasetError(f"{path}: expected a JSON object, got {type(data).__name__}")
-        return data
+            summary = self.folder.read_summary()
+        except FolderError as exc:
+            raise DatasetError(str(exc)) from None
+        return summary if summary is not None else FilmSummary.from_dict({})
 
     @cached_property
     def shards(self) -> list[Path]:
-        folder = self.path / SHARDS_DIR
+        folder = self.folder.shards
         return shard_paths(folder) if folder.is_dir() else []
 
     @cached_property
     def manifest_table(self) -> pa.Table:
-        path = self.path / MANIFEST_FILE
+        path = self.folder.manifest
         if path.is_file():
             table = pq.read_table(path)
             check_schema_version(table.schema, path)
@@ -111,7 +107,7 @@ class Film:
 
     @cached_property
     def drops_table(self) -> pa.Table:
-        path = self.path / DROPS_FILE
+        path = self.folder.drops
         return pq.read_table(path) if path.is_file() else DROP_SCHEMA.empty_table()
 
     @cached_property
@@ -153,7 +149,7 @@ def open_dataset(path: str | Path) -> Dataset:
 
 
 def is_film_folder(path: Path) -> bool:
-    return (path / SHARDS_DIR).is_dir() or (path / MANIFEST_FILE).is_file()
+    return FilmFolder(path).has_shards() or FilmFolder(path).manifest.is_file()
 
 
 class Dataset:
@@ -206,12 +202,12 @@ class Dataset:
         return summary
 
     @property
-    def summaries(self) -> dict[str, dict]:
+    def summaries(self) -> dict[str, FilmSummary]:
         """summary.json of every film, keyed by the film folder's name."""
         return {film.slug: film.summary for film in self.films}
 
     @property
-    def summary(self) -> dict:
+    def summary(self) -> FilmSummary:
         """summary.json of the one film in this dataset (use `summaries` when there are several)."""
         if len(self.films) != 1:
             raise DatasetError(

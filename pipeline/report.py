@@ -31,10 +31,13 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator, NullLocator
 
-from pipeline import __version__, storage
+from core import storage
+from core.film import CropRecord, FilmSummary
+from core.io import write_text_atomic
+from core.record import CAPTION_PENDING
+from core.video import rotate_frame
+from pipeline import __version__
 from pipeline.explore import Dataset, DatasetError, Film, animated_preview, open_dataset
-from pipeline.shards import write_text_atomic
-from pipeline.video import rotate_frame
 
 NOT_AVAILABLE = "not available"
 # Drop reasons on the timeline: no green or red, which mark good and failed clips.
@@ -97,7 +100,7 @@ def build_report(dataset: Dataset, options: ReportOptions | None = None) -> str:
 
 
 def film_ip(film: Film) -> str | None:
-    ip = film.summary.get("film", {}).get("ip") or film.summary.get("ip")
+    ip = film.summary.ip
     if ip:
         return ip
     ips = film.manifest_table.column("ip").unique().to_pylist()
@@ -131,29 +134,29 @@ def _film_section(dataset: Dataset, film: Film, options: ReportOptions) -> str:
 
 
 def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str:
-    facts = film.summary.get("film", {})
-    crop = film.summary.get("crop")
+    summary = film.summary
+    facts = summary.film
     ok = manifest[manifest["status"] == "ok"]
     rows = [
-        ("Film name", facts.get("film_name")),
+        ("Film name", facts.film_name),
         ("IP", film_ip(film)),
-        ("Film id", facts.get("film_id")),
-        ("Source file", facts.get("path")),
-        ("Source size", _size(facts.get("width"), facts.get("height"))),
-        ("Source frame rate", _number(facts.get("fps"), "{:.3f} fps")),
-        ("Variable frame rate", facts.get("vfr")),
-        ("Rotation", facts.get("rotation")),
-        ("Codec", facts.get("codec")),
-        ("Source frames", facts.get("num_frames")),
-        ("Duration", _duration(facts.get("duration"))),
-        ("Crop box (x, y, w, h)", _crop_text(crop)),
-        ("Scenes", len(film.summary["scenes"]) if "scenes" in film.summary else None),
-        ("Clips written (summary)", film.summary.get("clips_written")),
-        ("Clips failed (summary)", film.summary.get("clips_failed")),
+        ("Film id", facts.film_id),
+        ("Source file", facts.path),
+        ("Source size", _size(facts.width, facts.height)),
+        ("Source frame rate", _number(facts.fps, "{:.3f} fps")),
+        ("Variable frame rate", facts.vfr),
+        ("Rotation", facts.rotation),
+        ("Codec", facts.codec),
+        ("Source frames", facts.num_frames),
+        ("Duration", _duration(facts.duration)),
+        ("Crop box (x, y, w, h)", _crop_text(summary.crop)),
+        ("Scenes", len(summary.scenes) if summary.scenes is not None else None),
+        ("Clips written (summary)", summary.clips_written),
+        ("Clips failed (summary)", summary.clips_failed),
         ("Clips in the manifest", f"{len(manifest)} ({len(ok)} ok)"),
         ("Clip geometry", _clip_geometry(manifest)),
-        ("Captions (summary)", film.summary.get("captions")),
-        ("Windows dropped", len(drops) if len(drops) else _summary_drop_total(film.summary)),
+        ("Captions (summary)", summary.captions),
+        ("Windows dropped", len(drops) if len(drops) else _summary_drop_total(summary)),
         ("Folder", str(film.path)),
     ]
     return _table(["", ""], [(name, _shown(value)) for name, value in rows], show_header=False)
@@ -165,7 +168,7 @@ def _crop_figure(dataset: Dataset, film: Film, manifest: pd.DataFrame) -> str:
     if box is None or clip is None:
         return _not_available("no crop box in summary.json and no clip to take one from")
     stored = dataset.first_frame(clip["clip_id"])
-    source_path = film.summary.get("film", {}).get("path")
+    source_path = film.summary.film.path
     source = source_frame_at(source_path, float(clip["start_time"])) if source_path else None
     shown = _shown_region(film.summary, box)
     label = f"clip {clip['clip_id'][:8]} at {clip['start_time']:.2f} s"
@@ -175,14 +178,15 @@ def _crop_figure(dataset: Dataset, film: Film, manifest: pd.DataFrame) -> str:
 
 def _crop_note(film: Film, box: tuple, shown: tuple | None, source: np.ndarray | None) -> str:
     if source is None:
-        path = film.summary.get("film", {}).get("path")
+        path = film.summary.film.path
         where = f"at {path}" if path else "(summary.json names no source file)"
         return (
             f"The source film is not reachable {where}: shown is the stored first frame of "
             "the clip, already cropped and resized, without the box."
         )
     x, y, w, h = box
-    origin = (film.summary.get("crop") or {}).get("source", "taken from the clip rows")
+    crop = film.summary.crop
+    origin = crop.source if crop and "source" not in crop.absent else "taken from the clip rows"
     note = (
         f"Left: the source frame where the clip starts, with the crop box {w}x{h} at "
         f"({x}, {y}) (solid; {origin})"
@@ -222,14 +226,14 @@ def _crop_plot(
     return _plot_img(figure, "crop", "crop box drawn on a source frame")
 
 
-def _shown_region(summary: dict, box: tuple) -> tuple[int, int, int, int] | None:
+def _shown_region(summary: FilmSummary, box: tuple) -> tuple[int, int, int, int] | None:
     """The part of the crop box the clips show, by the clip stage's own rule (center_crop cuts
     the box to the clip's aspect); None when the run's clip settings cannot be read."""
     try:
         from stages.clips import ClipConfig, output_region
         from stages.crop import CropBox
 
-        settings = (summary.get("config") or {}).get("clips") or {}
+        settings = (summary.config or {}).get("clips") or {}
         known = {f.name for f in fields(ClipConfig)}
         config = ClipConfig(**{k: v for k, v in settings.items() if k in known})
         return tuple(output_region(CropBox(*box, source=""), config))
@@ -238,8 +242,8 @@ def _shown_region(summary: dict, box: tuple) -> tuple[int, int, int, int] | None
 
 
 def _timeline(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str:
-    fps = film.summary.get("film", {}).get("fps") or _first(manifest, "source_fps")
-    scenes = film.summary.get("scenes")
+    fps = film.summary.film.fps or _first(manifest, "source_fps")
+    scenes = film.summary.scenes
     if manifest.empty and drops.empty and not scenes:
         return _not_available("no scenes, clips or drops recorded")
     figure = _new_figure(12, 2.6)
@@ -267,7 +271,7 @@ def _timeline(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str:
     ax.set_yticks([0.5, 1.5, 2.5], rows)
     ax.set_xlabel("time (s)")
     ax.set_ylim(0, 3)
-    duration = film.summary.get("film", {}).get("duration")
+    duration = film.summary.film.duration
     if duration:
         ax.set_xlim(0, duration)
     note = "" if scenes else _not_available("no scene list in summary.json")
@@ -331,8 +335,8 @@ def _failed_clips(manifest: pd.DataFrame) -> str:
     return _table(["clip", "time", "error"], rows)
 
 
-def _timings(summary: dict) -> str:
-    seconds = summary.get("stage_seconds")
+def _timings(summary: FilmSummary) -> str:
+    seconds = summary.stage_seconds
     if not seconds:
         return _not_available("no stage_seconds in summary.json")
     stages = list(seconds)
@@ -347,10 +351,10 @@ def _timings(summary: dict) -> str:
     return _plot_img(figure, "timings", "stage timings")
 
 
-def _config(summary: dict) -> str:
-    if "config" not in summary:
+def _config(summary: FilmSummary) -> str:
+    if summary.config is None:
         return _not_available("no config in summary.json")
-    text = json.dumps(summary["config"], indent=2, sort_keys=True, default=str)
+    text = json.dumps(summary.config, indent=2, sort_keys=True, default=str)
     return (
         f"<details><summary>resolved configuration</summary>"
         f"<pre>{html.escape(text)}</pre></details>"
@@ -398,7 +402,7 @@ def _overview_section(dataset: Dataset) -> str:
             (
                 link,
                 film_ip(film) or NOT_AVAILABLE,
-                _duration(film.summary.get("film", {}).get("duration")),
+                _duration(film.summary.film.duration),
                 len(manifest),
                 int((manifest["status"] != "ok").sum()),
                 len(drops),
@@ -509,7 +513,7 @@ def _caption_plots(manifest: pd.DataFrame) -> str:
         "environment": manifest["environment"].dropna(),
         "characters": manifest["characters"].dropna().explode().dropna(),
     }
-    status = Counter(manifest["caption_status"].fillna("pending"))
+    status = Counter(manifest["caption_status"].fillna(CAPTION_PENDING))
     status_text = ", ".join(f"{k}: {v}" for k, v in sorted(status.items()))
     note = f'<p class="note">Caption status: {html.escape(status_text)}.</p>'
     if all(values.empty for values in columns.values()):
@@ -561,7 +565,7 @@ def _drop_counts(dataset: Dataset) -> tuple[pd.Series | None, pd.Series | None]:
         return drops["reason"].value_counts(), lost
     totals = Counter()
     for summary in dataset.summaries.values():
-        totals.update(summary.get("drops") or {})
+        totals.update(summary.drops or {})
     return (pd.Series(dict(totals.most_common())), None) if totals else (None, None)
 
 
@@ -569,8 +573,8 @@ def _motion_levels(dataset: Dataset) -> dict | None:
     """The level edges the clips were measured against: summary.json's, else the bundled edges
     file named by the clips' motion_levels_version."""
     for summary in dataset.summaries.values():
-        if summary.get("motion_levels"):
-            return summary["motion_levels"]
+        if summary.motion_levels:
+            return summary.motion_levels
     versions = dataset.manifest["motion_levels_version"].dropna().unique()
     if len(versions) == 0:
         return None
@@ -585,10 +589,9 @@ def _motion_levels(dataset: Dataset) -> dict | None:
 # ---------------------------------------------------------------- data helpers
 
 
-def _crop_box(summary: dict, manifest: pd.DataFrame) -> tuple[int, int, int, int] | None:
-    crop = summary.get("crop")
-    if crop and all(k in crop for k in "xywh"):
-        return tuple(int(crop[k]) for k in "xywh")
+def _crop_box(summary: FilmSummary, manifest: pd.DataFrame) -> tuple[int, int, int, int] | None:
+    if summary.crop is not None and summary.crop.box is not None:
+        return summary.crop.box
     if manifest.empty:
         return None
     row = manifest.iloc[0]
@@ -643,12 +646,12 @@ def _first(frame: pd.DataFrame, column: str):
 
 
 def _film_name(film: Film, manifest: pd.DataFrame) -> str:
-    name = film.summary.get("film", {}).get("film_name") or _first(manifest, "film_name")
+    name = film.summary.film.film_name or _first(manifest, "film_name")
     return name or film.slug
 
 
-def _summary_drop_total(summary: dict):
-    drops = summary.get("drops")
+def _summary_drop_total(summary: FilmSummary) -> int | None:
+    drops = summary.drops
     return sum(drops.values()) if isinstance(drops, dict) else None
 
 
@@ -691,11 +694,11 @@ def _duration(seconds):
     return f"{hours}:{minutes:02d}:{rest:05.2f} ({seconds:.2f} s)"
 
 
-def _crop_text(crop) -> str | None:
-    if not crop or not all(k in crop for k in "xywh"):
+def _crop_text(crop: CropRecord | None) -> str | None:
+    if crop is None or crop.box is None:
         return None
-    source = crop.get("source", "source unknown")
-    return f"{crop['x']}, {crop['y']}, {crop['w']}, {crop['h']} ({source})"
+    source = crop.source if "source" not in crop.absent else "source unknown"
+    return f"{crop.x}, {crop.y}, {crop.w}, {crop.h} ({source})"
 
 
 def _anchor(film: Film) -> str:

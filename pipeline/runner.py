@@ -3,12 +3,9 @@ finalize step are tasks on the executor, all films scheduled together (a bounded
 flight), so a folder of short films keeps every CPU of a node or cluster busy. The driver only
 routes task results; a film's output never depends on the order in which its tasks finish.
 
-Output of a film, under OUT/<film_slug>/:
-    shards/clips-NNNNN.parquet   clip rows with media bytes, rotated by size
-    manifest.parquet              the same rows without media bytes (for notebooks)
-    drops.parquet                 every window that did not become a clip, with its reason
-    summary.json                  film facts, crop box, scenes, counts, stage seconds, config
-    work/                         per-segment parts and DONE markers (removed once complete)
+Output of a film: the folder OUT/<film_slug>/ that core/film.py describes (shards, manifest,
+drops, summary.json, and work/ while segments are under way). OUT may be an fsspec URL: work is
+then done in local scratch folders and published with core/storage.py's commit rules.
 
 Reruns are safe: a complete film is skipped; an interrupted one redoes only the segments without
 a DONE marker, then finalizes again: shards, manifest and drops are byte for byte those of an
@@ -23,38 +20,35 @@ import logging
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any
 
-from pipeline import storage
+from core import storage
+from core.film import (
+    DONE_FILE,
+    SUMMARY_FILE,
+    WORK_DIR,
+    CropRecord,
+    FilmFacts,
+    FilmFolder,
+    FilmSummary,
+    FolderError,
+    SegmentStats,
+)
+from core.io import write_table_atomic
+from core.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
+from core.shards import ShardWriter, read_clips, write_manifest
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 from pipeline.corpus import write_dataset_summary
 from pipeline.executor import TaskResources, make_executor
 from pipeline.ip import IP
-from pipeline.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
-from pipeline.segments import (
-    DONE,
-    Segment,
-    SegmentJob,
-    clip_stages,
-    limit_threads,
-    plan_segments,
-    run_segment,
-)
-from pipeline.shards import (
-    ShardWriter,
-    read_clips,
-    write_json_atomic,
-    write_manifest,
-    write_table_atomic,
-)
+from pipeline.segments import Segment, SegmentJob, limit_threads, plan_segments, run_segment
+from stages.base import build_clip_stages
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
 
 log = logging.getLogger(__name__)
-
-SUMMARY = "summary.json"
 
 
 def _no_report(n: int) -> None:
@@ -67,7 +61,7 @@ class FilmResult:
     film_dir: str | Path | None
     ok: bool
     message: str
-    summary: dict | None = None
+    summary: FilmSummary | None = None
 
 
 @dataclass
@@ -215,7 +209,7 @@ def _as_result(path: str | Path, outcome) -> FilmResult:
 def segment_resources(config: PipelineConfig) -> TaskResources:
     """One CPU, and a GPU when a per-clip stage runs on one (MemFlow on CUDA): Ray then never
     puts two segments' models on one GPU."""
-    gpus = max((stage.resources.gpus for stage in clip_stages(config)), default=0.0)
+    gpus = max((stage.resources.gpus for stage in build_clip_stages(config)), default=0.0)
     return TaskResources(cpus=1.0, gpus=gpus)
 
 
@@ -273,11 +267,7 @@ class _FilmScheduler:
             message = f"{job.path}: {shortfall} (motion.backend={config.motion.backend} on CUDA)"
             self.outcomes[index] = FilmResult(str(job.path), None, False, message)
             return
-        # A work folder in object storage stays a URL: run_stored_segment works in a local copy.
-        work_dir = cast(Path, storage.join(value.film_dir, "work"))
-        jobs = [
-            SegmentJob(value.film, value.crop, config, ip.name, s, work_dir) for s in value.segments
-        ]
+        jobs = [_segment_job(value, config, ip, s) for s in value.segments]
         tasks = [self.executor.submit(run_stored_segment, seg, resources) for seg in jobs]
         self.segments[index], self.running[index] = tasks, len(tasks)
         for task in tasks:
@@ -309,7 +299,7 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
             str(job.path),
             film_dir,
             True,
-            f"{film.film_name}: already complete ({previous['clips_written']} clips "
+            f"{film.film_name}: already complete ({previous.clips_written} clips "
             f"in {film_dir}); skipped",
             previous,
         )
@@ -335,25 +325,36 @@ def _fetched_film(path: str | Path) -> Path:
         raise FilmError(f"{path}: cannot be read ({exc})") from None
 
 
-def run_stored_segment(job: SegmentJob, report=_no_report) -> dict:
-    """A segment whose work folder is local runs in place. One in object storage runs in a local
+def _segment_job(plan: FilmPlan, config: PipelineConfig, ip: IP, segment: Segment) -> SegmentJob:
+    """A segment's job: its folder is the film's, or for a film in object storage a local scratch
+    folder standing in for it (`store` then names the real one)."""
+    if not storage.is_remote(plan.film_dir):
+        return SegmentJob(
+            plan.film, plan.crop, config, ip.name, segment, FilmFolder(Path(plan.film_dir))
+        )
+    folder = FilmFolder(storage.scratch_dir(plan.film_dir))
+    return SegmentJob(plan.film, plan.crop, config, ip.name, segment, folder, str(plan.film_dir))
+
+
+def run_stored_segment(job: SegmentJob, report=_no_report) -> SegmentStats:
+    """A segment of a local film folder runs in place. One in object storage runs in its local
     scratch folder and is published part by part, its DONE.json last (the commit point)."""
-    if not storage.is_remote(job.work_dir):
+    if job.store is None:
         return run_segment(job, report)
-    remote = storage.join(job.work_dir, f"segment-{job.segment.index:05d}")
-    local = replace(job, work_dir=storage.scratch_dir(job.work_dir))
-    shutil.rmtree(local.directory, ignore_errors=True)
-    marker = storage.read_text(storage.join(remote, DONE))
+    name = job.directory.name
+    remote = storage.join(job.store, WORK_DIR, name)
+    shutil.rmtree(job.directory, ignore_errors=True)
+    marker = storage.read_text(storage.join(remote, DONE_FILE))
     if marker is not None:  # committed earlier: run_segment decides whether it still holds
-        local.directory.mkdir(parents=True)
-        (local.directory / DONE).write_text(marker)
-    stats = run_segment(local, report)
-    if not stats["skipped"]:
-        storage.remove(storage.join(remote, DONE))
-        for part in stats["parts"]:
-            storage.upload(local.directory / part, storage.join(remote, part))
-        storage.upload(local.directory / DONE, storage.join(remote, DONE))
-    shutil.rmtree(local.directory, ignore_errors=True)
+        job.directory.mkdir(parents=True)
+        (job.directory / DONE_FILE).write_text(marker)
+    stats = run_segment(job, report)
+    if not stats.skipped:
+        storage.remove(storage.join(remote, DONE_FILE))
+        for part in stats.parts:
+            storage.upload(job.directory / part, storage.join(remote, part))
+        storage.upload(job.directory / DONE_FILE, storage.join(remote, DONE_FILE))
+    shutil.rmtree(job.directory, ignore_errors=True)
     return stats
 
 
@@ -362,99 +363,101 @@ def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
     began = time.perf_counter()
     plan = job.plan
     remote = storage.is_remote(plan.film_dir)
-    film_dir = storage.scratch_dir(plan.film_dir) if remote else Path(plan.film_dir)
+    folder = FilmFolder(storage.scratch_dir(plan.film_dir) if remote else Path(plan.film_dir))
     if remote:
-        _fetch_parts(plan.film_dir, film_dir, job.segment_results)
+        _fetch_parts(plan.film_dir, folder, job.segment_results)
     summary = finalize(
-        film_dir, plan.film, plan.crop, job.config, job.ip, job.segment_results, plan.seconds
+        folder, plan.film, plan.crop, job.config, job.ip, job.segment_results, plan.seconds
     )
-    summary["segment_boundaries"] = [seg.start for seg in plan.segments[1:]]
-    summary["wall_seconds"] = round(time.time() - job.started_at, 3)
-    summary["stage_seconds"]["finalize"] = round(time.perf_counter() - began, 3)
-    write_json_atomic(summary, film_dir / SUMMARY)
+    seconds = dict(summary.stage_seconds or {})
+    seconds["finalize"] = round(time.perf_counter() - began, 3)
+    summary = summary.updated(
+        segment_boundaries=[seg.start for seg in plan.segments[1:]],
+        wall_seconds=round(time.time() - job.started_at, 3),
+        stage_seconds=seconds,
+    )
+    folder.write_summary(summary)
     if remote:
-        _publish_film(film_dir, plan.film_dir, summary["complete"])
+        _publish_film(folder.path, plan.film_dir, summary.complete)
     return FilmResult(
         str(plan.film.path),
         plan.film_dir,
-        summary["complete"],
+        summary.complete,
         _summary_line(plan.film, summary),
         summary,
     )
 
 
-def _fetch_parts(remote_dir: str | Path, local_dir: Path, segment_results: list) -> None:
+def _fetch_parts(remote_dir: str | Path, folder: FilmFolder, segment_results: list) -> None:
     """The committed parts of every finished segment, into a fresh local film folder."""
-    shutil.rmtree(local_dir, ignore_errors=True)
+    shutil.rmtree(folder.path, ignore_errors=True)
     for stats in segment_results:
         if isinstance(stats, Exception):
             continue
-        folder = f"segment-{stats['segment']['index']:05d}"
-        for part in stats["parts"]:
-            remote = storage.join(remote_dir, "work", folder, part)
-            storage.download(remote, local_dir / "work" / folder / part)
+        local = folder.segment_dir(stats.segment["index"])
+        for part in stats.parts:
+            storage.download(storage.join(remote_dir, WORK_DIR, local.name, part), local / part)
 
 
 def _publish_film(local_dir: Path, remote_dir: str | Path, complete: bool) -> None:
     """Upload a finalized film, its summary.json (the commit point) last; a complete film's
     segment parts are removed after it."""
-    shutil.rmtree(local_dir / "work", ignore_errors=True)  # the parts are in the store already
-    storage.publish_folder(local_dir, remote_dir, SUMMARY)
+    shutil.rmtree(local_dir / WORK_DIR, ignore_errors=True)  # the parts are in the store already
+    storage.publish_folder(local_dir, remote_dir, SUMMARY_FILE)
     if complete:
-        storage.remove(storage.join(remote_dir, "work"))
+        storage.remove(storage.join(remote_dir, WORK_DIR))
     shutil.rmtree(local_dir, ignore_errors=True)
 
 
 def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
     """Caption every film that was cut, with one model load for all of them (films in object
     storage in local copies, published back with their summary.json last)."""
-    from pipeline.captioning.film import caption_films
+    from pipeline.caption_films import caption_films
 
     cut = [r for r in results if r.ok and r.film_dir is not None]
-    with storage.working_copies([r.film_dir for r in cut], SUMMARY) as film_dirs:
+    with storage.working_copies([r.film_dir for r in cut], SUMMARY_FILE) as film_dirs:
         for result, film_dir, stats in zip(cut, film_dirs, caption_films(film_dirs, config, ip)):
-            result.summary = json.loads((film_dir / SUMMARY).read_text())
+            result.summary = FilmFolder(film_dir).read_summary()
             counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("by_status", {}).items()))
             result.message += f"; captions: {counts or 'none'}"
 
 
 def finalize(
-    film_dir: Path,
+    folder: FilmFolder,
     film: FilmInfo,
-    crop,
+    crop: CropBox,
     config: PipelineConfig,
     ip: IP,
-    results: list,
-    extra_seconds: dict,
-) -> dict:
+    results: list[SegmentStats | Exception],
+    extra_seconds: dict[str, float],
+) -> FilmSummary:
     """Gather the segments' parts into shards with film-wide clip and scene numbering."""
     failed = {
         i: f"{type(r).__name__}: {r}" for i, r in enumerate(results) if isinstance(r, Exception)
     }
     done = [r for r in results if not isinstance(r, Exception)]
-    work = film_dir / "work"
-    staging = film_dir / "shards.staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    scenes, drop_rows = [], []
+    shutil.rmtree(folder.shards_staging, ignore_errors=True)
+    scenes: list[list[int]] = []
+    drop_rows: list[dict[str, Any]] = []
     clip_index = scene_offset = 0
-    with ShardWriter(staging, "clips", config.shards) as writer:
+    with ShardWriter(folder.shards_staging, "clips", config.shards) as writer:
         for stats in done:
-            seg = stats["segment"]["index"]
-            for part in stats["parts"]:
-                for clip in read_clips(work / f"segment-{seg:05d}" / part):
+            seg = stats.segment["index"]
+            for part in stats.parts:
+                for clip in read_clips(folder.segment_dir(seg) / part):
                     clip.clip_index = clip_index
                     clip.scene_index += scene_offset
                     clip_index += 1
                     writer.write(clip)
-            scenes += stats["scenes"]
-            scene_offset += len(stats["scenes"])
-            drop_rows += [_drop_row(film, seg, d) for d in stats["drop_list"]]
-    _replace_dir(staging, film_dir / "shards")
-    write_manifest(film_dir)
-    write_table_atomic(rows_to_table(drop_rows, DROP_SCHEMA), film_dir / "drops.parquet")
+            scenes += stats.scenes
+            scene_offset += len(stats.scenes)
+            drop_rows += [_drop_row(film, seg, d) for d in stats.drop_list]
+    _replace_dir(folder.shards_staging, folder.shards)
+    write_manifest(folder)
+    write_table_atomic(rows_to_table(drop_rows, DROP_SCHEMA), folder.drops)
     summary = _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seconds)
-    if summary["complete"]:
-        shutil.rmtree(work, ignore_errors=True)
+    if summary.complete:
+        shutil.rmtree(folder.work, ignore_errors=True)
     return summary
 
 
@@ -471,52 +474,50 @@ def _drop_row(film: FilmInfo, segment: int, drop: dict) -> dict:
     }
 
 
-def _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seconds) -> dict:
+def _summary(
+    film: FilmInfo,
+    crop: CropBox,
+    config: PipelineConfig,
+    ip: IP,
+    done: list[SegmentStats],
+    failed: dict[int, str],
+    scenes: list[list[int]],
+    drop_rows: list[dict[str, Any]],
+    extra_seconds: dict[str, float],
+) -> FilmSummary:
     seconds: dict[str, float] = dict(extra_seconds)
     for stats in done:
-        for name, value in stats["stage_seconds"].items():
+        for name, value in stats.stage_seconds.items():
             seconds[name] = seconds.get(name, 0.0) + value
     drops: dict[str, int] = {}
     for row in drop_rows:
         drops[row["reason"]] = drops.get(row["reason"], 0) + 1
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "complete": not failed,
-        "film": film.facts(),
-        "ip": ip.name,
-        "crop": {"x": crop.x, "y": crop.y, "w": crop.w, "h": crop.h, "source": crop.source},
-        "segments": len(done) + len(failed),
-        "segments_reused": sum(bool(s.get("skipped")) for s in done),
-        "segment_runs": [_segment_run(s) for s in done],
-        "failed_segments": failed,
-        "scenes": scenes,
-        "clips_written": sum(s["clips_written"] for s in done),
-        "clips_failed": sum(s["clips_failed"] for s in done),
-        "frames_decoded": sum(s["frames"] for s in done),
-        "corrupt_packets": sum(s["corrupt_packets"] for s in done),
-        "unmatched_frames": sum(s.get("unmatched_frames", 0) for s in done),
-        "late_cuts": sum(s.get("late_cuts", 0) for s in done),
-        "drops": drops,
-        "stage_seconds": {k: round(v, 3) for k, v in seconds.items()},
-        "captions": "pending",
-        "motion_levels": _motion_levels(config),
-        "fingerprint": config.fingerprint(),
-        "config": config.to_dict(),
-    }
-
-
-def _segment_run(stats: dict) -> dict:
-    """One segment's line in summary.json: its frames, where it ran, how long it took."""
-    segment = stats["segment"]
-    return {
-        "index": segment["index"],
-        "start_frame": segment["start"],
-        "stop_frame": segment["stop"],
-        "clips_written": stats["clips_written"],
-        "reused": bool(stats.get("skipped")),
-        "ran_on": stats.get("ran_on"),
-        "seconds": round(sum(stats["stage_seconds"].values()), 3),
-    }
+    return FilmSummary(
+        schema_version=SCHEMA_VERSION,
+        complete=not failed,
+        film=FilmFacts.from_dict(film.facts()),
+        ip=ip.name,
+        crop=CropRecord(x=crop.x, y=crop.y, w=crop.w, h=crop.h, source=crop.source),
+        segments=len(done) + len(failed),
+        segments_reused=sum(stats.skipped for stats in done),
+        segment_runs=[_segment_run(stats) for stats in done],
+        failed_segments=dict(failed),
+        scenes=scenes,
+        clips_written=sum(s.clips_written for s in done),
+        clips_failed=sum(s.clips_failed for s in done),
+        frames_decoded=sum(s.frames for s in done),
+        corrupt_packets=sum(s.corrupt_packets for s in done),
+        unmatched_frames=sum(s.unmatched_frames for s in done),
+        late_cuts=sum(s.late_cuts for s in done),
+        drops=drops,
+        stage_seconds={k: round(v, 3) for k, v in seconds.items()},
+        captions="pending",
+        motion_levels=_motion_levels(config),
+        fingerprint=config.fingerprint(),
+        config=config.to_dict(),
+        # set by run_film once the segments are gathered; not written before that
+        absent=frozenset({"segment_boundaries", "wall_seconds", "caption"}),
+    )
 
 
 def _motion_levels(config: PipelineConfig) -> dict | None:
@@ -527,16 +528,39 @@ def _motion_levels(config: PipelineConfig) -> dict | None:
     return load_levels(config.motion.level_edges).to_dict()
 
 
-def _complete_summary(film_dir: str | Path, config: PipelineConfig, ip: IP) -> dict | None:
-    text = storage.read_text(storage.join(film_dir, SUMMARY))
-    if text is None:
-        return None
+def _segment_run(stats: SegmentStats) -> dict[str, Any]:
+    """One segment's line in summary.json: its frames, where it ran, how long it took."""
+    return {
+        "index": stats.segment["index"],
+        "start_frame": stats.segment["start"],
+        "stop_frame": stats.segment["stop"],
+        "clips_written": stats.clips_written,
+        "reused": stats.skipped,
+        "ran_on": stats.ran_on,
+        "seconds": round(sum(stats.stage_seconds.values()), 3),
+    }
+
+
+def _complete_summary(film_dir: str | Path, config: PipelineConfig, ip: IP) -> FilmSummary | None:
+    """The film's summary when a complete run under the same settings and IP committed it."""
     try:
-        summary = json.loads(text)
-    except json.JSONDecodeError:
+        summary = _read_summary(film_dir)
+    except FolderError:
+        return None  # unreadable: the film is redone
+    if summary is None:
         return None
-    same = summary.get("fingerprint") == config.fingerprint() and summary.get("ip") == ip.name
-    return summary if same and summary.get("complete") else None
+    same = summary.fingerprint == config.fingerprint() and summary.ip == ip.name
+    return summary if same and summary.complete else None
+
+
+def _read_summary(film_dir: str | Path) -> FilmSummary | None:
+    if not storage.is_remote(film_dir):
+        return FilmFolder(Path(film_dir)).read_summary()
+    text = storage.read_text(storage.join(film_dir, SUMMARY_FILE))
+    try:
+        return None if text is None else FilmSummary.from_dict(json.loads(text))
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise FolderError(f"{film_dir}/{SUMMARY_FILE}: not a JSON object ({exc})") from None
 
 
 def _replace_dir(new: Path, target: Path) -> None:
@@ -550,25 +574,24 @@ def _replace_dir(new: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _summary_line(film: FilmInfo, summary: dict) -> str:
-    drops = ", ".join(f"{k} {v}" for k, v in sorted(summary["drops"].items())) or "none"
-    failed = summary["failed_segments"]
+def _summary_line(film: FilmInfo, summary: FilmSummary) -> str:
+    drops = ", ".join(f"{k} {v}" for k, v in sorted((summary.drops or {}).items())) or "none"
+    failed = summary.failed_segments
     reused = (
-        f"; resumed with {summary['segments_reused']} of {summary['segments']} segments "
-        f"already done"
-        if summary.get("segments_reused")
+        f"; resumed with {summary.segments_reused} of {summary.segments} segments already done"
+        if summary.segments_reused
         else ""
     )
     state = (
         "done"
-        if summary["complete"]
+        if summary.complete
         else (
-            f"INCOMPLETE ({len(failed)} of {summary['segments']} segments failed, first: "
+            f"INCOMPLETE ({len(failed)} of {summary.segments} segments failed, first: "
             f"{next(iter(failed.values()))}; rerun to retry)"
         )
     )
     return (
-        f"{film.film_name}: {state}: {summary['clips_written']} clips "
-        f"({summary['clips_failed']} failed), {len(summary['scenes'])} scenes, drops: {drops}; "
-        f"{film.duration:.1f} s of film in {summary.get('wall_seconds', 0):.1f} s{reused}"
+        f"{film.film_name}: {state}: {summary.clips_written} clips "
+        f"({summary.clips_failed} failed), {len(summary.scenes or [])} scenes, drops: {drops}; "
+        f"{film.duration:.1f} s of film in {summary.wall_seconds or 0:.1f} s{reused}"
     )

@@ -4,7 +4,7 @@ Every frame of the segment is decoded once. A small BGR copy of it feeds scene d
 frame itself waits in a short queue until the detector can no longer report a cut at or before it
 (its `lag`), then goes to the clip splitter, which converts only the frames it samples. Finished
 clips run through the per-clip stages (motion, encoding) while their pixels are still in memory and
-are written to part files. A `DONE.json` marker, written last, makes the segment skippable on rerun.
+are written to part files. A DONE marker (core/film.py), written last, makes the segment skippable on rerun.
 
 Segment boundaries are forced scene boundaries: the decoder starts a little before the segment
 (warm-up, so a cut in the segment's first frames is still seen) and runs a little past its end
@@ -13,7 +13,6 @@ Segment boundaries are forced scene boundaries: the decoder starts a little befo
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections import defaultdict, deque
@@ -25,20 +24,18 @@ import av
 import cv2
 import numpy as np
 
-from pipeline import storage
+from core import storage
+from core.film import FilmFolder, SegmentStats
+from core.record import STATUS_OK
+from core.shards import ShardWriter
+from core.video import FrameReader, rotate_frame
 from pipeline.config import PipelineConfig
-from pipeline.record import STATUS_OK
-from pipeline.shards import ShardWriter, write_json_atomic
-from pipeline.video import FrameReader, rotate_frame
-from stages.base import ClipStage
+from stages.base import Frame, build_clip_stages
 from stages.clips import ClipSplitter, Drop
 from stages.crop import CropBox
-from stages.encode import EncodeMedia
-from stages.motion import MotionScope
 from stages.probe import FilmInfo
 from stages.scenes import SceneCuts
 
-DONE = "DONE.json"
 WARMUP_SECONDS = 1.0
 
 
@@ -57,11 +54,12 @@ class SegmentJob:
     config: PipelineConfig
     ip: str
     segment: Segment
-    work_dir: Path  # the runner runs a job whose work folder is in object storage in a local copy
+    folder: FilmFolder  # always local: where the segment's parts and DONE.json are made
+    store: str | None = None  # the film folder's URL when the outputs live in object storage
 
     @property
     def directory(self) -> Path:
-        return self.work_dir / f"segment-{self.segment.index:05d}"
+        return self.folder.segment_dir(self.segment.index)
 
 
 def plan_segments(film: FilmInfo, seconds: float) -> list[Segment]:
@@ -76,33 +74,31 @@ def plan_segments(film: FilmInfo, seconds: float) -> list[Segment]:
     return [Segment(i, bounds[i], bounds[i + 1], i == count - 1) for i in range(count)]
 
 
-def completed(job: SegmentJob, fingerprint: str) -> dict | None:
+def completed(job: SegmentJob, fingerprint: str) -> SegmentStats | None:
     """The segment's stats if it finished under the same settings, IP and bounds, else None."""
-    marker = job.directory / DONE
-    if not marker.is_file():
+    stats = job.folder.read_segment_stats(job.segment.index)
+    if stats is None:
         return None
-    stats = json.loads(marker.read_text())
     same = (
-        stats.get("fingerprint") == fingerprint
-        and stats.get("ip") == job.ip
-        and stats.get("segment") == asdict(job.segment)
+        stats.fingerprint == fingerprint
+        and stats.ip == job.ip
+        and stats.segment == asdict(job.segment)
     )
     return stats if same else None
 
 
-def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None) -> dict:
-    """Process one segment and return its stats (the same dict `DONE.json` holds)."""
+def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None) -> SegmentStats:
+    """Process one segment and return its stats (what its DONE.json marker holds)."""
     fingerprint = job.config.fingerprint()
     done = completed(job, fingerprint)
     if done is not None:
         report(job.segment.stop - job.segment.start)
-        return done | {"skipped": True}
+        return done.updated(skipped=True)
     shutil.rmtree(job.directory, ignore_errors=True)  # leftovers of an interrupted attempt
     job.directory.mkdir(parents=True)
-    stats = _SegmentRun(job, report).run()
-    stats["fingerprint"], stats["ip"] = fingerprint, job.ip
-    write_json_atomic(stats, job.directory / DONE)
-    return stats | {"skipped": False}
+    stats = _SegmentRun(job, report).run().updated(fingerprint=fingerprint, ip=job.ip)
+    job.folder.write_segment_stats(job.segment.index, stats)
+    return stats
 
 
 def limit_threads(threads: int) -> None:
@@ -114,15 +110,6 @@ def limit_threads(threads: int) -> None:
         sys.modules["torch"].set_num_threads(threads)
 
 
-def clip_stages(config: PipelineConfig) -> list[ClipStage]:
-    """The per-clip stages that run while a clip's pixels are in memory, in order."""
-    stages: list[ClipStage] = []
-    if config.motion.enabled:
-        stages.append(MotionScope(config.motion))
-    stages.append(EncodeMedia(config.clips))
-    return stages
-
-
 class _SegmentRun:
     def __init__(self, job: SegmentJob, report: Callable[[int], None]):
         self.job = job
@@ -130,7 +117,7 @@ class _SegmentRun:
         film, config, seg = job.film, job.config, job.segment
         self.detector = SceneCuts(config.scenes, film.fps)
         self.splitter = ClipSplitter(config.clips, film, job.crop, job.ip, seg.index, seg.is_last)
-        self.stages = clip_stages(config)
+        self.stages = build_clip_stages(config)
         self.small_size = _small_size(film, config.scenes.width)
         self.seconds: dict[str, float] = defaultdict(float)
         self.drops: list[Drop] = []
@@ -141,7 +128,7 @@ class _SegmentRun:
         self.late_cuts = 0
         self.detect_box = _detect_box(film, job.crop, self.small_size)
 
-    def run(self) -> dict:
+    def run(self) -> SegmentStats:
         film, seg = self.job.film, self.job.segment
         for stage in self.stages:
             self._timed(stage.name, stage.setup)
@@ -151,25 +138,26 @@ class _SegmentRun:
         warmup = int(WARMUP_SECONDS * film.fps) + lag
         reader = FrameReader(str(storage.local_film(film.path)), film.frame_pts, threads)
         cuts: set[int] = set()
-        waiting: deque = deque()
+        waiting: deque[tuple[int, Frame]] = deque()
         last = seg.start
         with ShardWriter(self.job.directory, "part", self.job.config.shards) as writer:
             self.writer = writer
             frames = reader.frames(max(0, seg.start - warmup), min(film.num_frames, seg.stop + lag))
             # A frame waits until `lag` more frames were decoded after it (counted in frames
             # decoded, so a gap in the indices cannot shorten the wait).
-            for decoded, (index, frame) in enumerate(self._timed_iter("decode", frames)):
+            for decoded, (index, picture) in enumerate(self._timed_iter("decode", frames)):
                 last = index
-                for cut in self._timed("scenes", self.detector.process, index, self._small(frame)):
+                frame = self._frame(index, picture)
+                for cut in self._timed("scenes", self.detector.process, frame):
                     self._add_cut(cut, cuts)
                 if seg.start <= index < seg.stop:
-                    waiting.append((decoded, index, frame))
+                    waiting.append((decoded, frame))
                 while waiting and waiting[0][0] <= decoded - lag:
-                    self._settle(*waiting.popleft()[1:], cuts)
-            for cut in self.detector.finish(last):
+                    self._settle(waiting.popleft()[1], cuts)
+            for cut in self.detector.finish(last + 1):
                 self._add_cut(cut, cuts)
             while waiting:
-                self._settle(*waiting.popleft()[1:], cuts)
+                self._settle(waiting.popleft()[1], cuts)
             self._handle(self.splitter.finish(seg.stop))
         return self._stats(reader)
 
@@ -182,16 +170,17 @@ class _SegmentRun:
             cut = self.settled + 1
         cuts.add(cut)
 
-    def _settle(self, index: int, frame: av.VideoFrame, cuts: set[int]) -> None:
-        self.settled = index
-        starts_scene = index == self.job.segment.start or index in cuts
+    def _settle(self, frame: Frame, cuts: set[int]) -> None:
+        self.settled = frame.index
+        frame.starts_scene = frame.index == self.job.segment.start or frame.index in cuts
         self.frames_decoded += 1
         if self.frames_decoded % 64 == 0:
             self.report(64)
-        items = self._timed(
-            "split", self.splitter.process, index, starts_scene, lambda: self._rgb(frame)
-        )
-        self._handle(items)
+        self._handle(self._timed("split", self.splitter.process, frame))
+
+    def _frame(self, index: int, picture: av.VideoFrame) -> Frame:
+        small = self._small(picture)  # always needed, by scene detection, right away
+        return Frame(index, small=lambda: small, rgb=lambda: self._rgb(picture))
 
     def _handle(self, items: list) -> None:
         for item in items:
@@ -235,21 +224,22 @@ class _SegmentRun:
             self.seconds[name] += time.perf_counter() - began
             yield item
 
-    def _stats(self, reader: FrameReader) -> dict:
+    def _stats(self, reader: FrameReader) -> SegmentStats:
         self.report(self.frames_decoded % 64)
-        return {
-            "segment": asdict(self.job.segment),
-            "clips_written": self.clips_written,
-            "clips_failed": self.clips_failed,
-            "frames": self.frames_decoded,
-            "corrupt_packets": reader.corrupt_packets,
-            "unmatched_frames": reader.unmatched_frames,
-            "late_cuts": self.late_cuts,
-            "drop_list": [asdict(d) for d in self.drops],
-            "scenes": self.splitter.scenes,
-            "parts": sorted(p.name for p in self.writer.paths),
-            "stage_seconds": {k: round(v, 4) for k, v in self.seconds.items()},
-        }
+        return SegmentStats(
+            segment=asdict(self.job.segment),
+            clips_written=self.clips_written,
+            clips_failed=self.clips_failed,
+            frames=self.frames_decoded,
+            corrupt_packets=reader.corrupt_packets,
+            unmatched_frames=reader.unmatched_frames,
+            late_cuts=self.late_cuts,
+            drop_list=[asdict(d) for d in self.drops],
+            scenes=self.splitter.scenes,
+            parts=sorted(p.name for p in self.writer.paths),
+            stage_seconds={k: round(v, 4) for k, v in self.seconds.items()},
+            absent=frozenset({"fingerprint", "ip"}),  # set once the segment is done
+        )
 
 
 def _detect_box(film: FilmInfo, crop: CropBox, small_size: tuple[int, int]) -> tuple[int, ...]:

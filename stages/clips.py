@@ -17,16 +17,19 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from pipeline.record import Clip, make_clip_id
+from core.record import Clip, make_clip_id
+from core.settings import Settings, check_choice
+from stages.base import Frame
 from stages.crop import CropBox
 from stages.probe import FilmInfo
 
 EPS = 1e-6
 RESIZE_MODES = ("center_crop", "pad", "stretch")
+IMAGE_FORMATS = ("jpeg", "png")
 
 
 @dataclass
-class ClipConfig:
+class ClipConfig(Settings):
     seconds: float = 2.0
     """Length of a clip window in seconds (paper: 2 s)."""
     num_frames: int = 16
@@ -44,6 +47,10 @@ class ClipConfig:
     PSNR at crf 20 (see README "Benchmark")."""
     image_format: str = "jpeg"
     """Encoding of first_frame: jpeg or png."""
+
+    def validate(self) -> None:
+        check_choice("clips", "resize", self.resize, RESIZE_MODES)
+        check_choice("clips", "image_format", self.image_format, IMAGE_FORMATS)
 
     @property
     def clip_fps(self) -> float:
@@ -74,8 +81,7 @@ class _Window:
 
 def output_region(crop: CropBox, config: ClipConfig) -> tuple[int, int, int, int]:
     """The source rectangle (x, y, w, h) whose pixels a clip shows."""
-    if config.resize not in RESIZE_MODES:
-        raise ValueError(f"unknown resize mode {config.resize!r} (choose from {RESIZE_MODES})")
+    config.validate()
     if config.resize != "center_crop":
         return crop.x, crop.y, crop.w, crop.h
     target = config.width / config.height
@@ -123,10 +129,11 @@ def _resize(image: np.ndarray, width: int, height: int) -> np.ndarray:
 
 
 class ClipSplitter:
-    """`process(index, starts_scene, load_rgb) -> list of Clip and Drop` for one film segment.
+    """A frame-level stage: `process(frame)` returns the Clips and Drops the frame completes, for
+    one film segment; `finish(end)` closes the last scene.
 
-    `load_rgb()` returns the decoded source frame as H x W x 3 RGB; it is called only for sampled
-    frames, so the other two thirds of the frames are never converted. Call `finish()` at the end.
+    `frame.rgb()` is called only for sampled frames, so the other two thirds of the frames are
+    never converted.
     """
 
     def __init__(
@@ -152,13 +159,14 @@ class ClipSplitter:
         self.window: _Window | None = None
         self.scenes: list[list[int]] = []  # [start_frame, end_frame_exclusive]
 
-    def process(self, index: int, starts_scene: bool, load_rgb) -> list:
-        out = []
-        if starts_scene or self.scene_index < 0:
+    def process(self, frame: Frame) -> list[Clip | Drop]:
+        index = frame.index
+        out: list[Clip | Drop] = []
+        if frame.starts_scene or self.scene_index < 0:
             out += self._close_scene(index)
             self._open_scene(index)
         out += self._close_passed_windows(index)
-        fitted = _Once(lambda: fit_frame(load_rgb(), self.region, self.config))
+        fitted = _Once(lambda: fit_frame(frame.rgb(), self.region, self.config))
         self._take_samples(index, fitted)
         window = self.window
         if window is not None and window.fits and index == window.end_frame - 1:
@@ -176,10 +184,10 @@ class ClipSplitter:
             if sample == index:
                 window.samples[m] = fitted()
 
-    def finish(self, stop_index: int) -> list:
-        """End of the segment (`stop_index` is its exclusive end frame)."""
+    def finish(self, end: int) -> list[Clip | Drop]:
+        """End of the segment (`end` is its exclusive end frame)."""
         reason = "scene_tail" if self.is_last_segment else "segment_tail"
-        return self._close_scene(stop_index, reason)
+        return self._close_scene(end, reason)
 
     # -- windows -------------------------------------------------------------------------------
 

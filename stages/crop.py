@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.video import FrameReader, rotate_frame
+from core.settings import Settings
+from core.video import FrameReader, rotate_frame
 from stages.probe import FilmError, FilmInfo
 
 
 @dataclass
-class CropConfig:
+class CropConfig(Settings):
     box: list[int] | None = None
     """Override: [x, y, w, h] in source pixels; detection is skipped. Usually set per film in the
     IP manifest."""

@@ -6,9 +6,9 @@ clip's pixels at a time.
 
 from __future__ import annotations
 
-from pipeline.record import Clip
-from pipeline.video import encode_image, encode_mp4
-from stages.base import ClipStage
+from core.record import Clip
+from core.video import encode_image, encode_mp4
+from stages.base import ClipStage, register_clip_stage
 from stages.clips import ClipConfig
 
 
@@ -27,3 +27,9 @@ class EncodeMedia(ClipStage):
         clip.first_frame = encode_image(clip.frames[0], self.config.image_format)
         clip.frames = None
         return clip
+
+
+@register_clip_stage("encode", section="clips", order=100)
+def encode_stage(settings: ClipConfig) -> ClipStage:
+    """Last: it turns the frames into the stored bytes and releases them."""
+    return EncodeMedia(settings)

@@ -23,8 +23,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from pipeline.record import Clip
-from stages.base import ClipStage, Resources
+from core.device import DeviceError, pick_device
+from core.record import Clip
+from core.settings import Settings, check_choice
+from stages.base import ClipStage, Resources, register_clip_stage
 from stages.motion_levels import DEFAULT_LEVELS, MotionLevels, load_levels
 
 UNIT_HEIGHT, UNIT_WIDTH = 480, 720  # the unit every scope is expressed in (the paper's clip size)
@@ -40,7 +42,7 @@ DIS_PRESETS = {
 
 
 @dataclass
-class MotionConfig:
+class MotionConfig(Settings):
     enabled: bool = True
     """Measure motion scope while clips are cut (the frames are already in memory)."""
     backend: str = "dis"
@@ -74,6 +76,10 @@ class MotionConfig:
     memflow_random_weights: bool = False
     """TEST ONLY: build MemFlow with random weights instead of a checkpoint (exercises the code
     path; the scopes it gives are meaningless)."""
+
+    def validate(self) -> None:
+        check_choice("motion", "backend", self.backend, BACKENDS)
+        check_choice("motion", "dis_preset", self.dis_preset, DIS_PRESETS)
 
 
 class MotionError(ValueError):
@@ -247,13 +253,16 @@ class MemFlowBackend:
         self._device = None
 
     def load(self) -> None:
-        from pipeline.compat import ensure_torchvision_importable
+        from core.compat import ensure_torchvision_importable
 
         ensure_torchvision_importable()  # before ptlflow: it imports torchvision
         import ptlflow
         import torch
 
-        self._device = torch.device(_pick_device(self.device_name))
+        try:
+            self._device = torch.device(pick_device(self.device_name, "motion.memflow_device"))
+        except DeviceError as exc:
+            raise MotionError(str(exc)) from None
         checkpoint = None if self.random_weights else str(self.checkpoint)
         try:
             # MemFlow prints its layer choices and a train_avg_length warning that a checkpoint
@@ -307,16 +316,6 @@ def _check_checkpoint(checkpoint: str | None) -> None:
         )
     if not Path(checkpoint).is_file():
         raise MotionError(f"motion.memflow_checkpoint={checkpoint}: no such file")
-
-
-def _pick_device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise MotionError(f"motion.memflow_device={name}: no CUDA device on this machine")
-    return name
 
 
 def _wants_gpu(config: MotionConfig) -> bool:
@@ -393,3 +392,9 @@ class MotionScope(ClipStage):
     def backend_descriptor(self) -> str:
         """What motion_backend stores: the flow backend and the rule's parameters."""
         return f"{self.backend.name};{rule_descriptor(self.config)}"
+
+
+@register_clip_stage("motion", section="motion", order=10)
+def motion_stage(settings: MotionConfig) -> ClipStage | None:
+    """First: it measures the in-memory frames, which encoding releases."""
+    return MotionScope(settings) if settings.enabled else None

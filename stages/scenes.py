@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from scenedetect import FrameTimecode
 from scenedetect.detectors import (
     AdaptiveDetector,
@@ -18,6 +17,9 @@ from scenedetect.detectors import (
     HistogramDetector,
     ThresholdDetector,
 )
+
+from core.settings import Settings, check_choice
+from stages.base import Frame
 
 # name -> (detector class, name of its main threshold argument)
 DETECTORS = {
@@ -30,7 +32,7 @@ DETECTORS = {
 
 
 @dataclass
-class SceneConfig:
+class SceneConfig(Settings):
     detector: str = "adaptive"
     """PySceneDetect detector: adaptive, content, hash, histogram or threshold."""
     threshold: float | None = None
@@ -46,19 +48,19 @@ class SceneConfig:
     their own window (the threshold detector places a fade's cut mid-fade but reports it when the
     fade ends). summary.json counts late_cuts: raise this if it is not 0."""
 
+    def validate(self) -> None:
+        check_choice("scenes", "detector", self.detector, DETECTORS)
+
 
 class SceneCuts:
-    """`process(index, small_bgr) -> cut frame indices confirmed by this frame`.
+    """A frame-level stage: `process(frame)` returns the cut frame indices this frame confirmed.
 
-    A cut at index c means frame c starts a new scene. Call `finish(last_index)` after the last
-    frame to flush cuts the detector still holds.
+    A cut at index c means frame c starts a new scene. `finish(end)` after the last frame flushes
+    the cuts the detector still holds.
     """
 
     def __init__(self, config: SceneConfig, fps: float):
-        if config.detector not in DETECTORS:
-            raise ValueError(
-                f"unknown scene detector {config.detector!r} (choose from {', '.join(DETECTORS)})"
-            )
+        config.validate()
         cls, threshold_name = DETECTORS[config.detector]
         kwargs = dict(config.options or {})
         kwargs["min_scene_len"] = config.min_scene_len
@@ -73,10 +75,10 @@ class SceneCuts:
         """Frames a cut can be reported after the frame that starts the new scene."""
         return int(getattr(self.detector, "event_buffer_length", 0)) + 1 + self.extra_lag
 
-    def process(self, index: int, small_bgr: np.ndarray) -> list[int]:
-        found = self.detector.process_frame(FrameTimecode(index, self.fps), small_bgr)
+    def process(self, frame: Frame) -> list[int]:
+        found = self.detector.process_frame(FrameTimecode(frame.index, self.fps), frame.small())
         return [tc.frame_num for tc in found]
 
-    def finish(self, last_index: int) -> list[int]:
-        found = self.detector.post_process(FrameTimecode(last_index, self.fps))
+    def finish(self, end: int) -> list[int]:
+        found = self.detector.post_process(FrameTimecode(end - 1, self.fps))
         return [tc.frame_num for tc in found or []]

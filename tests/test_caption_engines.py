@@ -26,7 +26,11 @@ from test_caption_support import (  # noqa: F401
     read_raw,
 )
 
-from pipeline.captioning.engines import (
+from core.shards import read_clips
+from pipeline.caption_films import caption_film
+from pipeline.cli import main as cli_main
+from prompts import load_prompt
+from stages.captioning.engines import (
     EngineError,
     LmdeployEngine,
     OpenAIEngine,
@@ -37,12 +41,8 @@ from pipeline.captioning.engines import (
     import_lmdeploy,
     make_engine,
 )
-from pipeline.captioning.film import caption_film
-from pipeline.captioning.images import clip_frame_grid
-from pipeline.cli import main as cli_main
-from pipeline.shards import read_clips
-from prompts import load_prompt
-from stages.caption import CaptionConfig, CaptionStage
+from stages.captioning.images import clip_frame_grid
+from stages.captioning.stage import CaptionConfig, CaptionStage
 
 # ---- a tiny InternVL checkpoint, built offline ---------------------------------------------
 
@@ -91,7 +91,7 @@ def _tiny_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_internvl(tmp_path_factory):
     """A random-weight InternVL (28-pixel tiles, one token per tile) saved as a checkpoint folder."""
-    from pipeline.compat import ensure_torchvision_importable
+    from core.compat import ensure_torchvision_importable
 
     ensure_torchvision_importable()
     import torch

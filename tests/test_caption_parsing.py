@@ -6,20 +6,20 @@ import pytest
 from PIL import Image
 from test_caption_support import SINTEL_REFERENCES, clip_videos  # noqa: F401 (fixture)
 
-from pipeline.captioning.images import (
+from prompts import PromptError, available_prompts, load_prompt, parse_prompt
+from stages.captioning.images import (
     FRAME_GAP,
     build_reference_sheet,
     clip_frame_grid,
     sample_indices,
 )
-from pipeline.captioning.parsing import (
+from stages.captioning.parsing import (
     ParseError,
     StateAnswer,
     instruction_text,
     parse_characters,
     parse_state,
 )
-from prompts import PromptError, available_prompts, load_prompt, parse_prompt
 
 NAMES = ["Sintel", "Scales", "Gran"]
 
@@ -169,7 +169,7 @@ def test_frames_are_sampled_evenly_with_both_ends():
 
 
 def test_frame_grid_holds_the_sampled_frames_in_order(clip_videos):
-    from pipeline.video import decode_mp4
+    from core.video import decode_mp4
 
     video = clip_videos[1][1]
     grid = clip_frame_grid(video, num_frames=8, frame_height=120, columns=4)

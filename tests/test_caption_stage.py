@@ -21,13 +21,14 @@ from test_caption_support import (  # noqa: F401
     read_raw,
 )
 
-from pipeline.captioning.engines import EngineError
-from pipeline.captioning.film import CACHE_FILE, caption_film
-from pipeline.captioning.images import build_reference_sheet, clip_frame_grid
+from core.film import CAPTION_CACHE_FILE
+from core.record import STATUS_ERROR
+from core.shards import read_clips, read_table
+from pipeline.caption_films import caption_film
 from pipeline.config import PipelineConfig
-from pipeline.record import STATUS_ERROR
-from pipeline.shards import read_clips, read_table
-from stages.caption import CaptionConfig, CaptionStage
+from stages.captioning.engines import EngineError
+from stages.captioning.images import build_reference_sheet, clip_frame_grid
+from stages.captioning.stage import CaptionConfig, CaptionStage
 
 CONFIG = CaptionConfig(model="scripted-internvl", num_frames=8, frame_height=96, max_retries=2)
 
@@ -336,7 +337,7 @@ def test_an_interrupted_run_keeps_finished_batches_in_the_cache(film):
     before = [c.to_row() for c in read_clips(film / "shards")]
     with pytest.raises(KeyboardInterrupt):
         caption_film(film, config, SINTEL_REFERENCES, engine=ScriptedEngine(dies_on_second_batch))
-    assert len((film / CACHE_FILE).read_text().splitlines()) == 2
+    assert len((film / CAPTION_CACHE_FILE).read_text().splitlines()) == 2
     assert [c.to_row() for c in read_clips(film / "shards")] == before  # shards untouched
     summary = caption_film(film, config, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
     assert summary["from_cache"] == 2 and summary["by_status"] == {"ok": 5}
@@ -344,7 +345,7 @@ def test_an_interrupted_run_keeps_finished_batches_in_the_cache(film):
 
 def test_a_torn_cache_line_is_skipped_and_counted(film):
     caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
-    cache = film / CACHE_FILE
+    cache = film / CAPTION_CACHE_FILE
     lines = cache.read_text().splitlines()
     cache.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])  # a crash mid-line
     summary = caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
@@ -365,7 +366,7 @@ def test_without_a_model_the_film_is_marked_pending_with_a_hint(film):
 def test_several_films_share_one_loaded_model_and_count_separately(film, tmp_path):
     import shutil
 
-    from pipeline.captioning.film import caption_films
+    from pipeline.caption_films import caption_films
 
     other = tmp_path / "other"
     shutil.copytree(film, other)
@@ -380,7 +381,7 @@ def test_several_films_share_one_loaded_model_and_count_separately(film, tmp_pat
 def test_a_film_named_twice_is_captioned_once_and_each_input_gets_its_summary(film, tmp_path):
     import shutil
 
-    from pipeline.captioning.film import caption_films
+    from pipeline.caption_films import caption_films
 
     other = tmp_path / "other"
     shutil.copytree(film, other)
@@ -393,8 +394,8 @@ def test_a_film_named_twice_is_captioned_once_and_each_input_gets_its_summary(fi
 
 
 def test_an_empty_shard_is_left_alone(film):
-    from pipeline.schema import CLIP_SCHEMA
-    from pipeline.shards import write_table_atomic
+    from core.io import write_table_atomic
+    from core.schema import CLIP_SCHEMA
 
     write_table_atomic(CLIP_SCHEMA.empty_table(), film / "shards" / "clips-09999.parquet")
     summary = caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))

@@ -17,11 +17,12 @@ import cv2
 import numpy as np
 import pytest
 
-from pipeline.captioning.engines import CaptionEngine, Completion
-from pipeline.record import Clip, make_clip_id
-from pipeline.schema import MANIFEST_SCHEMA, rows_to_table
-from pipeline.shards import ShardConfig, ShardWriter, write_json_atomic, write_table_atomic
-from pipeline.video import encode_mp4
+from core.io import write_json_atomic, write_table_atomic
+from core.record import Clip, make_clip_id
+from core.schema import MANIFEST_SCHEMA, rows_to_table
+from core.shards import ShardConfig, ShardWriter
+from core.video import encode_mp4
+from stages.captioning.engines import CaptionEngine, Completion
 
 ROOT = Path(__file__).resolve().parents[1]
 BIKES = ROOT / "tests" / "media" / "bikes.mp4"

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from conftest import BIKES, BIKES_CUTS, local_config, make_video
 
+from core.shards import read_clips
+from core.video import decode_image, decode_mp4
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
-from pipeline.shards import read_clips
-from pipeline.video import decode_image, decode_mp4
 from stages.clips import ClipConfig, fit_frame, output_region
 from stages.crop import CropBox
 
@@ -84,16 +84,16 @@ def test_synthetic_cuts_and_segment_boundaries(tmp_path):
     film = make_video(tmp_path / "cuts.mp4", cuts=(30, 100, 150), num_frames=260, fps=24)
     result = run_film(film, tmp_path / "out", local_config(run__segment_seconds=5), load_ip(None))
     summary = result.summary
-    boundaries = summary["segment_boundaries"]
+    boundaries = summary.segment_boundaries
     assert boundaries == [130]  # 10.8 s in segments of about 5 s: two equal halves
-    starts = sorted({s for s, _ in summary["scenes"]})
+    starts = sorted({s for s, _ in summary.scenes})
     assert starts == [0, 30, 100, 130, 150]  # the detector's cuts plus the forced boundary
     manifest = _manifest(result.film_dir)
-    _assert_no_clip_spans_a_cut(manifest, summary["scenes"])
+    _assert_no_clip_spans_a_cut(manifest, summary.scenes)
     # scene [30,100): 70 frames = one 48-frame window; [100,130): none (segment tail);
     # [130,150): none; [150,260): 110 frames = two windows
     assert manifest.start_frame.tolist() == [30, 150, 198]
-    assert summary["drops"]["segment_tail"] == 1
+    assert summary.drops["segment_tail"] == 1
     assert manifest.scene_index.is_monotonic_increasing and manifest.clip_index.tolist() == [
         0,
         1,
@@ -145,8 +145,8 @@ def test_pad_mode_keeps_aspect_with_black_bars():
 def test_rotated_video_is_turned_upright(tmp_path):
     film = make_video(tmp_path / "rot.mp4", size=(240, 320), cuts=(), num_frames=60, rotation=90)
     result = run_film(film, tmp_path / "out", local_config(), load_ip(None))
-    facts = result.summary["film"]
-    assert (facts["width"], facts["height"], facts["rotation"]) == (240, 320, 90)
+    facts = result.summary.film
+    assert (facts.width, facts.height, facts.rotation) == (240, 320, 90)
     clip = next(read_clips(result.film_dir))
     assert clip.crop_w / clip.crop_h == pytest.approx(1.5, abs=0.02)
     assert clip.crop_w <= 240  # the portrait picture was cut, not the landscape coded frame
@@ -158,7 +158,7 @@ def test_variable_frame_rate_clips_follow_timestamps(tmp_path):
     times = np.concatenate([[0.0], np.cumsum(durations)])
     film = make_video(tmp_path / "vfr.mp4", cuts=(), num_frames=120, frame_times=times)
     result = run_film(film, tmp_path / "out", local_config(), load_ip(None))
-    assert result.summary["film"]["vfr"] is True
+    assert result.summary.film.vfr is True
     for clip in read_clips(result.film_dir):
         for m, index in enumerate(clip.frame_indices):
             instant = clip.start_time + m / 8
@@ -204,7 +204,7 @@ def test_ntsc_frame_rates_keep_every_window(tmp_path, rate):
     film = make_video(tmp_path / "ntsc.mp4", num_frames=int(20.5 * fps), fps=fps)
     result = run_film(film, tmp_path / "out", local_config(), load_ip(None))
     manifest = _manifest(result.film_dir)
-    assert len(manifest) == 10 and "decode_gap" not in result.summary["drops"]
+    assert len(manifest) == 10 and "decode_gap" not in result.summary.drops
     times = [i / float(fps) for i in range(int(20.5 * fps))]
     for row in manifest.itertuples():
         assert row.frame_indices[0] == row.start_frame  # the range starts with the first sample
@@ -219,10 +219,10 @@ def test_cuts_reported_late_are_counted_and_lag_seconds_absorbs_them(tmp_path):
     film = make_video(tmp_path / "fade.mp4", num_frames=150, fps=24, black=range(40, 60))
     settings = {"scenes__detector": "threshold", "scenes__min_scene_len": 5}
     late = run_film(film, tmp_path / "a", local_config(**settings), load_ip(None)).summary
-    assert late["late_cuts"] >= 1
+    assert late.late_cuts >= 1
     held = run_film(
         film, tmp_path / "b", local_config(scenes__lag_seconds=1.0, **settings), load_ip(None)
     )
-    assert held.summary["late_cuts"] == 0
-    assert 50 in [s for s, _ in held.summary["scenes"]]
-    _assert_no_clip_spans_a_cut(_manifest(held.film_dir), held.summary["scenes"])
+    assert held.summary.late_cuts == 0
+    assert 50 in [s for s, _ in held.summary.scenes]
+    _assert_no_clip_spans_a_cut(_manifest(held.film_dir), held.summary.scenes)

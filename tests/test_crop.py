@@ -77,8 +77,9 @@ def test_manifest_override_is_used_and_checked(tmp_path):
 
     config = film_config(local_config(), ip, path)
     result = run_film(path, tmp_path / "out", config, ip)
-    assert result.summary["crop"] == {"x": 20, "y": 60, "w": 600, "h": 240, "source": "manifest"}
-    assert result.summary["ip"] == "testip"
+    assert result.summary.crop is not None
+    assert (result.summary.crop.box, result.summary.crop.source) == ((20, 60, 600, 240), "manifest")
+    assert result.summary.ip == "testip"
 
     film = Probe().process(path)
     with pytest.raises(FilmError, match="does not fit inside the 640x360 picture"):

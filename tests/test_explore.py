@@ -16,9 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from core.io import write_json_atomic, write_table_atomic
+from core.schema import MANIFEST_SCHEMA, rows_to_table
+from core.shards import ShardConfig, ShardWriter
 from pipeline.explore import DatasetError, open_dataset
-from pipeline.schema import MANIFEST_SCHEMA, rows_to_table
-from pipeline.shards import ShardConfig, ShardWriter, write_json_atomic, write_table_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from conftest import BIKES, ROOT, local_config, make_video
 
+from core.shards import read_clips
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
-from pipeline.shards import read_clips
 from stages.probe import FilmError, Probe
 
 
@@ -73,7 +73,7 @@ def test_truncated_file_keeps_what_can_be_read(tmp_path):
         return
     clips = list(read_clips(result.film_dir))
     assert all(c.status == "ok" for c in clips)
-    assert all(max(c.frame_indices) < result.summary["film"]["num_frames"] for c in clips)
+    assert all(max(c.frame_indices) < result.summary.film.num_frames for c in clips)
 
 
 def test_corrupt_packets_are_counted_not_fatal(tmp_path):
@@ -85,17 +85,17 @@ def test_corrupt_packets_are_counted_not_fatal(tmp_path):
     corrupt.write_bytes(bytes(data))
     result = run_film(corrupt, tmp_path / "out", local_config(), load_ip(None))
     summary = result.summary
-    assert summary["complete"]
+    assert summary.complete
     # whatever the decoder could not use is either a counted drop or a concealed frame
-    assert summary["clips_written"] + sum(summary["drops"].values()) >= 3
+    assert summary.clips_written + sum(summary.drops.values()) >= 3
 
 
 def test_unusual_codec_and_container(tmp_path):
     film = make_video(tmp_path / "mpeg4.avi", codec="mpeg4", cuts=(60,), num_frames=120, fps=25)
     result = run_film(film, tmp_path / "out", local_config(), load_ip(None))
-    assert result.summary["film"]["codec"] == "mpeg4"
-    assert [s for s, _ in result.summary["scenes"]] == [0, 60]
-    assert result.summary["clips_written"] == 2
+    assert result.summary.film.codec == "mpeg4"
+    assert [s for s, _ in result.summary.scenes] == [0, 60]
+    assert result.summary.clips_written == 2
 
 
 def test_cli_reports_bad_film_and_still_processes_the_good_one(tmp_path):

@@ -13,18 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.motion_bench import SINTEL, real_clip_levels
+from core.io import write_json_atomic, write_table_atomic
+from core.record import Clip, make_clip_id
+from core.schema import MANIFEST_SCHEMA, rows_to_table
+from core.shards import ShardConfig, ShardWriter, read_table
+from core.video import decode_mp4, encode_mp4
 from pipeline.cli import main as cli_main
 from pipeline.config import ConfigError, load_config
-from pipeline.record import Clip, make_clip_id
-from pipeline.schema import MANIFEST_SCHEMA, rows_to_table
-from pipeline.shards import (
-    ShardConfig,
-    ShardWriter,
-    read_table,
-    write_json_atomic,
-    write_table_atomic,
-)
-from pipeline.video import decode_mp4, encode_mp4
 from stages.motion import (
     HELD_CHECK_SIZE,
     MotionConfig,

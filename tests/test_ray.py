@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from conftest import BIKES, local_config
 
+from core.shards import read_clips
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
-from pipeline.shards import read_clips
 
 
 def test_ray_executor_matches_local(tmp_path, bikes_dataset):
@@ -18,11 +18,11 @@ def test_ray_executor_matches_local(tmp_path, bikes_dataset):
     finally:
         ray.shutdown()
     assert result.ok, result.message
-    assert result.summary["segments"] == 2
+    assert result.summary.segments == 2
     ray_clips = list(read_clips(result.film_dir))
     local_clips = list(read_clips(bikes_dataset))
     # segment boundaries are forced scene boundaries, so compare only clips far from them
-    boundary = result.summary["segment_boundaries"][0]
+    boundary = result.summary.segment_boundaries[0]
     far = [c for c in local_clips if c.end_frame <= boundary or c.start_frame >= boundary + 50]
     by_id = {c.clip_id: c for c in ray_clips}
     assert far, "bikes.mp4 should have clips away from the boundary"

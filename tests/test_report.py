@@ -433,9 +433,10 @@ def test_crop_box_is_drawn_on_the_source_frame_when_the_film_is_reachable(
     annotated_film, annotated_page
 ):
     dataset = open_dataset(annotated_film)
-    source = dataset.summary["film"]["path"]
-    assert Path(source).is_file()  # the pipeline records where the film is
-    crop = dataset.summary["crop"]
+    source = dataset.summary.film.path
+    assert source is not None and Path(source).is_file()  # the pipeline records where the film is
+    assert dataset.summary.crop is not None
+    crop = dataset.summary.crop.to_dict()
     assert (
         f"Left: the source frame where the clip starts, with the crop box {crop['w']}x"
         f"{crop['h']} at ({crop['x']}, {crop['y']})"
@@ -457,8 +458,8 @@ def test_crop_box_is_drawn_on_the_source_frame_when_the_film_is_reachable(
 def test_facts_and_drop_reasons_come_from_the_film_folder(annotated_film, annotated_page):
     dataset = open_dataset(annotated_film)
     page = annotated_page
-    film = dataset.summary["film"]
-    assert f"{film['width']}x{film['height']}" in page
+    film = dataset.summary.film
+    assert f"{film.width}x{film.height}" in page
     drops = dataset.drops
     assert not drops.empty
     for reason, group in drops.groupby("reason"):
@@ -476,7 +477,8 @@ def _film_of_ip(source: Path, target: Path, ip: str) -> Path:
     def relabel_summary(summary):
         return {
             **summary,
-            "film": {**summary["film"], "film_id": film_id, "film_name": film_id, "ip": ip},
+            "ip": ip,
+            "film": {**summary["film"], "film_id": film_id, "film_name": film_id},
         }
 
     return rewrite_film(source, target, relabel, relabel_summary)
@@ -534,7 +536,7 @@ def test_level_edges_come_from_the_clips_version_when_the_summary_lacks_them(
 
 
 def test_the_crop_panel_shows_the_source_frame_where_the_clip_starts(film_dir):
-    source = open_dataset(film_dir).summary["film"]["path"]
+    source = open_dataset(film_dir).summary.film.path
     with av.open(source) as container:
         film = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
     for clip in open_dataset(film_dir).manifest.itertuples():

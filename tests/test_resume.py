@@ -11,7 +11,7 @@ import time
 
 from conftest import ROOT, make_video
 
-from pipeline.shards import read_clips
+from core.shards import read_clips
 
 
 def _cli(film, out, *extra):

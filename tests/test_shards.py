@@ -5,9 +5,9 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.record import Clip, persisted_fields
-from pipeline.schema import CLIP_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION
-from pipeline.shards import ShardConfig, ShardWriter, read_clips, read_table
+from core.record import Clip, persisted_fields
+from core.schema import CLIP_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION
+from core.shards import ShardConfig, ShardWriter, read_clips, read_table
 
 REQUIRED_COLUMNS = [
     "clip_id",

@@ -10,7 +10,7 @@ import pytest
 from conftest import BIKES, BUNNY, local_config
 from s3server import s3_server
 
-from pipeline import storage
+from core import storage
 from pipeline.explore import open_dataset
 from pipeline.ip import load_ip
 from pipeline.runner import run_films, run_stored_segment
@@ -75,7 +75,7 @@ def test_films_in_s3_to_a_dataset_in_s3(bucket, local_reference):
     assert summary["film"]["path"] == films[0] and summary["complete"]
     overview = json.loads(storage.read_text(f"{out}/dataset.json"))
     assert overview["films"] == 2 and overview["clips"] == sum(
-        r.summary["clips_written"] for r in results
+        r.summary.clips_written for r in results
     )
     # a second run finds both films committed and cuts nothing
     again = run_films(films, out, local_config(), load_ip(None))
@@ -100,20 +100,18 @@ def test_uncommitted_leftovers_are_never_trusted(bucket, local_reference):
 
 def test_committed_segments_are_reused(bucket, local_reference):
     """Segments whose DONE.json was published before an interruption are not cut again."""
-    from pipeline.runner import PrepareJob, prepare_film
-    from pipeline.segments import SegmentJob
+    from pipeline.runner import PrepareJob, _segment_job, prepare_film
 
     films = put_films(bucket)
     out = f"{bucket}/dataset"
     config = local_config(run__segment_seconds=4)
     plan = prepare_film(PrepareJob(films[0], out, config, load_ip(None)))
     first = plan.segments[0]
-    job = SegmentJob(plan.film, plan.crop, config, "generic", first, f"{plan.film_dir}/work")
-    run_stored_segment(job)
+    run_stored_segment(_segment_job(plan, config, load_ip(None), first))
     assert "DONE.json" in storage.list_names(f"{plan.film_dir}/work/segment-00000")
     [result] = run_films(films[:1], out, config, load_ip(None))
-    assert result.ok and result.summary["segments_reused"] == 1
-    assert result.summary["segments"] == 2
+    assert result.ok and result.summary.segments_reused == 1
+    assert result.summary.segments == 2
 
 
 def test_open_dataset_reads_s3_as_one_frame(bucket, local_reference):
@@ -150,5 +148,5 @@ def test_motion_calibrate_rewrites_an_s3_dataset_in_place(bucket, local_referenc
     measured = dataset.manifest.dropna(subset=["motion_scope"])
     assert set(measured["motion_levels_version"]) == {version}
     for film in dataset.films:
-        assert film.summary["motion_levels"]["version"] == version
+        assert film.summary.motion_levels["version"] == version
         assert "work" not in storage.list_names(f"{out}/{film.slug}")

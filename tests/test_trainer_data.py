@@ -45,7 +45,7 @@ def _key(catalog, index):
 def test_catalog_reads_every_clip_and_its_media(catalog):
     assert len(catalog) == 10  # 2 films x 5 clips of 2 s
     assert {r["film_id"] for r in catalog.rows} == {"bikes-a", "bikes-b"}
-    from pipeline.video import decode_mp4
+    from core.video import decode_mp4
 
     frames = decode_mp4(catalog.media_bytes(3, "video"))
     assert frames.shape == (16, 96, 144, 3)

@@ -229,7 +229,7 @@ def test_adapt_phase_starts_from_phase_a_and_trains_only_the_decoder(adapt_run, 
 
 
 def test_play_predicts_states_and_renders_shots(mllm_run, adapt_run, tmp_path):
-    from pipeline.video import decode_mp4
+    from core.video import decode_mp4
     from trainer.play import play
 
     instructions = [

@@ -16,9 +16,9 @@ from pathlib import Path
 import av
 import numpy as np
 
-from pipeline.record import Clip, make_clip_id
-from pipeline.shards import ShardConfig, ShardWriter, read_clips
-from pipeline.video import encode_image, encode_mp4
+from core.record import Clip, make_clip_id
+from core.shards import ShardConfig, ShardWriter, read_clips
+from core.video import encode_image, encode_mp4
 
 BIKES = Path(__file__).parent / "media" / "bikes.mp4"
 CLIP_FRAMES, CLIP_FPS = 16, 8.0

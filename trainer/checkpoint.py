@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from pipeline.shards import write_text_atomic
+from core.io import write_text_atomic
 
 
 def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.settings import coerce, field_docs
+from core.settings import coerce, field_docs
 
 PHASES = ("encoder", "mllm", "adapt")
 

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
-from pipeline.shards import check_schema_version, shard_paths
-from pipeline.video import decode_image, decode_mp4
+from core.shards import check_schema_version, shard_paths
+from core.video import decode_image, decode_mp4
 
 CATALOG_COLUMNS = [
     "clip_id",

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from core.device import pick_device
+
 
 @dataclass
 class Dist:
@@ -29,21 +31,13 @@ def setup(device_setting: str = "auto") -> Dist:
     """Read torchrun's environment; start the process group when there is more than one rank."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    device = pick_device(device_setting, local_rank)
+    device = torch.device(pick_device(device_setting, "device", local_rank))
     if world > 1 and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
         dist.init_process_group(backend=backend)
     return Dist(rank, world, local_rank, device)
-
-
-def pick_device(setting: str, local_rank: int) -> torch.device:
-    if setting == "auto":
-        return (
-            torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-        )
-    return torch.device(setting)
 
 
 def pick_dtype(setting: str, device: torch.device) -> torch.dtype:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.shards import write_text_atomic
+from core.io import write_text_atomic
 from trainer import checkpoint, distributed
 from trainer.data import make_loader
 

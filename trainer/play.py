@@ -104,9 +104,10 @@ def play(
     """Yield one record per turn (and write them to out/states.jsonl)."""
     import torch
 
+    from core.device import pick_device
     from trainer import build, distributed
 
-    device = distributed.pick_device(device_setting, 0)
+    device = torch.device(pick_device(device_setting, "--device", 0))
     dtype = distributed.pick_dtype("auto", device)
     model, config = build.trained_mllm(mllm_location, device, dtype)
     decoder, decoder_config = (
@@ -201,7 +202,7 @@ def load_decoder(location: str, device, dtype):
 def render(decoder, config, shot, scope: float, steps: int, generator, path: Path) -> str:
     import torch
 
-    from pipeline.video import encode_mp4
+    from core.video import encode_mp4
 
     frames = decoder.generate(
         shot[None],

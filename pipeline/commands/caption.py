@@ -8,7 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
-from pipeline.captioning.film import (
+from core.film import FilmFolder
+from pipeline.caption_films import (
     caption_film,
     caption_films,
     caption_later_hint,
@@ -70,9 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    from pipeline import storage
+    from core import storage
+    from core.film import SUMMARY_FILE
 
-    with storage.working_copies(args.film_dirs, "summary.json") as local:
+    with storage.working_copies(args.film_dirs, SUMMARY_FILE) as local:
         return _run(argparse.Namespace(**{**vars(args), "film_dirs": local}))
 
 
@@ -112,9 +114,11 @@ def _by_ip(films: list[Path], ip: str | None) -> list[tuple[str, list[Path]]]:
 
 def film_folders(path: Path) -> list[Path]:
     """The film folder itself, or the film folders directly inside a dataset folder."""
-    if (path / "shards").is_dir():
+    if FilmFolder(path).has_shards():
         return [path]
-    inside = sorted(p for p in path.iterdir() if (p / "shards").is_dir()) if path.is_dir() else []
+    inside = (
+        sorted(p for p in path.iterdir() if FilmFolder(p).has_shards()) if path.is_dir() else []
+    )
     if not inside:
         raise FileNotFoundError(
             f"{path}: neither a film folder (with shards/) nor a folder of them"
@@ -133,10 +137,10 @@ def _shorthand_overrides(args: argparse.Namespace) -> list[str]:
 
 def _clips_ip(film_dir: Path) -> str:
     """The IP the clips were cut for (their `ip` column), if its manifest is known."""
+    from core.shards import read_table
     from pipeline.ip import MANIFEST_DIR
-    from pipeline.shards import read_table
 
-    names = set(read_table(film_dir / "shards", columns=["ip"]).column("ip").to_pylist())
+    names = set(read_table(FilmFolder(film_dir).shards, columns=["ip"]).column("ip").to_pylist())
     names.discard(GENERIC)
     if len(names) == 1 and (MANIFEST_DIR / f"{next(iter(names))}.yaml").is_file():
         return next(iter(names))

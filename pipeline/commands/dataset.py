@@ -8,10 +8,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline import storage
+from core import storage
 from pipeline.config import ConfigError, describe_fields, load_config
 from pipeline.ip import GENERIC, IP, ManifestError, load_ip
-from pipeline.segments import clip_stages
+from stages.base import build_clip_stages
 
 SAMPLE_FILM = Path(__file__).resolve().parents[2] / "samples" / "sintel_trailer.mp4"
 IP_FILE = "ip.txt"
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         if args.quiet:
             overrides.append("run.progress=false")
         config = load_config(args.config, overrides)
-        clip_stages(config)  # builds and checks the stages' settings, loading nothing
+        build_clip_stages(config)  # builds and checks the stages' settings, loading nothing
         films = (
             expand_films(args.films) if args.films else [e.path for e in ip.films] or [SAMPLE_FILM]
         )

@@ -11,7 +11,6 @@ that was interrupted is completed by running it again with `--apply` on the writ
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 from collections import Counter
@@ -21,13 +20,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.shards import (
-    check_schema_version,
-    publish,
-    shard_paths,
-    write_json_atomic,
-    write_manifest,
-)
+from core.film import MANIFEST_FILE, FilmFolder, FilmSummary
+from core.io import publish
+from core.record import CAPTION_PENDING
+from core.shards import check_schema_version, shard_paths, write_manifest
 from stages.motion_levels import (
     EQUAL_POPULATION,
     NUM_LEVELS,
@@ -42,9 +38,6 @@ HELP = (
     "Recalibrate the five motion levels from the clips' stored motion scopes (no flow is "
     "recomputed) and rewrite the levels in the shards and manifests."
 )
-
-MANIFEST_NAME = "manifest.parquet"
-SUMMARY_NAME = "summary.json"
 
 
 def add_arguments(parser) -> None:
@@ -77,9 +70,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from pipeline import storage
+    from core import storage
+    from core.film import SUMMARY_FILE
 
-    with storage.working_copies(args.datasets, "summary.json") as local:
+    with storage.working_copies(args.datasets, SUMMARY_FILE) as local:
         return _run(argparse.Namespace(**{**vars(args), "datasets": local}))
 
 
@@ -131,9 +125,10 @@ def rewrite_films(shards: list[Path], levels: MotionLevels) -> dict[Path, int]:
         film_dir = path.parent.parent
         stale[film_dir] = stale.get(film_dir, 0) + rewrite_shard(path, levels)
     for film_dir, count in stale.items():
-        if (film_dir / MANIFEST_NAME).is_file():
-            write_manifest(film_dir)
-        update_summary(film_dir / SUMMARY_NAME, levels, count)
+        folder = FilmFolder(film_dir)
+        if folder.manifest.is_file():
+            write_manifest(folder)
+        update_summary(folder, levels, count)
     return stale
 
 
@@ -150,7 +145,7 @@ def find_tables(folders: list[Path]) -> tuple[list[Path], list[Path]]:
         if not folder.is_dir():
             raise FileNotFoundError(f"{folder}: not a dataset or film folder")
         shards += [p for p in shard_paths(folder) if p not in shards]
-        manifests += [p for p in sorted(folder.rglob(MANIFEST_NAME)) if p not in manifests]
+        manifests += [p for p in sorted(folder.rglob(MANIFEST_FILE)) if p not in manifests]
     if not shards:
         where = ", ".join(map(str, folders))
         raise FileNotFoundError(f"no clip shards (*/shards/*.parquet) under {where}")
@@ -210,7 +205,7 @@ def relevel(table: pa.Table, levels: MotionLevels) -> tuple[pa.Table, int]:
     table = _replace(
         table,
         "caption_status",
-        pa.array(["pending" if x else s for x, s in zip(stale, status)], pa.string()),
+        pa.array([CAPTION_PENDING if x else s for x, s in zip(stale, status)], pa.string()),
     )
     return _replace(table, "motion_levels_version", pa.array(version, pa.string())), sum(stale)
 
@@ -245,15 +240,11 @@ def rewrite_shard(path: Path, levels: MotionLevels) -> int:
     return stale
 
 
-def update_summary(path: Path, levels: MotionLevels, stale_captions: int) -> None:
+def update_summary(folder: FilmFolder, levels: MotionLevels, stale_captions: int) -> None:
     """Keep summary.json's `motion_levels` (read by the report) in step with the shards."""
-    if not path.is_file():
-        return
-    try:
-        summary = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    summary["motion_levels"] = levels.to_dict()
-    if stale_captions:
-        summary["captions"] = "incomplete"
-    write_json_atomic(summary, path)
+
+    def relevelled(summary: FilmSummary) -> FilmSummary:
+        summary = summary.updated(motion_levels=levels.to_dict())
+        return summary.updated(captions="incomplete") if stale_captions else summary
+
+    folder.update_summary(relevelled, create=False)

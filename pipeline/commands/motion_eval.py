@@ -81,7 +81,7 @@ def run(args) -> int:
     result = summarise(rows, stage) | {"failed": failed}
     print_result(result)
     if args.json:
-        from pipeline.shards import write_json_atomic
+        from core.io import write_json_atomic
 
         write_json_atomic(result, args.json)
         print(f"wrote {args.json}")

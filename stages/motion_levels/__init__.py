@@ -187,6 +187,6 @@ def _checked_quantiles(quantiles) -> tuple[float, ...]:
 
 
 def write_levels(levels: MotionLevels, path: str | Path) -> Path:
-    from pipeline.shards import write_json_atomic
+    from core.io import write_json_atomic
 
     return write_json_atomic(levels.to_dict(), path)

@@ -2,7 +2,7 @@
 
 Readers check `SCHEMA_VERSION` in the file metadata. Bump it when a column changes meaning or type;
 adding a nullable column is a minor bump. `tests/test_shards.py` keeps this list and
-`pipeline.record.Clip` in step.
+`core.record.Clip` in step.
 """
 
 from __future__ import annotations

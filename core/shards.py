@@ -7,7 +7,6 @@ trainer, the report and the captioning pass all read through them.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -17,12 +16,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.record import Clip
-from pipeline.schema import CLIP_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION, rows_to_table
+from core.film import SHARDS_DIR, FilmFolder
+from core.io import publish, write_table_atomic
+from core.record import Clip
+from core.schema import CLIP_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION, rows_to_table
+from core.settings import Settings
 
 
 @dataclass
-class ShardConfig:
+class ShardConfig(Settings):
     max_bytes: int = 256 * 1024 * 1024
     """A shard is closed and a new one opened once this many bytes of rows were written to it."""
     rows_per_group: int = 32
@@ -112,47 +114,11 @@ class ShardWriter:
         self._writer, self._tmp, self._pending = None, None, []
 
 
-def write_table_atomic(table: pa.Table, path: str | Path, compression: str = "zstd") -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    pq.write_table(table, tmp, compression=compression)
-    publish(Path(tmp), path)
-    return path
-
-
-def write_json_atomic(data, path: str | Path) -> Path:
-    return write_text_atomic(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", path)
-
-
-def write_text_atomic(text: str, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    publish(Path(tmp), path)
-    return path
-
-
-def publish(tmp: Path, final: Path) -> None:
-    """Rename a finished temporary file into place, with the permissions a plain open() gives
-    (mkstemp makes files readable by their owner only, which would hide outputs from others)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, final)
-
-
-def write_manifest(film_dir: str | Path) -> Path:
+def write_manifest(folder: FilmFolder) -> Path:
     """(Re)build a film folder's manifest.parquet from its shards: every column but the media
     bytes, which Parquet does not even read."""
-    film_dir = Path(film_dir)
-    table = read_table(film_dir / "shards", columns=MANIFEST_SCHEMA.names)
-    return write_table_atomic(
-        rows_to_table(table.to_pylist(), MANIFEST_SCHEMA), film_dir / "manifest.parquet"
-    )
+    table = read_table(folder.shards, columns=MANIFEST_SCHEMA.names)
+    return write_table_atomic(rows_to_table(table.to_pylist(), MANIFEST_SCHEMA), folder.manifest)
 
 
 def shard_paths(location: str | Path) -> list[Path]:
@@ -165,7 +131,7 @@ def shard_paths(location: str | Path) -> list[Path]:
     return sorted(
         p
         for p in location.rglob("*.parquet")
-        if p.parent.name == "shards" or (p.parent == location and p.name.startswith("clips"))
+        if p.parent.name == SHARDS_DIR or (p.parent == location and p.name.startswith("clips"))
     )
 
 

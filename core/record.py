@@ -1,6 +1,6 @@
 """The one record type that flows through the pipeline: a 2-second clip of a film.
 
-Every stage reads and fills fields of `Clip`; the shard schema (pipeline/schema.py) declares the
+Every stage reads and fills fields of `Clip`; the shard schema (core/schema.py) declares the
 same persisted fields with their Arrow types, and tests/test_shards.py keeps the two in step. `frames` is the in-memory payload
 (16 x H x W x 3 uint8 RGB) and is never written: shards carry `video` (H.264 mp4) and `first_frame`
 instead, and stages drop `frames` as soon as the media bytes exist.
@@ -16,8 +16,18 @@ import numpy as np
 # Changing the namespace changes every clip id: never do it.
 CLIP_NAMESPACE = uuid.UUID("6f3b8a52-9c1e-4c55-b0a7-1d2e63f0a9c4")
 
+# a clip's `status`
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
+
+# a clip's `caption_status` (stages/captioning/stage.py says when each is given)
+CAPTION_OK = "ok"
+CAPTION_FAILED = "caption_failed"
+CAPTION_PENDING = "pending"
+SKIPPED_CLIP_ERROR = "skipped_clip_error"
+SKIPPED_NO_VIDEO = "skipped_no_video"
+SKIPPED_NO_MOTION_LEVEL = "skipped_no_motion_level"
+SKIPPED_BAD_VIDEO = "skipped_bad_video"
 
 
 @dataclass(slots=True)
@@ -53,7 +63,7 @@ class Clip:
     motion_level: int | None = None
     motion_backend: str | None = None
     motion_levels_version: str | None = None
-    # captions (stages/caption.py)
+    # captions (stages/captioning/stage.py)
     characters: list[str] | None = None
     num_characters: int | None = None
     subject: str | None = None
@@ -66,7 +76,7 @@ class Clip:
     instruction: str | None = None
     caption_model: str | None = None
     prompt_version: str | None = None
-    caption_status: str | None = "pending"  # a clip is born uncaptioned
+    caption_status: str | None = CAPTION_PENDING  # a clip is born uncaptioned
     caption_raw: str | None = None
     # outcome
     status: str = STATUS_OK

@@ -4,7 +4,7 @@ Per clip, two prompts from the paper (prompts/): character matching shows the pr
 reference sheet and the clip's frame grid and asks for the indices of those present; the state
 prompt shows the grid with the clip's motion level and asks for subject, motion, environment,
 adverb, social, entertainment and stamina. The two answers are independent, so both go to the
-engine in the same batch. Answers are parsed and domain-checked (pipeline/captioning/parsing.py);
+engine in the same batch. Answers are parsed and domain-checked (stages/captioning/parsing.py);
 invalid ones are asked again with sampling, up to `max_retries` times, then the clip is recorded
 as caption_failed with the raw text kept.
 
@@ -22,17 +22,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.captioning.parsing import ParseError, instruction_text, parse_characters, parse_state
-from pipeline.record import STATUS_OK, Clip
+from core.record import (
+    CAPTION_FAILED,
+    CAPTION_OK,
+    CAPTION_PENDING,
+    SKIPPED_BAD_VIDEO,
+    SKIPPED_CLIP_ERROR,
+    SKIPPED_NO_MOTION_LEVEL,
+    SKIPPED_NO_VIDEO,
+    STATUS_OK,
+    Clip,
+)
+from core.settings import Settings, check_choice
 from stages.base import ClipStage, Resources
+from stages.captioning.parsing import ParseError, instruction_text, parse_characters, parse_state
 
-CAPTION_OK = "ok"
-CAPTION_FAILED = "caption_failed"
-CAPTION_PENDING = "pending"
-SKIPPED_CLIP_ERROR = "skipped_clip_error"
-SKIPPED_NO_VIDEO = "skipped_no_video"
-SKIPPED_NO_MOTION_LEVEL = "skipped_no_motion_level"
-SKIPPED_BAD_VIDEO = "skipped_bad_video"
+ENGINES = ("transformers", "lmdeploy", "openai")
+CAPTION_EXECUTORS = ("auto", "ray", "local")
+LMDEPLOY_BACKENDS = ("turbomind", "pytorch")
 
 CHARACTERS, STATE = "characters", "state"
 # Consecutive engine errors (not invalid answers) after which the engine is taken to be down.
@@ -40,7 +47,7 @@ ENGINE_ERRORS_BEFORE_STOP = 24
 
 
 @dataclass
-class CaptionConfig:
+class CaptionConfig(Settings):
     model: str | None = None
     """InternVL checkpoint: a local folder (engines transformers, lmdeploy), a hub name where a
     network exists, or the served model name (engine openai). None: captions stay pending."""
@@ -90,6 +97,11 @@ class CaptionConfig:
     request_timeout: float = 300.0
     """Engine openai: seconds before a request is abandoned (and counted as a failed attempt)."""
 
+    def validate(self) -> None:
+        check_choice("caption", "engine", self.engine, ENGINES)
+        check_choice("caption", "executor", self.executor, CAPTION_EXECUTORS)
+        check_choice("caption", "lmdeploy_backend", self.lmdeploy_backend, LMDEPLOY_BACKENDS)
+
 
 class CaptionStage(ClipStage):
     name = "caption"
@@ -127,8 +139,8 @@ class CaptionStage(ClipStage):
         """Prompts and reference sheet: cheap, and all a cache lookup needs."""
         if self._prompts is not None:
             return
-        from pipeline.captioning.images import build_reference_sheet
         from prompts import load_prompt
+        from stages.captioning.images import build_reference_sheet
 
         self._prompts = {STATE: load_prompt(self.config.state_prompt)}
         if self.protagonists:
@@ -140,7 +152,7 @@ class CaptionStage(ClipStage):
         if not self.config.model or self._engine_loaded:
             return
         if self._engine is None:
-            from pipeline.captioning.engines import make_engine
+            from stages.captioning.engines import make_engine
 
             self._engine = make_engine(self.config)
         self._engine.load()
@@ -210,7 +222,7 @@ class CaptionStage(ClipStage):
 
     def _job(self, clip: Clip) -> _Job | None:
         """The clip's questions, or None with the reason set as its caption_status."""
-        from pipeline.captioning.images import clip_frame_grid
+        from stages.captioning.images import clip_frame_grid
 
         clip.caption_status = self._skip_reason(clip)
         if clip.caption_status:
@@ -230,7 +242,7 @@ class CaptionStage(ClipStage):
 
     def _answer(self, jobs: list[_Job]) -> None:
         """Ask every open question; ask again those answered invalidly, up to max_retries."""
-        from pipeline.captioning.engines import EngineError
+        from stages.captioning.engines import EngineError
 
         open_questions = [(job, kind) for job in jobs for kind in job.kinds()]
         for attempt in range(1 + self.config.max_retries):
@@ -264,7 +276,7 @@ class CaptionStage(ClipStage):
                 )
 
     def _request(self, job: _Job, kind: str, attempt: int):
-        from pipeline.captioning.engines import Request
+        from stages.captioning.engines import Request
 
         prompt = self._prompts[kind]
         if kind == CHARACTERS:
@@ -333,7 +345,7 @@ def _clear_caption(clip: Clip) -> None:
 def _index_completions(completions, requests: dict) -> dict:
     """Completions by key. An answer to a request never made, or two answers to one request,
     means answers can no longer be bound to clips: stop rather than guess."""
-    from pipeline.captioning.engines import EngineError
+    from stages.captioning.engines import EngineError
 
     by_key = {}
     for completion in completions:

@@ -9,6 +9,26 @@ import inspect
 import textwrap
 import types
 import typing
+from collections.abc import Iterable
+
+
+class ConfigError(ValueError):
+    """A setting is unknown, mistyped or outside its allowed values."""
+
+
+class Settings:
+    """Base of every settings section: `validate` checks the section's own values, so a bad
+    setting is reported before any work starts, by the section that knows the rule."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the setting; the default has nothing to check."""
+
+
+def check_choice(section: str, name: str, value: object, allowed: Iterable[object]) -> None:
+    """A setting that names one of a fixed set: a one-line error listing the set otherwise."""
+    allowed = list(allowed)
+    if value not in allowed:
+        raise ConfigError(f"{section}.{name}={value!r}: choose one of {allowed}")
 
 
 def coerce(value, hint):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from pipeline.video import decode_mp4
+from core.video import decode_mp4
 
 SHEET_TILE_HEIGHT = 224
 FRAME_GAP = 4  # white pixels between frames, so that neighbouring frames do not read as one

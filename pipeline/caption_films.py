@@ -13,7 +13,6 @@ summary says how to caption later.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -21,23 +20,14 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from pipeline.captioning.cache import CaptionCache
+from core.film import CAPTION_REWRITE_DIR, FilmFolder
+from core.record import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, Clip
+from core.shards import ShardConfig, ShardWriter, read_clips, shard_paths, write_manifest
 from pipeline.executor import LocalStageRunner, StageActorPool
-from pipeline.record import Clip
-from pipeline.shards import (
-    ShardConfig,
-    ShardWriter,
-    read_clips,
-    shard_paths,
-    write_json_atomic,
-    write_manifest,
-)
-from stages.caption import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, CaptionConfig, CaptionStage
+from stages.captioning.cache import CaptionCache
+from stages.captioning.stage import CaptionConfig, CaptionStage
 
 log = logging.getLogger(__name__)
-
-CACHE_FILE = "caption_cache.jsonl"
-_REWRITE_DIR = ".caption-rewrite"  # not named "shards": readers never take its files for shards
 
 
 def caption_film(film_dir: Path, config, ip=None, engine=None) -> dict:
@@ -80,13 +70,13 @@ def caption_films(film_dirs: list[Path], config, ip=None, engine=None) -> list[d
 
 def _caption_film(film_dir, shards, stage, runner, shard_config, engine) -> dict:
     started = time.monotonic()
-    cache = CaptionCache(film_dir / CACHE_FILE)
+    cache = CaptionCache(FilmFolder(film_dir).caption_cache)
     counts, work = _caption_shards(shards, stage, cache, runner, shard_config)
     summary = _summary(stage, counts, work, runner.take_stats(), started)
     summary["cache_unreadable_lines"] = cache.unreadable_lines
     if engine is not None:
         summary["engine"] = type(engine).__name__  # an engine object given by the caller
-    write_manifest(film_dir)
+    write_manifest(FilmFolder(film_dir))
     _update_summary(film_dir, summary)
     return summary
 
@@ -96,7 +86,7 @@ def _pending_film(film_dir, shards, stage, shard_config) -> dict:
     counts = _mark_pending(shards, stage, shard_config)
     summary = _summary(stage, counts, Counter(), Counter(), started)
     summary["hint"] = caption_later_hint(film_dir)
-    write_manifest(film_dir)
+    write_manifest(FilmFolder(film_dir))
     _update_summary(film_dir, summary)
     return summary
 
@@ -119,7 +109,7 @@ def caption_later_hint(film_dir: Path) -> str:
 
 
 def _film_shards(film_dir: Path) -> list[Path]:
-    shards_dir = film_dir / "shards"
+    shards_dir = FilmFolder(film_dir).shards
     if not shards_dir.is_dir():
         raise FileNotFoundError(
             f"{film_dir}: no shards/ folder (is this a film folder of a dataset?)"
@@ -212,7 +202,7 @@ def _rewrite_shard(path: Path, clips: list[Clip], shard_config: ShardConfig) -> 
     """Write the captioned rows aside with the shard writer, then rename over the old shard."""
     if not clips:
         return  # an empty shard has nothing to caption
-    aside = path.parent / _REWRITE_DIR
+    aside = path.parent / CAPTION_REWRITE_DIR
     for stale in aside.glob("*") if aside.is_dir() else []:
         stale.unlink()  # left by an interrupted rewrite; the shard itself was never touched
     one_file = replace(shard_config, max_bytes=2**62)  # the same rows must stay in one file
@@ -245,25 +235,20 @@ def _summary(
 
 
 def _update_summary(film_dir: Path, caption_summary: dict) -> None:
-    path = film_dir / "summary.json"
-    summary = {}
-    if path.exists():
-        try:
-            summary = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc}); fix or remove it") from None
-    summary["caption"] = caption_summary
-    summary["captions"] = _captions_state(caption_summary)
-    write_json_atomic(summary, path)
+    FilmFolder(film_dir).update_summary(
+        lambda summary: summary.updated(
+            caption=caption_summary, captions=_captions_state(caption_summary)
+        )
+    )
 
 
 def _captions_state(caption_summary: dict) -> str:
     """The one-word state the film summary shows: pending, complete or incomplete."""
     by_status = caption_summary["by_status"]
     if not caption_summary["model"]:
-        return "pending"
+        return CAPTION_PENDING
     return (
         "incomplete"
-        if by_status.get("caption_failed") or by_status.get(CAPTION_PENDING)
+        if by_status.get(CAPTION_FAILED) or by_status.get(CAPTION_PENDING)
         else "complete"
     )

@@ -28,9 +28,10 @@ from types import SimpleNamespace
 
 from PIL import Image
 
+from core.device import DeviceError, pick_device
 from prompts import IMAGE_SLOT
+from stages.captioning.stage import ENGINES
 
-ENGINES = ("transformers", "lmdeploy", "openai")
 LMDEPLOY_REQUIREMENT = "lmdeploy>=0.10"
 
 
@@ -109,7 +110,7 @@ class TransformersEngine(CaptionEngine):
     def load(self) -> None:
         if self.model is not None:
             return
-        from pipeline.compat import ensure_torchvision_importable
+        from core.compat import ensure_torchvision_importable
 
         ensure_torchvision_importable()  # the InternVL image processor imports torchvision
         import torch
@@ -126,7 +127,10 @@ class TransformersEngine(CaptionEngine):
                 "InternVL ('internvl'); use a '-hf' checkpoint (e.g. OpenGVLab/InternVL3-8B-hf) "
                 "with this engine, or serve the original checkpoint with engine lmdeploy/openai"
             )
-        device = _device(self.config.device, torch)
+        try:
+            device = pick_device(self.config.device, "caption.device")
+        except DeviceError as exc:
+            raise EngineError(str(exc)) from None
         dtype = _dtype(self.config.dtype, device, torch)
         self.processor = AutoProcessor.from_pretrained(source, trust_remote_code=remote)
         self.processor.tokenizer.padding_side = "left"  # generation appends on the right
@@ -191,14 +195,6 @@ class TransformersEngine(CaptionEngine):
         return self.processor.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False
         )
-
-
-def _device(name: str, torch) -> str:
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise EngineError(f"caption.device={name!r} but torch sees no CUDA device")
-    return name
 
 
 def _dtype(name: str, device: str, torch):

@@ -16,8 +16,8 @@ import json
 import os
 from pathlib import Path
 
-from pipeline.record import Clip
-from stages.caption import CAPTION_FIELDS
+from core.record import Clip
+from stages.captioning.stage import CAPTION_FIELDS
 
 
 class CaptionCache:

@@ -1,0 +1,281 @@
+"""A film's output folder, OUT/<film_slug>/, as one typed object.
+
+    shards/clips-NNNNN.parquet   clip rows with media bytes, rotated by size
+    manifest.parquet              the same rows without media bytes (for notebooks)
+    drops.parquet                 every window that did not become a clip, with its reason
+    summary.json                  film facts, crop box, scenes, counts, stage seconds, config
+    caption_cache.jsonl           finished captions, reused by later captioning runs
+    work/segment-NNNNN/           per-segment parts and their DONE.json marker (removed once complete)
+
+Every file name of the folder is spelled here and nowhere else. summary.json and the segments'
+DONE.json are typed records (`FilmSummary`, `SegmentStats`) with one reader and one writer each,
+and every file access goes through `FilmFolder`'s methods and core/io.py, the one seam where a
+remote file system would plug in.
+
+The records keep the JSON exactly as it is: keys they do not know are carried through, and keys a
+file does not have are not added when it is written back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+from core.io import write_json_atomic
+
+SHARDS_DIR = "shards"
+MANIFEST_FILE = "manifest.parquet"
+DROPS_FILE = "drops.parquet"
+SUMMARY_FILE = "summary.json"
+WORK_DIR = "work"
+DONE_FILE = "DONE.json"
+SHARDS_STAGING = "shards.staging"
+CAPTION_CACHE_FILE = "caption_cache.jsonl"
+# beside a shard while captioning rewrites it; not named "shards", so readers never take its
+# files for shards
+CAPTION_REWRITE_DIR = ".caption-rewrite"
+
+
+class FolderError(ValueError):
+    """A file of the film folder exists but cannot be read; the message names it."""
+
+
+@dataclass
+class JsonRecord:
+    """A JSON object with typed known keys. Unknown keys are kept in `extra`; known keys the
+    object did not have are listed in `absent` and left out again by `to_dict`."""
+
+    extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    absent: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {}  # keys holding a record of their own
+    TRANSIENT: ClassVar[frozenset[str]] = frozenset()  # in memory only, never written
+
+    @classmethod
+    def known_keys(cls) -> set[str]:
+        return {f.name for f in fields(cls)} - {"extra", "absent"}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        known = cls.known_keys()
+        values = {}
+        extra = {k: v for k, v in data.items() if k not in known}
+        for name in known & data.keys():
+            value, nested = data[name], cls.NESTED.get(name)
+            if nested is None or value is None:
+                values[name] = value
+            elif isinstance(value, dict):
+                values[name] = nested.from_dict(value)
+            else:  # not the record it should be: carried through untouched, read as absent
+                extra[name] = value
+        absent = frozenset(known - values.keys() - cls.TRANSIENT)
+        return cls(**values, extra=extra, absent=absent)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in self.known_keys() - self.absent - self.TRANSIENT:
+            value = getattr(self, name)
+            out[name] = value.to_dict() if isinstance(value, JsonRecord) else value
+        return out | self.extra
+
+    def updated(self, **changes: Any) -> Self:
+        """A copy with `changes`; a changed key is written even if the file did not have it."""
+        return replace(self, absent=self.absent - changes.keys(), **changes)
+
+
+@dataclass
+class FilmFacts(JsonRecord):
+    """The probed facts of the source film (stages/probe.py FilmInfo.facts())."""
+
+    path: str | None = None
+    film_id: str | None = None
+    film_name: str | None = None
+    slug: str | None = None
+    width: int | None = None
+    height: int | None = None
+    fps: float | None = None
+    time_base: str | None = None
+    num_frames: int | None = None
+    duration: float | None = None
+    vfr: bool | None = None
+    rotation: int | None = None
+    codec: str | None = None
+    keyframes: int | None = None
+    container_duration: float | None = None
+    has_audio: bool | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CropRecord(JsonRecord):
+    """The crop box in source pixels and where it came from (detected, manifest, setting)."""
+
+    x: int = 0
+    y: int = 0
+    w: int = 0
+    h: int = 0
+    source: str | None = None
+
+    @property
+    def box(self) -> tuple[int, int, int, int] | None:
+        """x, y, w, h; None when the file did not record all four."""
+        if {"x", "y", "w", "h"} & self.absent:
+            return None
+        return int(self.x), int(self.y), int(self.w), int(self.h)
+
+
+@dataclass
+class FilmSummary(JsonRecord):
+    """summary.json. None (or empty) is 'not recorded': readers say so rather than guess."""
+
+    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {"film": FilmFacts, "crop": CropRecord}
+
+    schema_version: str | None = None
+    complete: bool = False
+    film: FilmFacts = field(default_factory=FilmFacts)
+    ip: str | None = None
+    crop: CropRecord | None = None
+    segments: int = 0
+    segments_reused: int = 0
+    # per segment: index, frames, clips, whether it was reused, the Ray node it ran on, seconds
+    segment_runs: list[dict[str, Any]] | None = None
+    failed_segments: dict[Any, str] = field(default_factory=dict)  # segment index -> error
+    scenes: list[list[int]] | None = None  # [start, stop) frame ranges
+    segment_boundaries: list[int] = field(default_factory=list)
+    clips_written: int | None = None
+    clips_failed: int | None = None
+    frames_decoded: int = 0
+    corrupt_packets: int = 0
+    unmatched_frames: int = 0
+    late_cuts: int = 0
+    drops: dict[str, int] | None = None  # reason -> windows
+    stage_seconds: dict[str, float] | None = None
+    wall_seconds: float | None = None
+    captions: str | None = None  # pending, complete or incomplete
+    caption: dict[str, Any] | None = (
+        None  # the captioning pass's counts (pipeline/caption_films.py)
+    )
+    motion_levels: dict[str, Any] | None = None
+    fingerprint: str | None = None
+    config: dict[str, Any] | None = None
+
+
+@dataclass
+class SegmentStats(JsonRecord):
+    """What one segment produced: its DONE.json marker, and what `run_segment` returns."""
+
+    TRANSIENT: ClassVar[frozenset[str]] = frozenset({"skipped", "ran_on"})
+
+    segment: dict[str, Any] = field(default_factory=dict)  # asdict(Segment)
+    clips_written: int = 0
+    clips_failed: int = 0
+    frames: int = 0
+    corrupt_packets: int = 0
+    unmatched_frames: int = 0
+    late_cuts: int = 0
+    drop_list: list[dict[str, Any]] = field(default_factory=list)  # asdict(Drop) each
+    scenes: list[list[int]] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    fingerprint: str | None = None
+    ip: str | None = None
+    skipped: bool = False  # reused from an earlier run
+    ran_on: dict[str, str] | None = None  # the node and host the executor ran it on
+
+
+@dataclass(frozen=True)
+class FilmFolder:
+    """OUT/<film_slug>/: where each file of a film lives, and the one reader and writer of its
+    summary and segment markers."""
+
+    path: Path
+
+    @property
+    def slug(self) -> str:
+        return self.path.name
+
+    @property
+    def shards(self) -> Path:
+        return self.path / SHARDS_DIR
+
+    @property
+    def shards_staging(self) -> Path:
+        return self.path / SHARDS_STAGING
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / MANIFEST_FILE
+
+    @property
+    def drops(self) -> Path:
+        return self.path / DROPS_FILE
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / SUMMARY_FILE
+
+    @property
+    def caption_cache(self) -> Path:
+        return self.path / CAPTION_CACHE_FILE
+
+    @property
+    def work(self) -> Path:
+        return self.path / WORK_DIR
+
+    def segment_dir(self, index: int) -> Path:
+        return self.work / f"segment-{index:05d}"
+
+    def done_marker(self, index: int) -> Path:
+        return self.segment_dir(index) / DONE_FILE
+
+    def has_shards(self) -> bool:
+        return self.shards.is_dir()
+
+    # --- summary.json
+
+    def read_summary(self) -> FilmSummary | None:
+        """The summary, or None when the film has none yet; unreadable JSON is a FolderError."""
+        data = _read_json(self.summary_file)
+        return None if data is None else FilmSummary.from_dict(data)
+
+    def write_summary(self, summary: FilmSummary) -> Path:
+        return write_json_atomic(summary.to_dict(), self.summary_file)
+
+    def update_summary(
+        self, change: Callable[[FilmSummary], FilmSummary], create: bool = True
+    ) -> FilmSummary | None:
+        """Read, change and write back the summary: the one way a later pass (captioning,
+        motion-calibrate) records itself. Without a summary, `create` starts an empty one
+        (holding only what `change` sets); otherwise nothing is written."""
+        summary = self.read_summary()
+        if summary is None:
+            if not create:
+                return None
+            summary = FilmSummary.from_dict({})
+        summary = change(summary)
+        self.write_summary(summary)
+        return summary
+
+    # --- work/segment-NNNNN/DONE.json
+
+    def read_segment_stats(self, index: int) -> SegmentStats | None:
+        data = _read_json(self.done_marker(index))
+        return None if data is None else SegmentStats.from_dict(data)
+
+    def write_segment_stats(self, index: int, stats: SegmentStats) -> Path:
+        return write_json_atomic(stats.to_dict(), self.done_marker(index))
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise FolderError(f"{path}: not valid JSON ({exc}); fix or remove it") from None
+    if not isinstance(data, dict):
+        raise FolderError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
