@@ -156,6 +156,24 @@ def local_film(location: Location) -> Path:
     return local
 
 
+def committed_film_dirs(location: Location, marker: str) -> list[Location]:
+    """The film folders a reader may trust: the location itself when its commit marker exists,
+    else its sub-folders that have one, sorted."""
+    if exists(join(location, marker)):
+        return [location]
+    inside = [join(location, n) for n in list_names(location)]
+    return [d for d in inside if exists(join(d, marker))]
+
+
+def open_input(location: Location):
+    """Something pyarrow reads from: a local path as it is, an object as a seekable file (only
+    the byte ranges read are fetched)."""
+    if not is_remote(location):
+        return location
+    fs, path = filesystem(location)
+    return fs.open(path, "rb")
+
+
 def mirror_committed(location: Location, summary_name: str) -> Path:
     """A local copy of the committed films of a remote dataset or film folder: those whose
     `summary_name` (the commit marker) exists; files already copied with the same size are kept.
@@ -163,14 +181,9 @@ def mirror_committed(location: Location, summary_name: str) -> Path:
     if not is_remote(location):
         return Path(location)
     local_root = scratch_dir(location) / "mirror"
-    film_dirs = (
-        [(location, local_root)]
-        if exists(join(location, summary_name))
-        else [(join(location, n), local_root / n) for n in list_names(location)]
-    )
-    for remote, local in film_dirs:
-        if exists(join(remote, summary_name)):
-            _mirror_folder(remote, local)
+    for remote in committed_film_dirs(location, summary_name):
+        local = local_root if remote == location else local_root / name(remote)
+        _mirror_folder(remote, local)
     return local_root
 
 

@@ -150,3 +150,21 @@ def test_motion_calibrate_rewrites_an_s3_dataset_in_place(bucket, local_referenc
     for film in dataset.films:
         assert film.summary.motion_levels["version"] == version
         assert "work" not in storage.list_names(f"{out}/{film.slug}")
+
+
+def test_the_trainer_reads_shards_in_s3_in_place(bucket, local_reference, tmp_path):
+    """The trainer's catalog lists the committed films' shards and reads them by byte range,
+    without a local copy: the same clips and media bytes as from local disk."""
+    from trainer.data import ClipCatalog
+
+    films = put_films(bucket)
+    out = f"{bucket}/dataset"
+    run_films(films, out, local_config(), load_ip(None))
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"an uncommitted film's shard: never read")
+    storage.upload(garbage, f"{out}/uncommitted/shards/clips-00000.parquet")
+    remote, local = ClipCatalog([out]), ClipCatalog([local_reference])
+    assert [r["clip_id"] for r in remote.rows] == [r["clip_id"] for r in local.rows]
+    assert all(str(m.path).startswith(f"{out}/") for m in remote.media)
+    last = len(remote) - 1
+    assert remote.media_bytes(last, "video") == local.media_bytes(last, "video")

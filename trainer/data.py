@@ -22,6 +22,8 @@ import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
+from core import storage
+from core.film import SHARDS_DIR, SUMMARY_FILE
 from core.shards import check_schema_version, shard_paths
 from core.video import decode_image, decode_mp4
 
@@ -48,7 +50,7 @@ CACHED_GROUPS = 4
 
 @dataclass(frozen=True)
 class MediaLocation:
-    path: Path
+    path: Path | str  # a local shard, or an object's URL
     row_group: int
     row: int
 
@@ -62,11 +64,7 @@ class ClipCatalog:
         self.sources = [str(location) for location in locations]
         # resolved and deduplicated: a film named twice (data and data/film) would otherwise
         # interleave its clips with their copies and build sequences across the two
-        paths = list(
-            dict.fromkeys(
-                p.resolve() for location in locations for p in _clip_shards(Path(location))
-            )
-        )
+        paths = list(dict.fromkeys(p for location in locations for p in _clip_shards(location)))
         if not paths:
             raise FileNotFoundError(f"no clip shards under {', '.join(map(str, locations))}")
         for path in paths:
@@ -74,8 +72,8 @@ class ClipCatalog:
         _check_one_clip_per_position(self.rows, self.sources)
         self._groups: OrderedDict = OrderedDict()
 
-    def _read_shard(self, path: Path) -> None:
-        parquet = pq.ParquetFile(path)
+    def _read_shard(self, path: Path | str) -> None:
+        parquet = pq.ParquetFile(storage.open_input(path))
         check_schema_version(parquet.schema_arrow, path)
         missing = set(CATALOG_COLUMNS) - set(parquet.schema_arrow.names)
         if missing:
@@ -94,7 +92,8 @@ class ClipCatalog:
         where = self.media[index]
         key = (where.path, where.row_group, column)
         if key not in self._groups:
-            table = pq.ParquetFile(where.path).read_row_group(where.row_group, columns=[column])
+            parquet = pq.ParquetFile(storage.open_input(where.path))
+            table = parquet.read_row_group(where.row_group, columns=[column])
             self._groups[key] = table.column(column).to_pylist()
             while len(self._groups) > CACHED_GROUPS:
                 self._groups.popitem(last=False)
@@ -124,11 +123,23 @@ def _check_one_clip_per_position(rows: list[dict], sources: list[str]) -> None:
             )
 
 
-def _clip_shards(location: Path) -> list[Path]:
-    """A file as given; under a folder, the clip shards (`clips-*.parquet`) the pipeline writes."""
-    if location.is_file():
-        return [location]
-    return [p for p in shard_paths(location) if p.name.startswith("clips")]
+def _clip_shards(location: str | Path) -> list[Path | str]:
+    """A file as given; under a folder, the clip shards (`clips-*.parquet`) the pipeline writes
+    (resolved, so one film named twice is read once). In object storage: the shards of the
+    films whose summary.json is committed, read in place, byte range by byte range."""
+    if storage.is_remote(location):
+        if not storage.is_folder(location):
+            return [str(location)]
+        return [
+            str(storage.join(film, SHARDS_DIR, shard))
+            for film in storage.committed_film_dirs(location, SUMMARY_FILE)
+            for shard in storage.list_names(storage.join(film, SHARDS_DIR))
+            if shard.startswith("clips") and shard.endswith(".parquet")
+        ]
+    path = Path(location)
+    if path.is_file():
+        return [path.resolve()]
+    return [p.resolve() for p in shard_paths(path) if p.name.startswith("clips")]
 
 
 def instruction_of(row: dict) -> str | None:
