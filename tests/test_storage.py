@@ -168,3 +168,15 @@ def test_the_trainer_reads_shards_in_s3_in_place(bucket, local_reference, tmp_pa
     assert all(str(m.path).startswith(f"{out}/") for m in remote.media)
     last = len(remote) - 1
     assert remote.media_bytes(last, "video") == local.media_bytes(last, "video")
+
+
+def test_the_report_of_an_s3_dataset_lands_beside_it(bucket):
+    from pipeline.report import ReportOptions, write_report
+
+    films = put_films(bucket)
+    out = f"{bucket}/dataset"
+    run_films(films, out, local_config(), load_ip(None))
+    written = write_report(out, options=ReportOptions(max_previews=1))
+    assert written == f"{out}/report.html"
+    page = storage.read_text(written)
+    assert page.index('<section id="corpus">') < page.index('<section id="overview">')
