@@ -162,7 +162,7 @@ def read_clips(location: str | Path, columns: list[str] | None = None) -> Iterat
 CLIP_BATCH_ROWS = 16
 
 
-def check_schema_version(schema: pa.Schema, path: Path) -> None:
+def check_schema_version(schema: pa.Schema, path: Path | str) -> None:
     found = (schema.metadata or {}).get(b"animegamer.schema_version", b"").decode()
     if found.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
         raise ValueError(
