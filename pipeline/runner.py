@@ -224,6 +224,7 @@ class _FilmScheduler:
         self.segments: dict[int, list] = {}  # film index -> its segment tasks, in order
         self.running: dict[int, int] = {}  # film index -> its segments not finished yet
         self.outcomes: dict[int, object] = {}
+        self.claimed: dict[str, PrepareJob] = {}  # film folder -> the film this run cuts into it
 
     def run(self, work: list[tuple[int, str | Path, PipelineConfig, IP]]) -> dict[int, object]:
         queue = list(reversed(work))
@@ -258,6 +259,10 @@ class _FilmScheduler:
         if not isinstance(value, FilmPlan):  # skipped (complete) or failed
             self.outcomes[index] = value
             return
+        first = self.claimed.setdefault(str(value.film_dir), job)
+        if first is not job:  # the same content twice: one folder, cut once
+            self.outcomes[index] = _duplicate(job, first, value)
+            return
         self.bar.total = (self.bar.total or 0) + value.film.num_frames
         self.bar.refresh()
         config, ip = job.config, job.ip
@@ -281,6 +286,23 @@ class _FilmScheduler:
         results = [self.executor.result(t) for t in self.segments.pop(index)]
         job = FinalizeJob(plan, prepared.config, prepared.ip, results, started)
         self.tasks[self.executor.submit(finalize_film, job)] = (index, "finalize", None)
+
+
+def _duplicate(job: PrepareJob, first: PrepareJob, plan: FilmPlan) -> FilmResult:
+    """A film whose content another film of the run already has: the same output folder, so it
+    is cut once; under other settings or another IP that is an error, not a silent overwrite."""
+    same = job.config.fingerprint() == first.config.fingerprint() and job.ip.name == first.ip.name
+    if same:
+        message = (
+            f"{job.path}: the same film as {first.path} (identical content); "
+            f"its clips are in {plan.film_dir}"
+        )
+        return FilmResult(str(job.path), plan.film_dir, True, message)
+    message = (
+        f"{job.path}: the same film as {first.path} (identical content) under other settings "
+        f"or another IP; one folder holds one film's clips: run it on its own"
+    )
+    return FilmResult(str(job.path), None, False, message)
 
 
 def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:

@@ -125,3 +125,17 @@ def test_the_report_of_a_corpus_starts_with_its_overview(corpus):
     assert corpus_at < films_at < page.index("<h2>bigbuckbunny")
     section = page[corpus_at:films_at]
     assert "hours of film" in section and "generic, sintel" in section
+
+
+def test_the_same_film_twice_in_a_corpus_is_cut_once(tmp_path, capsys):
+    """Films run at once, and a film's folder is named by its content: a copy must not race
+    the original into the same folder."""
+    films = tmp_path / "films"
+    films.mkdir()
+    shutil.copy(BUNNY, films / "a.mp4")
+    shutil.copy(BUNNY, films / "b.mp4")
+    out = tmp_path / "out"
+    assert main(["dataset", str(films), "--out", str(out), *LOCAL]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith(f"{films / 'b.mp4'}: the same film as {films / 'a.mp4'}")
+    assert [p.name for p in out.iterdir() if p.is_dir()] == [lines[1].rsplit("/", 1)[-1]]
