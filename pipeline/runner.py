@@ -260,7 +260,7 @@ class _FilmScheduler:
             self.outcomes[index] = value
             return
         first = self.claimed.setdefault(str(value.film_dir), job)
-        if first is not job:  # the same content twice: one folder, cut once
+        if first is not job:  # the same name and content twice: one folder, cut once
             self.outcomes[index] = _duplicate(job, first, value)
             return
         self.bar.total = (self.bar.total or 0) + value.film.num_frames
@@ -289,8 +289,9 @@ class _FilmScheduler:
 
 
 def _duplicate(job: PrepareJob, first: PrepareJob, plan: FilmPlan) -> FilmResult:
-    """A film whose content another film of the run already has: the same output folder, so it
-    is cut once; under other settings or another IP that is an error, not a silent overwrite."""
+    """A film with the file name and content of another film of the run (a copy in another
+    folder): the same output folder, so it is cut once; under other settings or another IP that
+    is an error, not a silent overwrite."""
     same = job.config.fingerprint() == first.config.fingerprint() and job.ip.name == first.ip.name
     if same:
         message = (

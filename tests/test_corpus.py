@@ -128,14 +128,17 @@ def test_the_report_of_a_corpus_starts_with_its_overview(corpus):
 
 
 def test_the_same_film_twice_in_a_corpus_is_cut_once(tmp_path, capsys):
-    """Films run at once, and a film's folder is named by its content: a copy must not race
-    the original into the same folder."""
+    """Films run at once, and a film's folder is named by its file name and content: a copy
+    under the same name in another folder must not race the original into the same folder."""
     films = tmp_path / "films"
-    films.mkdir()
-    shutil.copy(BUNNY, films / "a.mp4")
-    shutil.copy(BUNNY, films / "b.mp4")
+    for series in ("a", "b"):
+        (films / series).mkdir(parents=True)
+        shutil.copy(BUNNY, films / series / "ep.mp4")
     out = tmp_path / "out"
     assert main(["dataset", str(films), "--out", str(out), *LOCAL]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].startswith(f"{films / 'b.mp4'}: the same film as {films / 'a.mp4'}")
+    assert lines[0].startswith("ep: done: 2 clips")
+    assert lines[1].startswith(
+        f"{films / 'b' / 'ep.mp4'}: the same film as {films / 'a' / 'ep.mp4'}"
+    )
     assert [p.name for p in out.iterdir() if p.is_dir()] == [lines[1].rsplit("/", 1)[-1]]
