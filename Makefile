@@ -13,8 +13,10 @@ IP    ?=
 OUT   ?= data
 MODEL ?=
 ARGS  ?=
+FORMAT ?= webdataset
+EXPORT ?= $(OUT)-export
 
-.PHONY: help venv lint dataset caption report test bench motion-calibrate motion-eval train play clean
+.PHONY: help venv lint dataset caption report test bench motion-calibrate motion-eval train play export eval clean
 
 help:
 	@echo "make dataset [FILM=path] [IP=name] [OUT=data] [MODEL=internvl-path]  films -> clip shards"
@@ -23,6 +25,8 @@ help:
 	@echo "make motion-calibrate SHARDS=<dataset folder>                          recalibrate motion levels"
 	@echo "make motion-eval CLIPS=<folder of mp4> LEVELS=<levels file>            ACC-F / MAE-F"
 	@echo "make train PHASE=encoder|mllm|adapt SHARDS=<folder> [CONFIG=yaml]      train AnimeGamer"
+	@echo "make export SHARDS=<folder> FORMAT=webdataset|cogvideox EXPORT=<out>   other trainers' layouts"
+	@echo "make eval GENERATED=<mp4 folder> REFERENCES=<mp4 folder> [TEXTS=..] [LEVELS=..]  CLIP-I/T, DreamSim, ACC-F"
 	@echo "make lint | make test | make bench"
 
 venv: $(STAMP)
@@ -54,6 +58,12 @@ train: venv
 
 play: venv
 	$(PY) -m pipeline.cli play $(ARGS)
+
+export: venv
+	$(PY) -m pipeline.cli export "$(or $(SHARDS),$(OUT))" --format $(FORMAT) --out "$(EXPORT)" $(ARGS)
+
+eval: venv
+	$(PY) -m pipeline.cli eval "$(GENERATED)" $(if $(REFERENCES),--references "$(REFERENCES)") $(if $(TEXTS),--texts "$(TEXTS)") $(if $(LEVELS),--levels "$(LEVELS)") $(ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -11,6 +11,8 @@ import types
 import typing
 from collections.abc import Iterable
 
+import yaml
+
 
 class ConfigError(ValueError):
     """A setting is unknown, mistyped or outside its allowed values."""
@@ -29,6 +31,35 @@ def check_choice(section: str, name: str, value: object, allowed: Iterable[objec
     allowed = list(allowed)
     if value not in allowed:
         raise ConfigError(f"{section}.{name}={value!r}: choose one of {allowed}")
+
+
+def parse_assignment(item: str, form: str = "name=value") -> tuple[str, object]:
+    """`name=value` from the command line; the value is read as YAML (numbers, true, [lists])."""
+    name, sep, raw = item.partition("=")
+    if not sep:
+        raise ConfigError(f"--set {item!r}: expected {form}")
+    try:
+        return name.strip(), yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {item!r}: the value is not valid YAML") from None
+
+
+def set_setting(obj, name: str, value, source: str, label: str | None = None) -> None:
+    """Set one typed field of a settings dataclass: the one setter of the pipeline and trainer.
+
+    `label` is how messages spell the field (`caption.engine` for a pipeline section).
+    """
+    import dataclasses
+
+    label = label or name
+    hints = typing.get_type_hints(type(obj))
+    if name not in hints:
+        known = ", ".join(f.name for f in dataclasses.fields(obj))
+        raise ConfigError(f"{source}: unknown setting '{label}' (known: {known})")
+    try:
+        setattr(obj, name, coerce(value, hints[name]))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {label}={value!r}: {exc}") from None
 
 
 def coerce(value, hint):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core import storage
 from core.film import SHARDS_DIR, FilmFolder
 from core.io import publish, write_table_atomic
 from core.record import Clip
@@ -190,3 +191,32 @@ def _neutral(arrow_type: pa.DataType):
 def _row_bytes(row: dict) -> int:
     media = sum(len(row.get(k) or b"") for k in ("video", "first_frame"))
     return media + 512  # the other columns are small; 512 bytes is a generous upper estimate
+
+
+# ---- one clip's row: where it lives, and reading its cells --------------------------------------
+
+
+@dataclass(frozen=True)
+class RowLocation:
+    """Where one clip's row lives: reading its media touches one row group, not a whole shard."""
+
+    shard: Path | str  # a local file, or an object's URL (read by byte range, core/storage.py)
+    row_group: int
+    row: int
+
+
+def locate_rows(shard: Path | str, columns: list[str]) -> Iterator[tuple[RowLocation, dict]]:
+    """Each row of a shard (its `columns` only) with its location, row group by row group."""
+    parquet = pq.ParquetFile(storage.open_input(shard))
+    check_schema_version(parquet.schema_arrow, shard)
+    for group in range(parquet.num_row_groups):
+        rows = parquet.read_row_group(group, columns=columns).to_pylist()
+        for row, values in enumerate(rows):
+            yield RowLocation(shard, group, row), values
+
+
+def read_group_column(location: RowLocation, column: str) -> list:
+    """One column of the row group holding `location` (callers that walk neighbours cache it)."""
+    parquet = pq.ParquetFile(storage.open_input(location.shard))
+    table = parquet.read_row_group(location.row_group, columns=[column])
+    return table.column(column).to_pylist()

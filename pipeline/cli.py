@@ -19,6 +19,8 @@ COMMANDS = {
     "report": "pipeline.commands.report",
     "train": "trainer.cli",
     "play": "trainer.play",
+    "export": "trainer.export",
+    "eval": "trainer.evaluate",
 }
 
 

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from core.settings import ConfigError, Settings, check_choice, coerce, field_docs
+from core.settings import (
+    ConfigError,
+    Settings,
+    check_choice,
+    field_docs,
+    parse_assignment,
+    set_setting,
+)
 from core.shards import ShardConfig
 from stages.captioning.stage import CaptionConfig
 from stages.clips import ClipConfig
@@ -102,16 +108,11 @@ def apply_mapping(config: PipelineConfig, data: dict, source: str) -> None:
 def apply_overrides(config: PipelineConfig, overrides: list[str]) -> None:
     """Apply `section.field=value` strings; values are parsed as YAML scalars/lists."""
     for item in overrides:
-        key, sep, raw = item.partition("=")
-        section_name, dot, name = key.strip().partition(".")
-        if not sep or not dot:
+        key, value = parse_assignment(item, form="section.field=value")
+        section_name, dot, name = key.partition(".")
+        if not dot:
             raise ConfigError(f"--set {item!r}: expected section.field=value")
-        section = _section(config, section_name, "--set")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            raise ConfigError(f"--set {item!r}: the value is not valid YAML") from None
-        _set_field(section, section_name, name, value, "--set")
+        _set_field(_section(config, section_name, "--set"), section_name, name, value, "--set")
 
 
 def check_choices(config: PipelineConfig, source: str) -> None:
@@ -145,11 +146,4 @@ def _section(config: PipelineConfig, name: str, source: str):
 
 
 def _set_field(section, section_name: str, name: str, value, source: str) -> None:
-    hints = typing.get_type_hints(type(section))
-    if name not in hints:
-        known = ", ".join(f.name for f in dataclasses.fields(section))
-        raise ConfigError(f"{source}: unknown setting '{section_name}.{name}' (known: {known})")
-    try:
-        setattr(section, name, coerce(value, hints[name]))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: {section_name}.{name}={value!r}: {exc}") from None
+    set_setting(section, name, value, source, label=f"{section_name}.{name}")

@@ -29,7 +29,13 @@ import pyarrow.parquet as pq
 from core import storage
 from core.film import MANIFEST_FILE, SHARDS_DIR, SUMMARY_FILE, FilmFolder, FilmSummary, FolderError
 from core.schema import DROP_SCHEMA, MANIFEST_SCHEMA
-from core.shards import check_schema_version, shard_paths
+from core.shards import (
+    RowLocation,
+    check_schema_version,
+    locate_rows,
+    read_group_column,
+    shard_paths,
+)
 from core.video import decode_image, decode_mp4
 
 # Nullable Arrow integers become pandas' nullable integers, not floats with NaN: a motion level
@@ -44,15 +50,6 @@ _PANDAS_INTEGERS = {
 
 class DatasetError(ValueError):
     """A folder is not what `animegamer dataset` writes; the message names the folder."""
-
-
-@dataclass(frozen=True)
-class ClipLocation:
-    """Where one clip's row lives: reading its media touches one row group, not a whole shard."""
-
-    shard: Path
-    row_group: int
-    row: int
 
 
 @dataclass
@@ -158,7 +155,7 @@ class Dataset:
     def __init__(self, root: Path, films: list[Film]):
         self.root = root
         self.films = films
-        self._locations: dict[str, ClipLocation] | None = None
+        self._locations: dict[str, RowLocation] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -254,8 +251,7 @@ class Dataset:
 
     def _media(self, clip_id: str, column: str) -> bytes:
         location = self._location(clip_id)
-        group = pq.ParquetFile(location.shard).read_row_group(location.row_group, columns=[column])
-        data = group.column(column)[location.row].as_py()
+        data = read_group_column(location, column)[location.row]
         if data is None:
             error = self.clip(clip_id).get("error")
             raise ValueError(
@@ -264,7 +260,7 @@ class Dataset:
             )
         return data
 
-    def _location(self, clip_id: str) -> ClipLocation:
+    def _location(self, clip_id: str) -> RowLocation:
         if self._locations is None:
             self._locations = {}
             for film in self.films:
@@ -353,15 +349,8 @@ def _resized(frames: np.ndarray, width: int | None) -> np.ndarray:
     return np.stack([cv2.resize(f, (width, height), interpolation=cv2.INTER_AREA) for f in frames])
 
 
-def _index_shard(shard: Path) -> dict[str, ClipLocation]:
-    parquet = pq.ParquetFile(shard)
-    check_schema_version(parquet.schema_arrow, shard)
-    locations = {}
-    for group in range(parquet.num_row_groups):
-        ids = parquet.read_row_group(group, columns=["clip_id"]).column("clip_id").to_pylist()
-        for row, clip_id in enumerate(ids):
-            locations[clip_id] = ClipLocation(shard, group, row)
-    return locations
+def _index_shard(shard: Path) -> dict[str, RowLocation]:
+    return {row["clip_id"]: where for where, row in locate_rows(shard, ["clip_id"])}
 
 
 def _to_pandas(table: pa.Table) -> pd.DataFrame:

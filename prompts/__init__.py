@@ -87,7 +87,7 @@ def parse_prompt(content: str, source: str) -> Prompt:
 
 
 def _header_fields(header: str) -> dict[str, str]:
-    fields = {}
+    fields: dict[str, str] = {}
     for line in header.splitlines():
         key, colon, value = line.lstrip("# ").partition(":")
         # continuation lines (indented) and free comments have no "key:" of their own

@@ -129,7 +129,7 @@ def test_encoder_phase_trains_checkpoints_and_exports_lora(encoder_run):
 
 def test_warm_up_trains_only_the_encoder(encoder_run):
     out, _, _ = encoder_run
-    after_warmup = torch.load(out / "checkpoints" / "step-00000002" / "state.pt")["trainable"]
+    after_warmup = checkpoint.load(out / "checkpoints" / "step-00000002")["trainable"]
     after_joint = checkpoint.load(out)["trainable"]
     decoder_zero_init = [
         k for k in after_warmup if k.startswith("decoder.") and ("lora_B" in k or "motion.2" in k)
@@ -246,6 +246,8 @@ def test_play_predicts_states_and_renders_shots(mllm_run, adapt_run, tmp_path):
         assert record["social"] in (0, 1) and record["entertainment"] in (0, 1)
         frames = decode_mp4((tmp_path / record["video"]).read_bytes())
         assert frames.shape == (17, 16, 24, 3)
+        # the representative scope of the levels file the shards were labelled with (bundled)
+        assert record["motion_scope"] == [0.5, 2.5, 10.0, 15.0, 40.0][record["motion_level"] - 1]
     assert records[-1]["totals"]["stamina"] == sum(r["stamina"] for r in records)
     assert len((tmp_path / "states.jsonl").read_text().splitlines()) == 3
 

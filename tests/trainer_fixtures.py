@@ -19,6 +19,8 @@ import numpy as np
 from core.record import Clip, make_clip_id
 from core.shards import ShardConfig, ShardWriter, read_clips
 from core.video import encode_image, encode_mp4
+from prompts.game import instruction_text
+from stages.motion_levels import DEFAULT_LEVELS
 
 BIKES = Path(__file__).parent / "media" / "bikes.mp4"
 CLIP_FRAMES, CLIP_FPS = 16, 8.0
@@ -52,7 +54,7 @@ def sample_frames(path: Path = BIKES) -> tuple[np.ndarray, float]:
 def fill_motion(clip: Clip, k: int) -> None:
     clip.motion_scope = float(0.5 + 3.0 * (k % 5))
     clip.motion_level = 1 + k % 5
-    clip.motion_backend, clip.motion_levels_version = "fixture", "fixture-1"
+    clip.motion_backend, clip.motion_levels_version = "fixture", DEFAULT_LEVELS
 
 
 def fill_captions(clip: Clip, k: int) -> None:
@@ -61,9 +63,8 @@ def fill_captions(clip: Clip, k: int) -> None:
     clip.environment, clip.adverb = ENVIRONMENTS[k % 6], ["slowly", "quickly", "gently"][k % 3]
     clip.social, clip.entertainment, clip.stamina = k % 2, (k // 2) % 2, [1, -1][k % 2]
     clip.characters, clip.num_characters = [clip.subject], 1
-    clip.instruction = (
-        f"Character: {clip.subject}; Motion: {clip.adverb} {clip.motion_description}; "
-        f"Background: {clip.environment}."
+    clip.instruction = instruction_text(
+        clip.characters, clip.subject, clip.adverb, clip.motion_description, clip.environment
     )
     clip.caption_status, clip.caption_model, clip.prompt_version = "ok", "fixture", "fixture-1"
 

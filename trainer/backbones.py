@@ -19,8 +19,10 @@ class MissingCheckpoint(FileNotFoundError):
     pass
 
 
-def resolve(setting: str, location: str, needs: tuple[str, ...] = ("config.json",)) -> str:
-    """Check that `location` is a checkpoint folder holding `needs`, or a hub name."""
+def resolve(
+    setting: str, location: str, needs: tuple[str, ...] = ("config.json",), hub: bool = True
+) -> str:
+    """Check that `location` is a checkpoint folder holding `needs`, or (with `hub`) a hub name."""
     path = Path(location).expanduser()
     if path.is_dir():
         missing = [n for n in needs if not (path / n).exists()]
@@ -30,8 +32,10 @@ def resolve(setting: str, location: str, needs: tuple[str, ...] = ("config.json"
                 f"is it the right checkpoint? (see docs/training.md)"
             )
         return str(path)
-    if _HUB_NAME.match(location) and not location.startswith(
-        ("./", "../", "checkpoints/", "runs/")
+    if (
+        hub
+        and _HUB_NAME.match(location)
+        and not location.startswith(("./", "../", "checkpoints/", "runs/"))
     ):
         return location  # a hub name: from_pretrained downloads it where a network exists
     raise MissingCheckpoint(
@@ -59,8 +63,14 @@ def load_t5(model_location: str, tokenizer_location: str, dtype: torch.dtype):
     return frozen(model), tokenizer
 
 
-def load_cogvideox(location: str, dtype: torch.dtype):
-    """The transformer, VAE and noise scheduler of a diffusers CogVideoX folder."""
+def load_cogvideox(
+    location: str, dtype: torch.dtype, noise_shift: float = 3.0, zero_terminal_snr: bool = True
+):
+    """The transformer, VAE and noise scheduler of a diffusers CogVideoX folder.
+
+    The schedule's SNR shift and zero terminal SNR are settings (the release's values by
+    default), so the schedule is the configured one whatever the folder's scheduler file says.
+    """
     from diffusers import (
         AutoencoderKLCogVideoX,
         CogVideoXDDIMScheduler,
@@ -76,7 +86,13 @@ def load_cogvideox(location: str, dtype: torch.dtype):
         root, subfolder="transformer", torch_dtype=dtype
     )
     vae = AutoencoderKLCogVideoX.from_pretrained(root, subfolder="vae", torch_dtype=dtype)
-    scheduler = CogVideoXDDIMScheduler.from_pretrained(root, subfolder="scheduler")
+    scheduler = CogVideoXDDIMScheduler.from_pretrained(
+        root,
+        subfolder="scheduler",
+        snr_shift_scale=noise_shift,
+        rescale_betas_zero_snr=zero_terminal_snr,
+        prediction_type="v_prediction",
+    )
     return frozen(transformer), frozen(vae), scheduler
 
 

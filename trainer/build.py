@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from trainer import backbones, checkpoint
-from trainer.config import config_from_dict
+from trainer.config import MllmConfig, config_from_dict
 from trainer.models.decoder import ShotDecoder
 from trainer.models.encoder import ShotEncoder
 from trainer.models.mllm import GameStateModel
@@ -26,7 +26,9 @@ def shot_encoder(config, device: torch.device, dtype: torch.dtype) -> ShotEncode
     width, tokens = decoder_shape(config)
     clip = backbones.load_clip_vision(config.clip_model, dtype)
     t5, tokenizer = backbones.load_t5(config.t5_model, config.t5_tokenizer, dtype)
-    encoder = ShotEncoder(clip, t5, tokenizer, width, config.text_tokens, config.clip_layer)
+    encoder = ShotEncoder(
+        clip, t5, tokenizer, width, config.text_tokens, config.clip_layer, config.clip_input
+    )
     if encoder.num_tokens != tokens:
         raise ValueError(
             f"E_a gives {config.text_tokens} text + {encoder.num_tokens - config.text_tokens} CLIP "
@@ -37,7 +39,9 @@ def shot_encoder(config, device: torch.device, dtype: torch.dtype) -> ShotEncode
 
 
 def shot_decoder(config, device: torch.device, dtype: torch.dtype) -> ShotDecoder:
-    transformer, vae, scheduler = backbones.load_cogvideox(config.cogvideox_model, dtype)
+    transformer, vae, scheduler = backbones.load_cogvideox(
+        config.cogvideox_model, dtype, config.noise_shift, config.zero_terminal_snr
+    )
     width, _ = decoder_shape(config)
     if config.gradient_checkpointing:
         transformer.enable_gradient_checkpointing()
@@ -70,14 +74,22 @@ def game_state_model(config, device: torch.device, dtype: torch.dtype) -> GameSt
         config.lora_alpha,
         config.lora_dropout,
         config.lora_targets,
+        config.prompt_format,
     ).to(device)
 
 
 # Settings that shape a part without being weights: a later phase that rebuilds the part must
 # use the values its weights were trained with, or it would differ silently (other CLIP
 # features, another LoRA scaling, untrained extra LoRA layers).
-ENCODER_SHAPE = ("text_tokens", "clip_layer")
-DECODER_SHAPE = ("decoder_lora_rank", "decoder_lora_alpha", "decoder_lora_targets", "motion_hidden")
+ENCODER_SHAPE = ("text_tokens", "clip_layer", "clip_input")
+DECODER_SHAPE = (
+    "decoder_lora_rank",
+    "decoder_lora_alpha",
+    "decoder_lora_targets",
+    "motion_hidden",
+    "noise_shift",
+    "zero_terminal_snr",
+)
 
 
 def check_same_shape(config, location: str, names: tuple[str, ...]) -> None:
@@ -105,12 +117,13 @@ def frozen_from_checkpoint(module: torch.nn.Module, location: str, prefix: str) 
 
 def trained_mllm(
     location: str, device: torch.device, dtype: torch.dtype
-) -> tuple[GameStateModel, object]:
+) -> tuple[GameStateModel, MllmConfig]:
     """The MLLM of a phase (b) checkpoint, rebuilt from the config saved with it, frozen."""
     state = checkpoint.load(location)
     if state["phase"] != "mllm":
         raise ValueError(f"{location}: a '{state['phase']}' checkpoint, expected one of phase mllm")
     config = config_from_dict("mllm", state["config"])
+    assert isinstance(config, MllmConfig)
     config.lora_dropout = 0.0
     model = game_state_model(config, device, dtype)
     checkpoint.restore_trainable(model, _strip(state["trainable"], "mllm."), source=str(location))

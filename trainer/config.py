@@ -9,13 +9,12 @@ line's `--set name=value` sets one field last. Unknown names are errors, never i
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from core.settings import coerce, field_docs
+from core.settings import ConfigError, field_docs, parse_assignment, set_setting
 
 PHASES = ("encoder", "mllm", "adapt")
 
@@ -30,6 +29,15 @@ class TrainConfig:
     frame_height: int = 480
     """Frames are resized to this height on load (the clip contract is 480x720)."""
     frame_width: int = 720
+    motion_levels: str = ""
+    """Level-edges file the shards' motion levels were made with (motion-calibrate writes one).
+    Empty: found from the clips' motion_levels_version, as `motion_levels/<version>.json` in a
+    folder of or above the shards, else the bundled file of that name. The run records the file."""
+    level_scopes: list[float] = field(default_factory=list)
+    """Representative motion scope of levels 1..5, read from the levels file when a run starts and
+    saved with its checkpoints: `play` renders a predicted level at this scope."""
+    include_unusable: bool = False
+    """Also train on clips a shard marks not `usable` (a shard without the column: all usable)."""
     num_frames: int = 17
     """Frames given to the decoder: the 16 of a clip, then the last repeated (the VAE needs 4k+1)."""
     num_workers: int = 2
@@ -48,6 +56,10 @@ class TrainConfig:
     """Motion-description tokens of E_a; with CLIP's patches they must fill the decoder's text slot."""
     clip_layer: int = -2
     """CLIP hidden state used (-2: the penultimate block, as the release)."""
+    clip_input: str = "resize"
+    """How the first frame becomes CLIP's square input: `resize` squeezes the whole frame to
+    224x224 (the release); `center_crop` keeps the aspect and crops the middle square (CLIP's own
+    recipe, which loses a third of a 720x480 frame's width)."""
     # optimisation
     max_steps: int = 1000
     lr: float = 1e-4
@@ -73,6 +85,8 @@ class TrainConfig:
 
 @dataclass
 class DecoderFields:
+    """The decoder D_a: its LoRA, its motion MLP, its noise schedule and how it samples."""
+
     decoder_lora_rank: int = 64
     decoder_lora_alpha: int = 64
     decoder_lora_targets: list[str] = field(
@@ -81,6 +95,22 @@ class DecoderFields:
     """The 3D attention's query/key/value and output projections."""
     motion_hidden: int = 512
     """Width of the motion-scope MLP (sinusoid -> Linear -> SiLU -> Linear, last zero-initialised)."""
+    noise_shift: float = 3.0
+    """SNR shift of the noise schedule: alpha_bar / (s + (1 - s) alpha_bar) (release: 3.0)."""
+    zero_terminal_snr: bool = True
+    """Rescale the schedule so its last step is pure noise (release: ZeroSNRDDPMDiscretization)."""
+    sampler: str = "dpm++2m"
+    """`dpm++2m`: the release's stochastic DPM++ 2M (VPSDEDPMPP2MSampler); `ddim`: DDIM."""
+    sample_steps: int = 50
+    """Denoising steps when a shot is rendered (release: 50)."""
+    guidance_scale: float = 6.0
+    """Classifier-free guidance scale (release: 6); 1 renders without guidance (one model pass
+    per step, as the release's sampler does for scale 1)."""
+    guidance_schedule: str = "dynamic"
+    """`dynamic`: the release's DynamicCFG, weight 1 + scale (1 - cos(pi ((N - t) / N)^exp)) / 2 at
+    timestep t of N steps; `constant`: weight = scale at every step."""
+    guidance_exp: float = 5.0
+    """Exponent of the dynamic guidance schedule (release: 5)."""
 
 
 @dataclass
@@ -91,6 +121,14 @@ class EncoderConfig(DecoderFields, TrainConfig):
     encoder_warmup_steps: int = 10_000
     max_steps: int = 90_000
     """10k warm-up + 80k joint steps."""
+    text_drop_rate: float = 0.1
+    """Condition dropout: per sample, the chance that the action's T5 features are zeroed (the
+    release's conditioner, ucg_rate 0.1). A zeroed part is what the unconditional shot holds."""
+    empty_text_rate: float = 0.05
+    """Per sample, the chance that T5 reads an empty action instead (release: do_training_cfg)."""
+    image_drop_rate: float = 0.05
+    """Per sample, the chance that the first frame's CLIP features are zeroed (release:
+    do_training_cfg)."""
 
 
 @dataclass
@@ -115,6 +153,10 @@ class MllmConfig(TrainConfig):
             "down_proj",
         ]
     )
+    prompt_format: str = "paper"
+    """Token layout of a turn: `paper` (<MS>/<ST>/<SC>/<ET>, <VS> + <ANIME_i> slots, [INST]) or
+    `release` (the released model's <TURN>, <img><frame> + <frame_00000> slots, <ML>/<SC>/<ET>/
+    <ST> with <Strength_k> values); see trainer/prompt.py and docs/training.md."""
     max_turns: int = 4
     """Clips per game sequence (history + target); shorter where a film's run of captioned clips is.
     The paper trains short and plays long with a sliding window; it gives no number."""
@@ -132,6 +174,9 @@ class AdaptConfig(DecoderFields, TrainConfig):
     """Phase (a) output: E_a and the decoder's LoRA and motion MLP to start from."""
     mllm_checkpoint: str = "runs/mllm"
     """Phase (b) output: the frozen MLLM."""
+    shot_drop_rate: float = 0.1
+    """Condition dropout: per sample, the chance that the decoder sees the unconditional shot
+    instead of the MLLM's prediction, so guidance keeps working after adaptation."""
     lr: float = 5e-5
     max_steps: int = 10_000
     max_turns: int = 4
@@ -139,9 +184,27 @@ class AdaptConfig(DecoderFields, TrainConfig):
 
 CONFIG_CLASSES = {"encoder": EncoderConfig, "mllm": MllmConfig, "adapt": AdaptConfig}
 
+# Settings that name one of a fixed set, checked before anything is built.
+CHOICES = {
+    "clip_input": ("resize", "center_crop"),
+    "sampler": ("dpm++2m", "ddim"),
+    "guidance_schedule": ("dynamic", "constant"),
+    "prompt_format": ("paper", "release"),
+}
+RATES = ("text_drop_rate", "empty_text_rate", "image_drop_rate", "shot_drop_rate")
 
-class ConfigError(ValueError):
-    pass
+
+def check(config, source: str = "settings"):
+    """Refuse a value outside its choices or a rate outside [0, 1]; return the config."""
+    for name, allowed in CHOICES.items():
+        if hasattr(config, name) and getattr(config, name) not in allowed:
+            raise ConfigError(
+                f"{source}: {name}={getattr(config, name)!r}: choose one of {list(allowed)}"
+            )
+    for name in RATES:
+        if hasattr(config, name) and not 0.0 <= getattr(config, name) <= 1.0:
+            raise ConfigError(f"{source}: {name}={getattr(config, name)!r}: must be in [0, 1]")
+    return config
 
 
 def load_config(phase: str, path: str | Path | None = None, overrides: list[str] | None = None):
@@ -151,16 +214,13 @@ def load_config(phase: str, path: str | Path | None = None, overrides: list[str]
     if path:
         apply_mapping(config, phase, read_yaml(path), source=str(path))
     apply_overrides(config, overrides or [])
-    return config
+    return check(config)
 
 
 def apply_overrides(config, items: list[str]) -> None:
     """`name=value` strings; values are read as YAML (numbers, true/false, [lists])."""
     for item in items:
-        name, sep, raw = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {item!r}: expected name=value")
-        set_field(config, name.strip(), yaml.safe_load(raw), "--set")
+        set_field(config, *parse_assignment(item), "--set")
 
 
 def config_from_dict(phase: str, data: dict):
@@ -201,16 +261,7 @@ def apply_mapping(config, phase: str, data: dict, source: str) -> None:
 
 
 def set_field(config, name: str, value, source: str) -> None:
-    hints = typing.get_type_hints(type(config))
-    if name not in hints:
-        raise ConfigError(
-            f"{source}: unknown setting '{name}' for phase "
-            f"{type(config).__name__} (see `animegamer train --help`)"
-        )
-    try:
-        setattr(config, name, coerce(value, hints[name]))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: {name}={value!r}: {exc}") from None
+    set_setting(config, name, value, f"{source} ({type(config).__name__})")
 
 
 def describe(phase: str) -> list[tuple[str, object, str]]:

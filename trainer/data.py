@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict, defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +23,15 @@ import torch.nn.functional as F
 
 from core import storage
 from core.film import SHARDS_DIR, SUMMARY_FILE
-from core.shards import check_schema_version, shard_paths
+from core.shards import (
+    RowLocation,
+    check_schema_version,
+    locate_rows,
+    read_group_column,
+    shard_paths,
+)
 from core.video import decode_image, decode_mp4
+from prompts.game import action_text, instruction_text
 
 CATALOG_COLUMNS = [
     "clip_id",
@@ -44,24 +50,25 @@ CATALOG_COLUMNS = [
     "entertainment",
     "stamina",
 ]
+# Read where the shard has them: a clip of a shard without `usable` counts as usable.
+USABLE_COLUMN = "usable"
+OPTIONAL_COLUMNS = [USABLE_COLUMN, "motion_levels_version"]
 STATE_FIELDS = ("motion_level", "stamina", "social", "entertainment")
 CACHED_GROUPS = 4
 
 
-@dataclass(frozen=True)
-class MediaLocation:
-    path: Path | str  # a local shard, or an object's URL
-    row_group: int
-    row: int
-
-
 class ClipCatalog:
-    """Every clip's light columns, in shard order, plus where its media bytes are."""
+    """Every clip's light columns, in shard order, plus where its media bytes are.
 
-    def __init__(self, locations: list[str | Path]):
+    Clips a shard marks not `usable` are left out of every sample unless `include_unusable`;
+    `unusable` counts them.
+    """
+
+    def __init__(self, locations: list[str | Path], include_unusable: bool = False):
         self.rows: list[dict] = []
-        self.media: list[MediaLocation] = []
+        self.media: list[RowLocation] = []
         self.sources = [str(location) for location in locations]
+        self.include_unusable = include_unusable
         # resolved and deduplicated: a film named twice (data and data/film) would otherwise
         # interleave its clips with their copies and build sequences across the two
         paths = list(dict.fromkeys(p for location in locations for p in _clip_shards(location)))
@@ -70,18 +77,27 @@ class ClipCatalog:
         for path in paths:
             self._read_shard(path)
         _check_one_clip_per_position(self.rows, self.sources)
+        self.unusable = sum(1 for row in self.rows if not row[USABLE_COLUMN])
         self._groups: OrderedDict = OrderedDict()
 
     def _read_shard(self, path: Path | str) -> None:
-        parquet = pq.ParquetFile(storage.open_input(path))
-        check_schema_version(parquet.schema_arrow, path)
-        missing = set(CATALOG_COLUMNS) - set(parquet.schema_arrow.names)
+        schema = pq.ParquetFile(storage.open_input(path)).schema_arrow
+        check_schema_version(schema, path)
+        missing = set(CATALOG_COLUMNS) - set(schema.names)
         if missing:
             raise ValueError(f"{path}: shard lacks columns {sorted(missing)}")
-        for group in range(parquet.num_row_groups):
-            rows = parquet.read_row_group(group, columns=CATALOG_COLUMNS).to_pylist()
-            self.rows.extend({**row, "instruction": instruction_of(row)} for row in rows)
-            self.media.extend(MediaLocation(path, group, i) for i in range(len(rows)))
+        columns = CATALOG_COLUMNS + [c for c in OPTIONAL_COLUMNS if c in schema.names]
+        for where, row in locate_rows(path, columns):
+            row[USABLE_COLUMN] = row.get(USABLE_COLUMN) is not False  # missing or null: usable
+            row.setdefault("motion_levels_version", None)
+            row["instruction"] = instruction_of(row)
+            row["action"] = action_text(row["adverb"], row["motion_description"])
+            self.rows.append(row)
+            self.media.append(where)
+
+    def trainable(self, index: int) -> bool:
+        """May this clip be part of a training sample (usable, or unusable ones included)?"""
+        return self.include_unusable or self.rows[index][USABLE_COLUMN]
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -90,18 +106,16 @@ class ClipCatalog:
         """One clip's `video` or `first_frame` bytes. The last few row groups read are kept: the
         clips of a game sequence are neighbours and usually share one."""
         where = self.media[index]
-        key = (where.path, where.row_group, column)
+        key = (where.shard, where.row_group, column)
         if key not in self._groups:
-            parquet = pq.ParquetFile(storage.open_input(where.path))
-            table = parquet.read_row_group(where.row_group, columns=[column])
-            self._groups[key] = table.column(column).to_pylist()
+            self._groups[key] = read_group_column(where, column)
             while len(self._groups) > CACHED_GROUPS:
                 self._groups.popitem(last=False)
         self._groups.move_to_end(key)
         data = self._groups[key][where.row]
         if not data:
             raise ValueError(
-                f"{where.path}: clip {self.rows[index]['clip_id']} has no {column} bytes"
+                f"{where.shard}: clip {self.rows[index]['clip_id']} has no {column} bytes"
             )
         return data
 
@@ -143,15 +157,15 @@ def _clip_shards(location: str | Path) -> list[Path | str]:
 
 
 def instruction_of(row: dict) -> str | None:
-    """The clip's game instruction; composed in the game_demo format from the caption fields when
-    the shard has none (`Character: Qiqi; Motion: quickly flying on broomstick; Background: day sky.`)."""
-    if row["instruction"]:
-        return row["instruction"]
-    character = (row["characters"] or [None])[0] or row["subject"]
-    if not (character and row["motion_description"] and row["environment"]):
-        return None
-    motion = " ".join(filter(None, [row["adverb"], row["motion_description"]]))
-    return f"Character: {character}; Motion: {motion}; Background: {row['environment']}."
+    """The clip's game instruction; composed from the caption fields by the captioning side's
+    own rule (prompts.game) when the shard has none."""
+    return row["instruction"] or instruction_text(
+        row["characters"],
+        row["subject"],
+        row["adverb"],
+        row["motion_description"],
+        row["environment"],
+    )
 
 
 def is_captioned(row: dict) -> bool:
@@ -165,10 +179,11 @@ def is_captioned(row: dict) -> bool:
     )
 
 
-def captioned_runs(rows: list[dict]) -> list[list[int]]:
+def captioned_runs(rows: list[dict], include_unusable: bool = True) -> list[list[int]]:
     """Runs of consecutive captioned clips (by clip_index) within each film, in time order.
 
-    A missing or uncaptioned clip ends a run: a sequence never jumps over a gap in the film.
+    A missing, uncaptioned or (unless included) unusable clip ends a run: a sequence never jumps
+    over a gap in the film.
     """
     by_film = defaultdict(list)
     for index, row in enumerate(rows):
@@ -178,7 +193,9 @@ def captioned_runs(rows: list[dict]) -> list[list[int]]:
         ordered = sorted(by_film[film], key=lambda i: rows[i]["clip_index"])
         run: list[int] = []
         for index in ordered:
-            captioned = is_captioned(rows[index])
+            captioned = is_captioned(rows[index]) and (
+                include_unusable or rows[index][USABLE_COLUMN]
+            )
             gap = run and rows[index]["clip_index"] != rows[run[-1]]["clip_index"] + 1
             if gap or not captioned:
                 runs, run = _close(runs, run), []
@@ -192,13 +209,15 @@ def _close(runs: list, run: list) -> list:
     return runs + [run] if run else runs
 
 
-def game_sequences(rows: list[dict], max_turns: int) -> list[list[int]]:
+def game_sequences(
+    rows: list[dict], max_turns: int, include_unusable: bool = True
+) -> list[list[int]]:
     """One sequence per captioned clip: up to `max_turns` clips ending at it (it is the target)."""
     if max_turns < 1:
         raise ValueError(f"max_turns must be at least 1, got {max_turns}")
     return [
         run[max(0, end - max_turns + 1) : end + 1]
-        for run in captioned_runs(rows)
+        for run in captioned_runs(rows, include_unusable)
         for end in range(len(run))
     ]
 
@@ -230,6 +249,11 @@ class ShotDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
+    def summary(self) -> str:
+        """How many samples, and how many clips the shards marked unusable were left out."""
+        left_out = 0 if self.catalog.include_unusable else self.catalog.unusable
+        return f"{len(self)} samples ({left_out} clips marked not usable left out)"
+
     def __getitem__(self, item: tuple[int, int]) -> dict:
         index, uid = item
         clips = self.samples[index]
@@ -248,6 +272,7 @@ class ShotDataset(torch.utils.data.Dataset):
             "clip_index": row["clip_index"],
             "first_frame": resize_frames(first[None], self.frame_size)[0],
             "motion_description": row["motion_description"],
+            "action": row["action"],
             "instruction": row["instruction"],
             "motion_scope": float(row["motion_scope"]),
             **{f: int(row[f]) for f in STATE_FIELDS},
@@ -345,21 +370,65 @@ def make_loader(
 
 
 def clip_samples(catalog: ClipCatalog) -> list[list[int]]:
-    """Phase (a): every ok clip with a motion description and a motion scope, on its own."""
+    """Phase (a): every ok (usable) clip with a motion description and a motion scope, alone."""
     return [
         [i]
         for i, row in enumerate(catalog.rows)
-        if row["status"] == "ok" and row["motion_description"] and row["motion_scope"] is not None
+        if row["status"] == "ok"
+        and row["motion_description"]
+        and row["motion_scope"] is not None
+        and catalog.trainable(i)
     ]
 
 
 def game_sequence_dataset(config, with_video: bool) -> ShotDataset:
     """The game sequences of phases (b) and (c) over the configured shards."""
-    catalog = ClipCatalog(config.shards)
+    catalog = ClipCatalog(config.shards, config.include_unusable)
+    record_motion_levels(config, catalog)
     return ShotDataset(
         catalog,
-        game_sequences(catalog.rows, config.max_turns),
+        game_sequences(catalog.rows, config.max_turns, config.include_unusable),
         (config.frame_height, config.frame_width),
         config.num_frames,
         with_video=with_video,
     )
+
+
+def record_motion_levels(config, catalog: ClipCatalog) -> None:
+    """Find the levels file the clips were labelled with; set `motion_levels` (its path) and
+    `level_scopes` (its representative values) on the config, which the checkpoint saves."""
+    from stages.motion_levels import LevelsError, load_levels, resolve_levels_path
+
+    versions = sorted({r["motion_levels_version"] for r in catalog.rows} - {None})
+    if len(versions) > 1:
+        raise ValueError(
+            f"{', '.join(catalog.sources)}: clips labelled with several motion-level versions "
+            f"{versions}: relabel them with one file (animegamer motion-calibrate --apply)"
+        )
+    if not versions and not config.motion_levels:
+        return
+    try:
+        path = resolve_levels_path(
+            config.motion_levels or _levels_file(versions[0], catalog.sources)
+        )
+        levels = load_levels(path)
+    except LevelsError as exc:
+        raise ValueError(f"motion_levels: {exc}") from None
+    if versions and levels.version != versions[0]:
+        raise ValueError(
+            f"motion_levels={path}: version {levels.version}, but the clips were labelled "
+            f"with {versions[0]}"
+        )
+    config.motion_levels = str(path)
+    config.level_scopes = list(levels.representative or [])
+
+
+def _levels_file(version: str, sources: list[str]) -> str:
+    """`motion_levels/<version>.json` in a shard folder or one above it (where motion-calibrate
+    writes), else the bundled file of that name."""
+    for source in sources:
+        for folder in [Path(source).resolve(), *Path(source).resolve().parents]:
+            candidate = folder / "motion_levels" / f"{version}.json"
+            if candidate.is_file():
+                return str(candidate)
+    return version

@@ -24,9 +24,14 @@ from trainer import checkpoint, distributed
 from trainer.data import make_loader
 
 
-def sample_generators(seed: int, uids: torch.Tensor) -> list[torch.Generator]:
-    """One generator per sample, seeded by its position in the stream (not by rank or batch)."""
-    return [torch.Generator().manual_seed(seed * 1_000_003 + int(uid)) for uid in uids]
+def sample_generators(seed: int, uids: torch.Tensor, stream: int = 0) -> list[torch.Generator]:
+    """One generator per sample, seeded by its position in the stream (not by rank or batch).
+
+    `stream` separates independent uses (0: diffusion noise, 1: condition dropout), so turning
+    dropout on or off leaves every sample's noise as it was."""
+    return [
+        torch.Generator().manual_seed(seed * 1_000_003 + int(uid) + stream * 2**48) for uid in uids
+    ]
 
 
 def learning_rate(config, step: int) -> float:
@@ -48,7 +53,7 @@ def train(phase: str, config, build, resume: bool = True, log=print) -> list[dic
     start = _start_step(phase, model, optimizer, config.out_dir, resume, env, log)
     if env.is_main:
         log(
-            f"[{phase}] {len(dataset)} samples, {sum(p.numel() for p in trainable):,} trainable weights, "
+            f"[{phase}] {dataset.summary()}, {sum(p.numel() for p in trainable):,} trainable weights, "
             f"{env.world_size} rank(s) on {env.device} in {dtype}, steps {start}..{config.max_steps}"
         )
     wrapped = _wrap(model, env)
@@ -152,7 +157,8 @@ def _clear(out_dir: str) -> None:
 
 def _save(phase, config, model, optimizer, step, env, log) -> None:
     if env.is_main:
-        adapters = getattr(model, "adapters", lambda: {})()
+        adapters: dict = getattr(model, "adapters", dict)()
+        extra: dict = getattr(model, "saved_tensors", dict)()
         path = checkpoint.save(
             config.out_dir,
             step,
@@ -162,6 +168,7 @@ def _save(phase, config, model, optimizer, step, env, log) -> None:
             optimizer,
             adapters,
             config.keep_checkpoints,
+            extra,
         )
         log(f"[{phase}] saved {path}")
     distributed.barrier()

@@ -5,7 +5,9 @@ Each line of the instructions file is one turn in the released game_demo format,
 trained MLLM sees a sliding window of earlier turns (their predicted shots and states) and
 predicts the shot representation and the state tokens; each state field is read by scoring its
 allowed values, so the answer is always well formed. With a decoder checkpoint (phase a or c) the
-shot is also rendered, at the motion scope that stands for the predicted level.
+shot is also rendered, with classifier-free guidance against the unconditional shot saved with the
+decoder, at the motion scope that stands for the predicted level: the representative value of
+that level in the levels file the training shards were labelled with (recorded in the checkpoint).
 Writes OUT/states.jsonl (and OUT/turn-NNN.mp4 with a decoder).
 """
 
@@ -13,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
+from prompts.game import INSTRUCTION_PATTERN
+
 HELP = "Play game instructions with a trained MLLM (+ decoder): next game states and shots."
-INSTRUCTION = re.compile(r"^Character:\s*[^;]+;\s*Motion:\s*[^;]+;\s*Background:\s*.+$")
-LEVEL_SCOPES = (0.5, 2.5, 10.0, 15.0, 40.0)  # the released decoder's flow values for levels 1..5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,11 +40,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="turns of history the MLLM sees (default: the training max_turns - 1)",
     )
-    parser.add_argument("--steps", type=int, default=50, help="diffusion sampling steps per shot")
+    parser.add_argument(
+        "--steps", type=int, help="sampling steps per shot (default: the decoder's sample_steps)"
+    )
+    parser.add_argument(
+        "--guidance-scale",
+        type=float,
+        help="classifier-free guidance scale, 1 for none (default: the decoder's guidance_scale)",
+    )
     parser.add_argument(
         "--level-scopes",
-        default=",".join(map(str, LEVEL_SCOPES)),
-        help="motion scope given to the decoder for levels 1..5",
+        help="motion scopes for levels 1..5, comma-separated (default: the representative values "
+        "of the levels file the MLLM was trained with)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto")
@@ -52,24 +60,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         instructions = read_instructions(Path(args.instructions))
-        scopes = [float(v) for v in args.level_scopes.split(",")]
-        if len(scopes) != 5:
-            raise ValueError(f"--level-scopes needs 5 values, got {args.level_scopes!r}")
+        scopes = None
+        if args.level_scopes:
+            scopes = [float(v) for v in args.level_scopes.split(",")]
+            if len(scopes) != 5:
+                raise ValueError(f"--level-scopes needs 5 values, got {args.level_scopes!r}")
     except (OSError, ValueError) as exc:
         print(f"animegamer play: error: {exc}", file=sys.stderr)
         return 2
-    for record in play(
-        args.mllm,
-        instructions,
-        Path(args.out),
-        args.decoder,
-        args.history,
-        args.steps,
-        scopes,
-        args.seed,
-        args.device,
-    ):
-        print(json.dumps(record))
+    try:
+        for record in play(
+            args.mllm,
+            instructions,
+            Path(args.out),
+            args.decoder,
+            args.history,
+            args.steps,
+            scopes,
+            args.seed,
+            args.device,
+            args.guidance_scale,
+        ):
+            print(json.dumps(record))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"animegamer play: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -79,7 +94,7 @@ def read_instructions(path: Path) -> list[str]:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        if not INSTRUCTION.match(line):
+        if not INSTRUCTION_PATTERN.match(line):
             raise ValueError(
                 f"{path}:{number}: not a game instruction "
                 f"('Character: ...; Motion: ...; Background: ...'): {line!r}"
@@ -96,10 +111,11 @@ def play(
     out: Path,
     decoder_location=None,
     history=None,
-    steps=50,
-    scopes=LEVEL_SCOPES,
+    steps=None,
+    scopes=None,
     seed=0,
     device_setting="auto",
+    guidance_scale=None,
 ):
     """Yield one record per turn (and write them to out/states.jsonl)."""
     import torch
@@ -110,12 +126,17 @@ def play(
     device = torch.device(pick_device(device_setting, "--device", 0))
     dtype = distributed.pick_dtype("auto", device)
     model, config = build.trained_mllm(mllm_location, device, dtype)
-    decoder, decoder_config = (
-        load_decoder(decoder_location, device, dtype) if decoder_location else (None, None)
+    scopes = scopes or level_scopes(config, mllm_location)
+    renderer = (
+        Renderer.load(decoder_location, device, dtype, steps, guidance_scale)
+        if decoder_location
+        else None
     )
     window = history if history is not None else max(config.max_turns - 1, 0)
     out.mkdir(parents=True, exist_ok=True)
-    turns, shots, totals = [], [], {"stamina": 0, "social": 0, "entertainment": 0}
+    turns: list[dict] = []
+    shots: list = []
+    totals = {"stamina": 0, "social": 0, "entertainment": 0}
     generator = torch.Generator().manual_seed(seed)
     with (out / "states.jsonl").open("w") as log:
         for index, instruction in enumerate(instructions):
@@ -127,15 +148,11 @@ def play(
             shots.append(shot)
             totals = {k: totals[k] + states[k] for k in totals}
             record = {"turn": index, "instruction": instruction, **states, "totals": dict(totals)}
-            if decoder is not None:
-                record["video"] = render(
-                    decoder,
-                    decoder_config,
-                    shot,
-                    scopes[states["motion_level"] - 1],
-                    steps,
-                    generator,
-                    out / f"turn-{index:03d}.mp4",
+            if renderer is not None:
+                scope = scopes[states["motion_level"] - 1]
+                record["motion_scope"] = scope
+                record["video"] = renderer.render(
+                    shot, scope, generator, out / f"turn-{index:03d}.mp4"
                 )
             log.write(json.dumps(record) + "\n")
             yield record
@@ -145,17 +162,18 @@ def predict_turn(model, turns: list[dict], history_shots: list):
     """The target turn's predicted shot (tokens x width) and states, field by field."""
     import torch
 
-    from trainer.prompt import STATE_TAGS, STATE_VALUES, Sequence
+    from trainer.prompt import STATE_VALUES, Sequence
 
     base = model.prompts.sequence(turns, target_states=False)
+    layout = model.prompts.layout
     shots = torch.stack(history_shots) if history_shots else base_shots(model)
     with torch.no_grad():
         _, predicted, _ = model([base], [shots])
         prefix, states = list(base.input_ids), {}
-        for name, tag in STATE_TAGS:
+        for name, tag in layout.state_tags:
             prefix += model.prompts.ids(f"<{tag}>")
             values = STATE_VALUES[name]
-            endings = [model.prompts.ids(f"{v}</{tag}>") for v in values]
+            endings = [model.prompts.ids(f"{layout.value.format(v=v)}</{tag}>") for v in values]
             candidates = [
                 Sequence(prefix + e, [], base.history_slots, base.query_start) for e in endings
             ]
@@ -180,40 +198,77 @@ def _log_likelihood(logits, start: int, tokens: list[int]) -> float:
     return sum(log_probs[start + i - 1, token].item() for i, token in enumerate(tokens))
 
 
-def load_decoder(location: str, device, dtype):
-    """The decoder of a phase (a) or (c) checkpoint, rebuilt from its saved config."""
-    from trainer import build, checkpoint
-    from trainer.config import config_from_dict
-
-    state = checkpoint.load(location)
-    if state["phase"] not in ("encoder", "adapt"):
+def level_scopes(config, location) -> list[float]:
+    """The representative scope of each level, from the levels file the MLLM was trained with."""
+    if len(config.level_scopes) != 5:
         raise ValueError(
-            f"{location}: a '{state['phase']}' checkpoint holds no decoder (use phase encoder or adapt)"
+            f"{location}: the MLLM was trained without a levels file with representative values "
+            f"(motion_levels={config.motion_levels!r}); give --level-scopes"
         )
-    config = config_from_dict(state["phase"], state["config"])
-    decoder = build.shot_decoder(config, device, dtype)
-    weights = {
-        k[len("decoder.") :]: v for k, v in state["trainable"].items() if k.startswith("decoder.")
-    }
-    checkpoint.restore_trainable(decoder, weights, source=str(location))
-    return decoder.eval().requires_grad_(False), config
+    return list(config.level_scopes)
 
 
-def render(decoder, config, shot, scope: float, steps: int, generator, path: Path) -> str:
-    import torch
+class Renderer:
+    """The decoder of a phase (a) or (c) checkpoint with its sampling settings."""
 
-    from core.video import encode_mp4
+    def __init__(self, decoder, config, unconditional, steps=None, guidance_scale=None):
+        from trainer.models.decoder import guidance_from
 
-    frames = decoder.generate(
-        shot[None],
-        torch.tensor([scope], device=shot.device),
-        config.num_frames,
-        (config.frame_height, config.frame_width),
-        steps,
-        generator,
-    )
-    path.write_bytes(encode_mp4(frames[0].cpu().numpy(), fps=8.0))
-    return path.name
+        if guidance_scale is not None:
+            config.guidance_scale = guidance_scale
+        self.decoder, self.config = decoder, config
+        self.steps = steps or config.sample_steps
+        self.guidance = guidance_from(config)
+        self.unconditional = unconditional
+
+    @classmethod
+    def load(cls, location: str, device, dtype, steps=None, guidance_scale=None) -> Renderer:
+        """Rebuilt from the checkpoint's saved config; its weights and unconditional shot."""
+        from trainer import build, checkpoint
+        from trainer.config import config_from_dict
+
+        state = checkpoint.load(location)
+        if state["phase"] not in ("encoder", "adapt"):
+            raise ValueError(
+                f"{location}: a '{state['phase']}' checkpoint holds no decoder "
+                f"(use phase encoder or adapt)"
+            )
+        if "unconditional_shot" not in state["extra"]:
+            raise ValueError(
+                f"{location}: no unconditional shot saved (a checkpoint of an older trainer); "
+                "guided sampling needs one: retrain, or render with --guidance-scale 1"
+            )
+        config = config_from_dict(state["phase"], state["config"])
+        decoder = build.shot_decoder(config, device, dtype)
+        weights = {
+            k[len("decoder.") :]: v
+            for k, v in state["trainable"].items()
+            if k.startswith("decoder.")
+        }
+        checkpoint.restore_trainable(decoder, weights, source=str(location))
+        unconditional = state["extra"]["unconditional_shot"].to(device)[None]
+        return cls(
+            decoder.eval().requires_grad_(False), config, unconditional, steps, guidance_scale
+        )
+
+    def render(self, shot, scope: float, generator, path: Path) -> str:
+        import torch
+
+        from core.video import encode_mp4
+
+        frames = self.decoder.generate(
+            shot[None],
+            torch.tensor([scope], device=shot.device),
+            self.config.num_frames,
+            (self.config.frame_height, self.config.frame_width),
+            self.steps,
+            generator,
+            unconditional=self.unconditional,
+            guidance=self.guidance,
+            sampler=self.config.sampler,
+        )
+        path.write_bytes(encode_mp4(frames[0].cpu().numpy(), fps=8.0))
+        return path.name
 
 
 def main(argv: list[str] | None = None) -> int:

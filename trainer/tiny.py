@@ -35,7 +35,7 @@ TINY = dict(
 )
 
 
-def write_tiny_backbones(out_dir: str | Path, seed: int = 0) -> dict[str, str]:
+def write_tiny_backbones(out_dir: str | Path, seed: int = 0) -> dict[str, str | int]:
     """Write CLIP, T5 (+ tokenizer), CogVideoX and Mistral tiny folders; return config settings."""
     out = Path(out_dir)
     torch.manual_seed(seed)
@@ -147,9 +147,9 @@ def _write_cogvideox(path: Path) -> None:
         timestep_spacing="trailing",
         snr_shift_scale=3.0,
     )
-    vae.save_pretrained(path / "vae")
-    transformer.save_pretrained(path / "transformer")
-    scheduler.save_pretrained(path / "scheduler")
+    vae.save_pretrained(path / "vae")  # type: ignore[attr-defined]
+    transformer.save_pretrained(path / "transformer")  # type: ignore[attr-defined]
+    scheduler.save_pretrained(path / "scheduler")  # type: ignore[attr-defined]
 
 
 def mistral_tokenizer():

@@ -2,6 +2,9 @@
 
 The MLLM (phase b) and E_a (phase a, for the history's shots) are frozen; the decoder starts from
 its phase (a) LoRA and motion MLP and learns to render the target clip from the MLLM's prediction.
+With `shot_drop_rate` a sample's prediction is replaced by E_a's unconditional shot, so the
+adapted decoder keeps the unconditional prediction guidance needs. (In the release this phase
+feeds the MLLM output past the conditioner, so its dropout never acts; see docs/training.md.)
 Run: `python -m trainer.train_adapt --config trainer/configs/adapt.yaml --shards DATASET`.
 """
 
@@ -33,7 +36,7 @@ class AdaptPhase(nn.Module):
         checkpoint.restore_trainable(
             self, weights, prefix="decoder.", source=config.encoder_checkpoint
         )
-        self.seed = config.seed
+        self.seed, self.shot_drop_rate = config.seed, config.shot_drop_rate
 
     def forward(self, batch: dict, step: int) -> dict:
         device = self.encoder.visual_proj[0].weight.device
@@ -43,14 +46,25 @@ class AdaptPhase(nn.Module):
                 self.mllm.prompts.sequence(turns, target_states=False) for turns in batch["turns"]
             ]
             _, predicted, _ = self.mllm(sequences, [s[:-1] for s in shots])
+            dropped = [
+                bool(torch.rand((), generator=g) < self.shot_drop_rate)
+                for g in sample_generators(self.seed, batch["uid"], 1)
+            ]
+            keep = torch.tensor([0.0 if d else 1.0 for d in dropped], device=device)[:, None, None]
+            predicted = keep * predicted + (1 - keep) * self.encoder.unconditional().to(predicted)
         scope = torch.tensor([turns[-1]["motion_scope"] for turns in batch["turns"]], device=device)
         loss = self.decoder.diffusion_loss(
             batch["video"].to(device), predicted, scope, sample_generators(self.seed, batch["uid"])
         )
-        return {"loss": loss}
+        return {"loss": loss, "drop_shot": torch.tensor(sum(dropped) / len(dropped))}
 
     def adapters(self) -> dict:
         return {"decoder": (self.decoder.lora_state_dict(), self.decoder.lora_config())}
+
+    def saved_tensors(self) -> dict:
+        """The unconditional shot of the frozen E_a, which guided sampling contrasts with."""
+        with torch.no_grad():
+            return {"unconditional_shot": self.encoder.unconditional()[0]}
 
 
 def _check_same_encoder(ours: str, mllms: str, mllm_checkpoint: str) -> None:

@@ -1,7 +1,9 @@
 """Phase (a): train the shot encoder E_a with the decoder D_a on every captioned clip.
 
 For the first `encoder_warmup_steps` steps only E_a learns (the decoder's LoRA and motion MLP
-get no update), then both learn together; the loss is the decoder's diffusion loss.
+get no update), then both learn together; the loss is the decoder's diffusion loss. Condition
+dropout (models/encoder.py) zeroes parts of E_a's input per sample, so the decoder also learns the
+unconditional prediction that guidance needs; each step logs the share of each kind of drop.
 Run: `python -m trainer.train_encoder --config trainer/configs/encoder.yaml --shards DATASET`.
 """
 
@@ -11,8 +13,9 @@ import torch
 import torch.nn as nn
 
 from trainer import build
-from trainer.data import ClipCatalog, ShotDataset, clip_samples
+from trainer.data import ClipCatalog, ShotDataset, clip_samples, record_motion_levels
 from trainer.loop import sample_generators
+from trainer.models.encoder import ConditionDrop
 
 
 class EncoderPhase(nn.Module):
@@ -21,17 +24,19 @@ class EncoderPhase(nn.Module):
         self.encoder = build.shot_encoder(config, device, dtype)
         self.decoder = build.shot_decoder(config, device, dtype)
         self.seed, self.warmup = config.seed, config.encoder_warmup_steps
+        self.rates = (config.text_drop_rate, config.empty_text_rate, config.image_drop_rate)
 
     def forward(self, batch: dict, step: int) -> dict:
         device = self.encoder.visual_proj[0].weight.device
         clips = [turns[-1] for turns in batch["turns"]]
         first_frames = torch.stack([c["first_frame"] for c in clips]).to(device)
-        shots = self.encoder(first_frames, [c["motion_description"] for c in clips])
+        drop = ConditionDrop.draw(sample_generators(self.seed, batch["uid"], 1), *self.rates)
+        shots = self.encoder(first_frames, [c["action"] for c in clips], drop)
         scope = torch.tensor([c["motion_scope"] for c in clips], device=device)
         loss = self.decoder.diffusion_loss(
             batch["video"].to(device), shots, scope, sample_generators(self.seed, batch["uid"])
         )
-        return {"loss": loss}
+        return {"loss": loss, **drop.fractions()}
 
     def before_optimizer_step(self, step: int) -> None:
         if (
@@ -43,9 +48,15 @@ class EncoderPhase(nn.Module):
     def adapters(self) -> dict:
         return {"decoder": (self.decoder.lora_state_dict(), self.decoder.lora_config())}
 
+    def saved_tensors(self) -> dict:
+        """The unconditional shot of this E_a, which guided sampling contrasts with."""
+        with torch.no_grad():
+            return {"unconditional_shot": self.encoder.unconditional()[0]}
+
 
 def build_phase(config, device, dtype):
-    catalog = ClipCatalog(config.shards)
+    catalog = ClipCatalog(config.shards, config.include_unusable)
+    record_motion_levels(config, catalog)
     dataset = ShotDataset(
         catalog,
         clip_samples(catalog),

@@ -51,7 +51,7 @@ def encode_turns(encoder, turns: list[dict]) -> torch.Tensor:
     """E_a representations of a sequence's shots: T x tokens x width."""
     device = encoder.visual_proj[0].weight.device
     first_frames = torch.stack([t["first_frame"] for t in turns]).to(device)
-    return encoder(first_frames, [t["motion_description"] for t in turns])
+    return encoder(first_frames, [t["action"] for t in turns])
 
 
 def build_phase(config, device, dtype):

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from prompts.game import instruction_text as game_instruction
+
 
 class ParseError(ValueError):
     pass
@@ -225,13 +227,14 @@ def _choice(value: str, tag: str, allowed: tuple[int, ...]) -> int:
 
 
 def instruction_text(characters: list[str] | None, state: StateAnswer) -> str:
-    """`Character: ...; Motion: <adverb> <motion>; Background: <environment>.` (game_demo/demo.txt).
+    """The game-turn instruction of a captioned clip (the one rule lives in prompts.game).
 
     The matched protagonists name the character; with none matched (or no reference sheet), the
     state prompt's subject does.
     """
-    who = ", ".join(characters) if characters else state.subject
-    return (
-        f"Character: {who}; Motion: {state.adverb} {state.motion_description}; "
-        f"Background: {state.environment}."
+    text = game_instruction(
+        characters, state.subject, state.adverb, state.motion_description, state.environment
     )
+    if text is None:  # parse_state guarantees every field; this would be a bug upstream
+        raise ParseError(f"an incomplete state answer cannot make an instruction: {state}")
+    return text

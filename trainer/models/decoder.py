@@ -5,9 +5,17 @@ The motion scope goes through the same sinusoidal embedding as timesteps, then
 Linear(inner -> motion_hidden) - SiLU - Linear(motion_hidden -> time_embed_dim) whose last layer
 starts at zero, so at step 0 the pretrained decoder is unchanged. It rides in through the
 transformer's `timestep_cond` argument into a wrapped time embedding.
+
+Sampling follows the release's sampler config: a zero-terminal-SNR schedule with SNR shift 3
+(the training schedule), 50 steps of stochastic DPM++ 2M (diffusers' CogVideoXDPMScheduler is
+the release's VPSDEDPMPP2MSampler), and classifier-free guidance between the shot and the
+unconditional shot with the release's DynamicCFG weights.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -25,16 +33,57 @@ class TimeEmbeddingWithMotion(nn.Module):
         self.motion = nn.Sequential(
             nn.Linear(sinusoid_dim, hidden), nn.SiLU(), nn.Linear(hidden, out_dim)
         )
-        nn.init.zeros_(self.motion[-1].weight)
-        nn.init.zeros_(self.motion[-1].bias)
+        last = self.motion[-1]
+        assert isinstance(last, nn.Linear)
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+
+    def _condition_dtype(self) -> torch.dtype:
+        first = self.motion[0]
+        assert isinstance(first, nn.Linear)
+        return first.weight.dtype
 
     def forward(self, sample: torch.Tensor, condition: torch.Tensor | None = None) -> torch.Tensor:
         embedding = self.base(sample)
         if condition is None:
             return embedding
-        return embedding + self.motion(condition.to(self.motion[0].weight.dtype)).to(
-            embedding.dtype
-        )
+        return embedding + self.motion(condition.to(self._condition_dtype())).to(embedding.dtype)
+
+
+@dataclass(frozen=True)
+class Guidance:
+    """Classifier-free guidance: prediction = uncond + weight(t) (cond - uncond)."""
+
+    scale: float
+    schedule: str = "dynamic"
+    exp: float = 5.0
+
+    def weight(self, timestep: int, num_steps: int) -> float:
+        """The release's DynamicCFG (and diffusers' use_dynamic_cfg) read the raw timestep t
+        (999 .. 0), not the step index, so (N - t) / N is mostly negative and the weight
+        oscillates between 1 and 1 + scale; kept as it is, since the release's decoder was
+        tuned with it."""
+        if self.schedule == "constant":
+            return self.scale
+        ramp = (num_steps - timestep) / num_steps
+        # a negative base with a whole exponent is real (the release's exp is 5)
+        power = ramp**self.exp if ramp >= 0 or self.exp == int(self.exp) else -((-ramp) ** self.exp)
+        return 1.0 + self.scale * (1.0 - math.cos(math.pi * power)) / 2.0
+
+
+def guidance_from(config) -> Guidance | None:
+    """The configured guidance; None for a scale of 1, which the release samples unguided."""
+    if config.guidance_scale == 1.0:
+        return None
+    return Guidance(config.guidance_scale, config.guidance_schedule, config.guidance_exp)
+
+
+def sampling_scheduler(training_scheduler, sampler: str):
+    """The sampler's scheduler on the training schedule (same betas, shift, zero terminal SNR)."""
+    from diffusers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
+
+    kind = {"dpm++2m": CogVideoXDPMScheduler, "ddim": CogVideoXDDIMScheduler}[sampler]
+    return kind.from_config(training_scheduler.config)
 
 
 class ShotDecoder(nn.Module):
@@ -150,23 +199,58 @@ class ShotDecoder(nn.Module):
         size: tuple[int, int],
         steps: int = 50,
         generator: torch.Generator | None = None,
+        unconditional: torch.Tensor | None = None,
+        guidance: Guidance | None = None,
+        sampler: str = "dpm++2m",
     ) -> torch.Tensor:
-        """Sample a shot: B x num_frames x H x W x 3 uint8 (DDIM, no classifier-free guidance)."""
+        """Sample shots: B x num_frames x H x W x 3 uint8.
+
+        With `guidance`, each step also predicts for `unconditional` (one shot, broadcast) and
+        mixes the two; without it, one conditional pass per step. The motion scope conditions
+        both passes, as in the release.
+        """
+        if guidance is not None and unconditional is None:
+            raise ValueError("guided sampling needs the unconditional shot")
+        scheduler = sampling_scheduler(self.scheduler, sampler)
+        scheduler.set_timesteps(steps, device=shots.device)
+        latents = torch.randn(
+            self._latent_shape(shots.shape[0], num_frames, size), generator=generator
+        )
+        latents = latents.to(shots.device) * scheduler.init_noise_sigma
+        previous_x0 = None
+        timesteps = scheduler.timesteps
+        for index, t in enumerate(timesteps):
+            velocity = self._guided_velocity(
+                latents, shots, unconditional, t, motion_scope, guidance, steps
+            )
+            if sampler == "dpm++2m":
+                back = timesteps[index - 1] if index > 0 else None
+                latents, previous_x0 = scheduler.step(
+                    velocity, previous_x0, t, back, latents, generator=generator, return_dict=False
+                )
+            else:
+                latents = scheduler.step(velocity, t, latents, return_dict=False)[0]
+        return self._decode(latents)
+
+    def _guided_velocity(self, latents, shots, unconditional, t, motion_scope, guidance, steps):
+        batch = shots.shape[0]
+        if guidance is None:
+            return self(latents, shots, t.expand(batch), motion_scope).float()
+        both = torch.cat([unconditional.expand(batch, -1, -1).to(shots), shots])
+        out = self(
+            torch.cat([latents, latents]), both, t.expand(2 * batch), motion_scope.repeat(2)
+        ).float()
+        uncond, cond = out.chunk(2)
+        return uncond + guidance.weight(int(t), steps) * (cond - uncond)
+
+    def _latent_shape(self, batch: int, num_frames: int, size: tuple[int, int]) -> tuple:
         vae_config = self.vae.config
         spatial = 2 ** (len(vae_config.block_out_channels) - 1)
         frames = (num_frames - 1) // vae_config.temporal_compression_ratio + 1
-        shape = (
-            shots.shape[0],
-            frames,
-            vae_config.latent_channels,
-            size[0] // spatial,
-            size[1] // spatial,
-        )
-        latents = torch.randn(shape, generator=generator).to(shots.device)
-        self.scheduler.set_timesteps(steps, device=shots.device)
-        for t in self.scheduler.timesteps:
-            velocity = self(latents, shots, t.expand(shots.shape[0]), motion_scope).float()
-            latents = self.scheduler.step(velocity, t, latents, return_dict=False)[0]
+        return (batch, frames, vae_config.latent_channels, size[0] // spatial, size[1] // spatial)
+
+    def _decode(self, latents: torch.Tensor) -> torch.Tensor:
+        vae_config = self.vae.config
         pixels = self.vae.decode(
             (latents / vae_config.scaling_factor).permute(0, 2, 1, 3, 4).to(self.vae.dtype)
         ).sample

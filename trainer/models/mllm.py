@@ -35,9 +35,10 @@ class GameStateModel(nn.Module):
         lora_alpha: int,
         lora_dropout: float,
         lora_targets: list[str],
+        prompt_format: str = "paper",
     ):
         super().__init__()
-        new_ids = add_game_tokens(tokenizer, num_queries)
+        new_ids = add_game_tokens(tokenizer, num_queries, prompt_format)
         llm.resize_token_embeddings(len(tokenizer), mean_resizing=False)
         self.llm = get_peft_model(
             llm,
@@ -52,7 +53,7 @@ class GameStateModel(nn.Module):
         )
         hidden = llm.config.hidden_size
         self.tokenizer, self.num_queries, self.shot_dim = tokenizer, num_queries, shot_dim
-        self.prompts = PromptBuilder(tokenizer, num_queries)
+        self.prompts = PromptBuilder(tokenizer, num_queries, prompt_format)
         self.queries = nn.Parameter(torch.randn(num_queries, hidden) * llm.config.initializer_range)
         self.input_proj = nn.Sequential(
             nn.Linear(shot_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden)

@@ -1,0 +1,353 @@
+"""`animegamer eval`: the paper's metrics for generated shots against their reference clips.
+
+  CLIP-I   mean cosine similarity of CLIP image embeddings, generated frame vs reference frame
+  CLIP-T   mean cosine similarity of a generated frame's CLIP image embedding with its text
+  DreamSim mean DreamSim distance, generated frame vs reference frame (lower is closer)
+  ACC-F, MAE-F  the motion level measured on the generated shot vs the requested level
+           (pipeline/commands/motion_eval.py's code: the rule that labelled the training clips)
+
+Frames: `frames` evenly spaced frames of each clip, paired by position. DreamSim (Fu et al. 2023)
+is computed as its reference code does, over backbones given as local transformers folders: each
+backbone embeds the 224x224 bicubic-resized frame normalised with its own mean and std (CLIP
+models: the projected image embedding; ViT/DINO models: the CLS token of the last block, before
+the final norm), the embeddings are concatenated, centred and scaled to unit length, and the
+distance is 1 - cosine similarity. With the DreamSim ensemble's backbones (DINO ViT-B/16, CLIP
+ViT-B/16, OpenCLIP ViT-B/16, with DreamSim's LoRA merged; docs/training.md) this is DreamSim.
+
+Every checkpoint is a local folder named by a setting; nothing is downloaded, and a missing one is
+an error naming the setting. Settings: `--set name=value` (`--settings` lists them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+HELP = "CLIP-I, CLIP-T, DreamSim, ACC-F and MAE-F of generated shots against references."
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+
+
+@dataclass
+class EvalConfig:
+    clip_model: str = "checkpoints/clip-vit-large-patch14"
+    """CLIP (vision + text, transformers format, with its tokenizer) for CLIP-I and CLIP-T."""
+    dreamsim_models: list[str] = field(
+        default_factory=lambda: [
+            "checkpoints/dreamsim/dino_vitb16",
+            "checkpoints/dreamsim/clip_vitb16",
+            "checkpoints/dreamsim/open_clip_vitb16",
+        ]
+    )
+    """DreamSim's backbones, transformers folders (empty list: no DreamSim)."""
+    frames: int = 8
+    """Frames compared per clip, evenly spaced."""
+    image_size: int = 224
+    """Side of the square frames are resized to where a backbone does not say its own."""
+    fps: float = 8.0
+    """Rate the clips are sampled at before their motion is measured (the dataset's)."""
+    device: str = "auto"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("generated", type=Path, nargs="?", help="folder of generated .mp4 shots")
+    parser.add_argument(
+        "--references", type=Path, help="folder of reference .mp4 clips (same file names)"
+    )
+    parser.add_argument(
+        "--texts",
+        type=Path,
+        help="text per clip for CLIP-T: JSON {clip: text}, or play's states.jsonl",
+    )
+    parser.add_argument(
+        "--levels", type=Path, help="requested level per clip (motion-eval's format): ACC-F/MAE-F"
+    )
+    parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE"
+    )
+    parser.add_argument("--settings", action="store_true", help="list the settings and exit")
+
+
+def run(args) -> int:
+    from core.settings import ConfigError, field_docs, parse_assignment, set_setting
+    from trainer.backbones import MissingCheckpoint
+
+    config = EvalConfig()
+    if args.settings:
+        docs = field_docs(EvalConfig)
+        for f in dataclasses.fields(config):
+            print(f"{f.name} = {getattr(config, f.name)!r}\n    {docs.get(f.name, '')}")
+        return 0
+    try:
+        for item in args.overrides:
+            set_setting(config, *parse_assignment(item), "--set")
+        if args.generated is None:
+            raise ValueError("give the folder of generated shots")
+        result = evaluate(config, args.generated, args.references, args.texts, args.levels)
+    except (ConfigError, MissingCheckpoint, FileNotFoundError, ValueError) as exc:
+        print(f"animegamer eval: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: v for k, v in result.items() if k != "per_clip"}, indent=1))
+    if args.json:
+        from core.io import write_json_atomic
+
+        write_json_atomic(result, args.json)
+    return 0
+
+
+def evaluate(
+    config: EvalConfig,
+    generated: Path,
+    references: Path | None = None,
+    texts: Path | None = None,
+    levels: Path | None = None,
+) -> dict:
+    """The metrics the inputs allow: CLIP-I and DreamSim need references, CLIP-T texts,
+    ACC-F/MAE-F requested levels."""
+    shots = _mp4s(generated)
+    result: dict = {"clips": len(shots)}
+    per_clip: dict[str, dict] = {name: {} for name in shots}
+    frames = {name: sample_frames(path, config.frames) for name, path in shots.items()}
+    device = _device(config.device)
+    if references is not None:
+        refs = _mp4s(references)
+        missing = sorted(set(shots) - set(refs))
+        if missing:
+            raise FileNotFoundError(f"{references}: no reference for {', '.join(missing[:10])}")
+        ref_frames = {name: sample_frames(refs[name], config.frames) for name in shots}
+        clip = ClipScorer(config.clip_model, config.image_size, device)
+        _score(
+            per_clip, "clip_i", {n: clip.image_similarity(frames[n], ref_frames[n]) for n in shots}
+        )
+        if config.dreamsim_models:
+            dreamsim = DreamSim(config.dreamsim_models, config.image_size, device)
+            _score(
+                per_clip,
+                "dreamsim",
+                {n: dreamsim.distance(frames[n], ref_frames[n]) for n in shots},
+            )
+    if texts is not None:
+        text_of = read_texts(texts)
+        missing = sorted(set(shots) - set(text_of))
+        if missing:
+            raise ValueError(f"{texts}: no text for {', '.join(missing[:10])}")
+        clip = ClipScorer(config.clip_model, config.image_size, device)
+        _score(per_clip, "clip_t", {n: clip.text_similarity(frames[n], text_of[n]) for n in shots})
+    if levels is not None:
+        result |= motion_levels(generated, levels, config.fps)
+    for metric in ("clip_i", "dreamsim", "clip_t"):
+        values = [c[metric] for c in per_clip.values() if metric in c]
+        if values:
+            result[metric] = float(np.mean(values))
+    result["per_clip"] = per_clip
+    return result
+
+
+def _score(per_clip: dict, metric: str, values: dict) -> None:
+    for name, value in values.items():
+        per_clip[name][metric] = value
+
+
+def _mp4s(folder: Path) -> dict[str, Path]:
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: not a folder of clips")
+    found = {p.stem: p for p in sorted(folder.glob("*.mp4"))}
+    if not found:
+        raise FileNotFoundError(f"{folder}: no .mp4 clips")
+    return found
+
+
+def sample_frames(path: Path, count: int) -> np.ndarray:
+    """`count` evenly spaced RGB frames of a clip (all of them when it has fewer)."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    except (av.error.FFmpegError, IndexError) as exc:
+        raise ValueError(f"{path}: not a readable video ({exc})") from None
+    if not frames:
+        raise ValueError(f"{path}: no decodable frame")
+    picks = np.unique(np.linspace(0, len(frames) - 1, min(count, len(frames))).round().astype(int))
+    return np.stack([frames[i] for i in picks])
+
+
+def read_texts(path: Path) -> dict[str, str]:
+    """{clip name: text} from a JSON object or from play's states.jsonl (video -> instruction)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: texts file not found")
+    if path.suffix == ".jsonl":
+        texts = {}
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                record = json.loads(line)
+                if "video" not in record or "instruction" not in record:
+                    raise ValueError(f"{path}:{number}: a play record needs video and instruction")
+                texts[Path(record["video"]).stem] = record["instruction"]
+        return texts
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object {{clip: text}}")
+    return {
+        Path(str(k)).stem if str(k).endswith(".mp4") else str(k): str(v) for k, v in data.items()
+    }
+
+
+def motion_levels(generated: Path, levels: Path, fps: float) -> dict:
+    """ACC-F and MAE-F with motion-eval's own code and the pipeline's motion settings."""
+    from pipeline.commands.motion_eval import (
+        match_clips,
+        measure_clip,
+        read_requested_levels,
+        summarise,
+    )
+    from pipeline.config import load_config
+    from stages.motion import MotionScope
+
+    requested = read_requested_levels(levels)
+    stage = MotionScope(load_config().motion)
+    stage.setup()
+    rows = [
+        measure_clip(stage, path, requested[name], fps)
+        for name, path in match_clips(generated, requested).items()
+    ]
+    summary = summarise(rows, stage)
+    return {"acc_f": summary["acc_f"], "mae_f": summary["mae_f"]}
+
+
+def _device(setting: str):
+    import torch
+
+    if setting == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(setting)
+
+
+def _pixels(frames: np.ndarray, size: int, mean, std, device):
+    """uint8 N x H x W x 3 -> normalised N x 3 x size x size (bicubic, whole frame)."""
+    import torch
+    import torch.nn.functional as F
+
+    images = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 255.0
+    images = F.interpolate(images, size=(size, size), mode="bicubic", antialias=True).clamp(0, 1)
+    mean_t = torch.tensor(mean).view(1, 3, 1, 1)
+    std_t = torch.tensor(std).view(1, 3, 1, 1)
+    return ((images - mean_t) / std_t).to(device)
+
+
+def _image_stats(folder: str, default_mean, default_std):
+    config = Path(folder) / "preprocessor_config.json"
+    if config.is_file():
+        data = json.loads(config.read_text())
+        return tuple(data.get("image_mean", default_mean)), tuple(
+            data.get("image_std", default_std)
+        )
+    return default_mean, default_std
+
+
+class ClipScorer:
+    """CLIP image and text embeddings of a local checkpoint (CLIPModel + its tokenizer)."""
+
+    def __init__(self, location: str, size: int, device):
+        from transformers import AutoTokenizer, CLIPModel
+
+        from trainer.backbones import resolve
+
+        root = resolve("clip_model", location, hub=False)
+        self.model = CLIPModel.from_pretrained(root).to(device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(root)
+        self.size = self.model.config.vision_config.image_size
+        self.mean, self.std = _image_stats(root, CLIP_MEAN, CLIP_STD)
+        self.device = device
+
+    def images(self, frames: np.ndarray):
+        import torch
+
+        with torch.no_grad():
+            pixels = _pixels(frames, self.size, self.mean, self.std, self.device)
+            return _unit(_features(self.model.get_image_features(pixel_values=pixels)))
+
+    def image_similarity(self, generated: np.ndarray, reference: np.ndarray) -> float:
+        count = min(len(generated), len(reference))
+        a, b = self.images(generated[:count]), self.images(reference[:count])
+        return float((a * b).sum(-1).mean())
+
+    def text_similarity(self, generated: np.ndarray, text: str) -> float:
+        import torch
+
+        with torch.no_grad():
+            tokens = self.tokenizer(
+                [text], padding=True, truncation=True, max_length=77, return_tensors="pt"
+            ).to(self.device)
+            embedding = _unit(_features(self.model.get_text_features(**tokens)))
+        return float((self.images(generated) * embedding).sum(-1).mean())
+
+
+class DreamSim:
+    """DreamSim's distance over backbones given as local transformers folders."""
+
+    def __init__(self, locations: list[str], size: int, device):
+        from transformers import AutoConfig, AutoModel, CLIPVisionModelWithProjection
+
+        from trainer.backbones import resolve
+
+        self.size, self.device, self.backbones = size, device, []
+        for location in locations:
+            root = resolve("dreamsim_models", location, hub=False)
+            kind = AutoConfig.from_pretrained(root).model_type
+            if kind.startswith("clip"):  # "embedding": the projected image embedding
+                model = CLIPVisionModelWithProjection.from_pretrained(root)
+                stats = _image_stats(root, CLIP_MEAN, CLIP_STD)
+            else:  # ViT / DINO: "cls", the last block's CLS token
+                model = AutoModel.from_pretrained(root)
+                stats = _image_stats(root, IMAGENET_MEAN, IMAGENET_STD)
+            self.backbones.append((kind.startswith("clip"), model.to(device).eval(), stats))
+        # DreamSim resizes to 224, the size of its backbones; a backbone's own size wins
+        self.sizes = [getattr(m.config, "image_size", size) for _, m, _ in self.backbones]
+
+    def embed(self, frames: np.ndarray):
+        import torch
+
+        parts = []
+        with torch.no_grad():
+            for (is_clip, model, (mean, std)), size in zip(self.backbones, self.sizes):
+                pixels = _pixels(frames, size, mean, std, self.device)
+                if is_clip:
+                    parts.append(model(pixel_values=pixels).image_embeds)
+                else:
+                    out = model(pixel_values=pixels, output_hidden_states=True)
+                    parts.append(out.hidden_states[-1][:, 0])
+        embedding = torch.cat(parts, dim=-1)
+        # DreamSim's normalize_embeds: centre each embedding, then unit length
+        return _unit(embedding - embedding.mean(dim=-1, keepdim=True))
+
+    def distance(self, generated: np.ndarray, reference: np.ndarray) -> float:
+        count = min(len(generated), len(reference))
+        a, b = self.embed(generated[:count]), self.embed(reference[:count])
+        return float((1 - (a * b).sum(-1)).mean())
+
+
+def _features(output):
+    """transformers 5 may return a model output instead of a tensor from get_*_features."""
+    return getattr(output, "pooler_output", output) if not hasattr(output, "norm") else output
+
+
+def _unit(x):
+    return x / x.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trainer.cli import module_parser
+
+    return run(module_parser("python -m trainer.evaluate", __doc__, add_arguments).parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
