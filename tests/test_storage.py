@@ -165,7 +165,7 @@ def test_the_trainer_reads_shards_in_s3_in_place(bucket, local_reference, tmp_pa
     storage.upload(garbage, f"{out}/uncommitted/shards/clips-00000.parquet")
     remote, local = ClipCatalog([out]), ClipCatalog([local_reference])
     assert [r["clip_id"] for r in remote.rows] == [r["clip_id"] for r in local.rows]
-    assert all(str(m.path).startswith(f"{out}/") for m in remote.media)
+    assert all(str(m.shard).startswith(f"{out}/") for m in remote.media)
     last = len(remote) - 1
     assert remote.media_bytes(last, "video") == local.media_bytes(last, "video")
 
