@@ -16,18 +16,24 @@ ARGS  ?=
 FORMAT ?= webdataset
 EXPORT ?= $(OUT)-export
 
-.PHONY: help venv lint dataset caption report test bench motion-calibrate motion-eval train play export eval clean
+# $(call q,VALUE): VALUE as one shell word, so that a path survives spaces, quotes and
+# parentheses (film files are named "Kiki's Delivery Service (1989).mp4"). Every variable that
+# holds a path or a name goes through it; ARGS alone is split into words by the shell, on purpose.
+q = '$(subst ','\'',$(1))'
+
+.PHONY: help venv lint dataset caption report test test-fast bench bench-gpu motion-calibrate motion-eval quality-calibrate train play export eval clean
 
 help:
 	@echo "make dataset [FILM=path] [IP=name] [OUT=data] [MODEL=internvl-path]  films -> clip shards"
-	@echo "make caption FILM=<film folder> MODEL=<internvl-path> [IP=name]       caption existing shards"
-	@echo "make report FILM=<film or dataset folder> [REPORT=file.html]         HTML report"
+	@echo "make caption FILM=<film file or folder> MODEL=<internvl-path> [IP=name] caption existing shards"
+	@echo "make report FILM=<film file, film or dataset folder> [REPORT=file.html] HTML report"
 	@echo "make motion-calibrate SHARDS=<dataset folder>                          recalibrate motion levels"
 	@echo "make motion-eval CLIPS=<folder of mp4> LEVELS=<levels file>            ACC-F / MAE-F"
+	@echo "make quality-calibrate SHARDS=<dataset folder> ARGS='--set reject.X=Y'  re-decide usable clips"
 	@echo "make train PHASE=encoder|mllm|adapt SHARDS=<folder> [CONFIG=yaml]      train AnimeGamer"
 	@echo "make export SHARDS=<folder> FORMAT=webdataset|cogvideox EXPORT=<out>   other trainers' layouts"
 	@echo "make eval GENERATED=<mp4 folder> REFERENCES=<mp4 folder> [TEXTS=..] [LEVELS=..]  CLIP-I/T, DreamSim, ACC-F"
-	@echo "make lint | make test | make bench"
+	@echo "make lint | make test | make test-fast (no slow tests) | make bench | make bench-gpu (CUDA)"
 
 venv: $(STAMP)
 
@@ -39,31 +45,34 @@ $(STAMP): requirements.lock constraints.txt pyproject.toml
 	touch $(STAMP)
 
 dataset: venv
-	$(PY) -m pipeline.cli dataset $(FILM) $(if $(IP),--ip $(IP)) --out $(OUT) $(if $(MODEL),--model $(MODEL)) $(ARGS)
+	$(PY) -m pipeline.cli dataset $(if $(FILM),$(call q,$(FILM))) $(if $(IP),--ip $(call q,$(IP))) --out $(call q,$(OUT)) $(if $(MODEL),--model $(call q,$(MODEL))) $(ARGS)
 
 caption: venv
-	$(PY) -m pipeline.cli caption $(FILM) $(if $(MODEL),--model $(MODEL)) $(if $(IP),--ip $(IP)) $(ARGS)
+	$(PY) -m pipeline.cli caption $(call q,$(or $(FILM),$(OUT))) --dataset-dir $(call q,$(OUT)) $(if $(MODEL),--model $(call q,$(MODEL))) $(if $(IP),--ip $(call q,$(IP))) $(ARGS)
 
 report: venv
-	$(PY) -m pipeline.cli report $(or $(FILM),$(OUT)) $(if $(REPORT),--out $(REPORT)) $(ARGS)
+	$(PY) -m pipeline.cli report $(call q,$(or $(FILM),$(OUT))) --dataset-dir $(call q,$(OUT)) $(if $(REPORT),--out $(call q,$(REPORT))) $(ARGS)
 
 motion-calibrate: venv
-	$(PY) -m pipeline.cli motion-calibrate $(or $(SHARDS),$(OUT)) $(ARGS)
+	$(PY) -m pipeline.cli motion-calibrate $(call q,$(or $(SHARDS),$(OUT))) $(ARGS)
+
+quality-calibrate: venv
+	$(PY) -m pipeline.cli quality-calibrate $(call q,$(or $(SHARDS),$(OUT))) $(ARGS)
 
 motion-eval: venv
-	$(PY) -m pipeline.cli motion-eval $(CLIPS) --levels $(LEVELS) $(ARGS)
+	$(PY) -m pipeline.cli motion-eval $(call q,$(CLIPS)) --levels $(call q,$(LEVELS)) $(ARGS)
 
 train: venv
-	$(PY) -m pipeline.cli train --phase $(PHASE) --shards $(or $(SHARDS),$(OUT)) $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
+	$(PY) -m pipeline.cli train --phase $(call q,$(PHASE)) --shards $(call q,$(or $(SHARDS),$(OUT))) $(if $(CONFIG),--config $(call q,$(CONFIG))) $(ARGS)
 
 play: venv
 	$(PY) -m pipeline.cli play $(ARGS)
 
 export: venv
-	$(PY) -m pipeline.cli export "$(or $(SHARDS),$(OUT))" --format $(FORMAT) --out "$(EXPORT)" $(ARGS)
+	$(PY) -m pipeline.cli export $(call q,$(or $(SHARDS),$(OUT))) --format $(call q,$(FORMAT)) --out $(call q,$(EXPORT)) $(ARGS)
 
 eval: venv
-	$(PY) -m pipeline.cli eval "$(GENERATED)" $(if $(REFERENCES),--references "$(REFERENCES)") $(if $(TEXTS),--texts "$(TEXTS)") $(if $(LEVELS),--levels "$(LEVELS)") $(ARGS)
+	$(PY) -m pipeline.cli eval $(call q,$(GENERATED)) $(if $(REFERENCES),--references $(call q,$(REFERENCES))) $(if $(TEXTS),--texts $(call q,$(TEXTS))) $(if $(LEVELS),--levels $(call q,$(LEVELS))) $(ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -74,8 +83,16 @@ test: venv
 	@scripts/install-chromium.sh || echo "warning: Chromium could not be installed; the report's browser test will fail (ANIMEGAMER_SKIP_BROWSER=1 skips it)"
 	$(PY) -m pytest $(ARGS)
 
+test-fast: venv
+	$(PY) -m pytest -m "not slow" $(ARGS)
+
 bench: venv
 	$(PY) -m bench.run $(ARGS)
+
+# Every GPU path at real size with random weights (docs/gpu.md); says so and exits 0 without CUDA.
+# On a GPU machine whose own Python holds CUDA PyTorch: `python3 -m bench.gpu` (docs/gpu.md).
+bench-gpu: venv
+	$(PY) -m bench.gpu $(ARGS)
 
 clean:
 	rm -rf $(VENV) data bench/out test-artifacts .pytest_cache

@@ -31,12 +31,14 @@ def synthetic_clip(speed: float = 6.0, frames: int = CLIP_FRAMES, seed: int = 0)
     rng = np.random.default_rng(seed)
     pad = int(abs(speed) * frames) + 8
     height, width = UNIT_HEIGHT, UNIT_WIDTH + pad
-    texture = sum(
-        cv2.resize(rng.random((height // c + 2, width // c + 2, 3)), (width, height))
-        for c in (64, 32, 16, 8, 4)
+    texture = np.asarray(
+        sum(
+            cv2.resize(rng.random((height // c + 2, width // c + 2, 3)), (width, height))
+            for c in (64, 32, 16, 8, 4)
+        )
     )
     texture = (255 * (texture - texture.min()) / np.ptp(texture)).astype(np.uint8)
-    shifts = [np.float32([[1, 0, -speed * i], [0, 1, 0]]) for i in range(frames)]
+    shifts = [np.array([[1, 0, -speed * i], [0, 1, 0]], dtype=np.float32) for i in range(frames)]
     return np.stack([cv2.warpAffine(texture, m, (UNIT_WIDTH, UNIT_HEIGHT)) for m in shifts])
 
 
@@ -105,6 +107,8 @@ def real_clip_windows(path: Path = SINTEL, crop_rows: tuple[int, int] | None = (
     """
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
+        if stream.average_rate is None:
+            raise ValueError(f"{path}: the video stream declares no frame rate")
         rate = float(stream.average_rate)
         window = int(round(2 * rate))
         picks = {int(round(k * window / CLIP_FRAMES)) for k in range(CLIP_FRAMES)}
@@ -141,6 +145,8 @@ def _to_clip_frame(picture: np.ndarray) -> np.ndarray:
 def real_clip_levels(path: Path = SINTEL, config: MotionConfig | None = None) -> list[dict]:
     stage = MotionScope(config or MotionConfig())
     stage.setup()
+    levels = stage.levels
+    assert levels is not None, "setup() loads the level edges"
     rows = []
     for start, frames in real_clip_windows(path):
         measured = stage.measure(frames)
@@ -148,7 +154,7 @@ def real_clip_levels(path: Path = SINTEL, config: MotionConfig | None = None) ->
             {
                 "start_frame": start,
                 "scope": measured.scope,
-                "level": stage.levels.level(measured.scope),
+                "level": levels.level(measured.scope),
                 "held_pairs": measured.held_pairs,
             }
         )

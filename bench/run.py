@@ -3,7 +3,8 @@
 The film is the bundled Sintel trailer repeated back to back (packets remuxed, not re-encoded)
 until it is at least `--minutes` long. Two lengths are measured so that memory can be seen to stay
 flat as the film grows. Peak memory is the largest total resident size of this process and all
-its children (Ray workers included), sampled every 0.2 s.
+its children (Ray workers included), sampled every 0.2 s. The shorter film also runs with the
+quality stage off and then on again, in the same run, to give the wall time the stage adds.
 
     python -m bench.run [--minutes 10] [--executor ray]
 """
@@ -99,13 +100,15 @@ def bare_decode(path: Path) -> tuple[float, int]:
     return time.perf_counter() - began, frames
 
 
-def run_pipeline(path: Path, out: Path, executor: str) -> tuple[float, FilmSummary]:
+def run_pipeline(
+    path: Path, out: Path, executor: str, overrides: tuple[str, ...] = ()
+) -> tuple[float, FilmSummary]:
     from pipeline.config import load_config
     from pipeline.executor import make_executor
     from pipeline.ip import load_ip
     from pipeline.runner import run_film
 
-    config = load_config(None, [f"run.executor={executor}"])
+    config = load_config(None, [f"run.executor={executor}", *overrides])
     runner = make_executor(executor, None, progress=True)
     if executor == "ray":
         runner._ray()  # start Ray before the clock: its start-up is reported on its own
@@ -114,6 +117,24 @@ def run_pipeline(path: Path, out: Path, executor: str) -> tuple[float, FilmSumma
     if result.summary is None:
         raise RuntimeError(f"{path}: {result.message}")
     return time.perf_counter() - began, result.summary
+
+
+def quality_cost(film: Path, out: Path, executor: str) -> dict:
+    """What the quality stage adds to the wall time: the film again without it (black-run
+    boundaries kept, so the clips are the same), then with it, both after the measured run so
+    that neither pays for cold workers or caches."""
+    import shutil
+
+    seconds = {}
+    for name, overrides in (("without", ("quality.enabled=false",)), ("with", ())):
+        shutil.rmtree(out, ignore_errors=True)
+        seconds[name], summary = run_pipeline(film, out, executor, overrides)
+    return {
+        "pipeline_seconds_without_quality": round(seconds["without"], 1),
+        "pipeline_seconds_with_quality_again": round(seconds["with"], 1),
+        "quality_added_wall_fraction": round(seconds["with"] / seconds["without"] - 1, 3),
+        "clips_without_quality": summary.clips_written,
+    }
 
 
 def motion_figures() -> dict:
@@ -176,7 +197,13 @@ def main(argv=None) -> int:
             "clips": summary.clips_written,
             "stage_share": {k: round(v / busy, 3) for k, v in sorted(stages.items())},
             "motion_share_of_worker_time": round(stages.get("motion", 0) / busy, 3),
+            # the quality stage and the black-run boundaries (issue 13; budget: 10 %)
+            "quality_share_of_worker_time": round(
+                (stages.get("quality", 0) + stages.get("black", 0)) / busy, 3
+            ),
         }
+        if minutes == args.minutes / 2:
+            run |= quality_cost(film, OUT / f"dataset-{minutes:g}min-quality", args.executor)
         report["runs"].append(run)
         print(json.dumps(run, indent=2), flush=True)
     report["motion"] = motion_figures()

@@ -5,10 +5,13 @@ extension does not load, so the operator schemas `torchvision::nms` and `torchvi
 never defined and torchvision's own fake-kernel registration fails at import (and with it ptlflow,
 timm and transformers' image processors). Defining the two schemas first lets the import finish;
 the ops themselves stay unavailable, which nothing in this project calls.
-On a machine where the extension does load, the schemas already exist and nothing is done.
+On a machine where the extension loads (GPU machines), it is loaded first and nothing is defined:
+defining the schemas before it would abort the process at its load.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 _MISSING_OPS = {
     "nms": "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
@@ -21,8 +24,10 @@ def ensure_torchvision_importable() -> None:
     global _library
     import torch
 
+    if _library is not None or _extension_loads(torch):
+        return
     missing = [name for name in _MISSING_OPS if not _schema_exists(torch, name)]
-    if not missing or _library is not None:
+    if not missing:
         return
     _library = torch.library.Library("torchvision", "FRAGMENT")
     for name in missing:
@@ -35,3 +40,25 @@ def _schema_exists(torch, name: str) -> bool:
         return True
     except (AttributeError, RuntimeError):
         return False
+
+
+def _extension_loads(torch) -> bool:
+    """Load torchvision's C++ extension as torchvision itself will; False when it cannot load.
+
+    Where it loads (a torchvision built for this torch, as on GPU machines), it defines the real
+    schemas, and defining ours first would make that load abort the process.
+    """
+    from importlib.util import find_spec
+
+    spec = find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return True  # no torchvision: nothing to make importable
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    libraries = sorted(folder.glob("_C.*so")) + sorted(folder.glob("_C.so"))
+    if not libraries:
+        return False
+    try:
+        torch.ops.load_library(str(libraries[0]))
+    except (OSError, RuntimeError):
+        return False
+    return True

@@ -151,6 +151,7 @@ class FilmSummary(JsonRecord):
     corrupt_packets: int = 0
     unmatched_frames: int = 0
     late_cuts: int = 0
+    black_frames: int = 0  # frames inside sustained black runs (scene boundaries, docs/quality.md)
     drops: dict[str, int] | None = None  # reason -> windows
     stage_seconds: dict[str, float] | None = None
     wall_seconds: float | None = None
@@ -159,6 +160,7 @@ class FilmSummary(JsonRecord):
         None  # the captioning pass's counts (pipeline/caption_films.py)
     )
     motion_levels: dict[str, Any] | None = None
+    quality: dict[str, Any] | None = None  # clips per reject reason (pipeline/quality.py)
     fingerprint: str | None = None
     config: dict[str, Any] | None = None
 
@@ -176,6 +178,7 @@ class SegmentStats(JsonRecord):
     corrupt_packets: int = 0
     unmatched_frames: int = 0
     late_cuts: int = 0
+    black_frames: int = 0
     drop_list: list[dict[str, Any]] = field(default_factory=list)  # asdict(Drop) each
     scenes: list[list[int]] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)

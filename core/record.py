@@ -24,6 +24,7 @@ STATUS_ERROR = "error"
 CAPTION_OK = "ok"
 CAPTION_FAILED = "caption_failed"
 CAPTION_PENDING = "pending"
+SKIPPED_UNUSABLE = "skipped_unusable"  # the quality stage rejected the clip (docs/quality.md)
 SKIPPED_CLIP_ERROR = "skipped_clip_error"
 SKIPPED_NO_VIDEO = "skipped_no_video"
 SKIPPED_NO_MOTION_LEVEL = "skipped_no_motion_level"
@@ -78,6 +79,15 @@ class Clip:
     prompt_version: str | None = None
     caption_status: str | None = CAPTION_PENDING  # a clip is born uncaptioned
     caption_raw: str | None = None
+    # quality (stages/quality.py; docs/quality.md)
+    usable: bool = True
+    reject_reasons: list[str] = field(default_factory=list)
+    duplicate_of: str | None = None  # clip_id of the copy that is kept
+    quality_luma_mean: list[float] | None = None  # per frame, grey 0-255
+    quality_luma_peak: list[float] | None = None  # per frame, 99th percentile grey 0-255
+    quality_text_area: float | None = None  # share 0-1 of the frame marked as text (max)
+    quality_hashes: list[int] | None = None  # 64-bit perceptual hashes of a few frames
+    quality_version: str | None = None
     # outcome
     status: str = STATUS_OK
     error: str | None = None

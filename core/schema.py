@@ -1,7 +1,8 @@
 """The explicit, versioned Arrow schema of a clip shard.
 
 Readers check `SCHEMA_VERSION` in the file metadata. Bump it when a column changes meaning or type;
-adding a nullable column is a minor bump. `tests/test_shards.py` keeps this list and
+adding a nullable column is a minor bump. 2.0 (issue 13): the quality columns (`usable`, never
+null, `reject_reasons`, `duplicate_of`, `quality_*`), and clips cut at every cut and fade. `tests/test_shards.py` keeps this list and
 `core.record.Clip` in step.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "2.0"
 
 _MEDIA_COLUMNS = ("video", "first_frame")
 
@@ -56,6 +57,14 @@ CLIP_SCHEMA = pa.schema(
         pa.field("prompt_version", pa.string()),
         pa.field("caption_status", pa.string()),
         pa.field("caption_raw", pa.string()),
+        pa.field("usable", pa.bool_(), nullable=False),
+        pa.field("reject_reasons", pa.list_(pa.string()), nullable=False),
+        pa.field("duplicate_of", pa.string()),
+        pa.field("quality_luma_mean", pa.list_(pa.float32())),
+        pa.field("quality_luma_peak", pa.list_(pa.float32())),
+        pa.field("quality_text_area", pa.float32()),
+        pa.field("quality_hashes", pa.list_(pa.int64())),
+        pa.field("quality_version", pa.string()),
         pa.field("status", pa.string(), nullable=False),
         pa.field("error", pa.string()),
     ],

@@ -116,13 +116,16 @@ def _own_field_docs(cls) -> dict[str, str]:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError):
         return {}
-    docs, body = {}, tree.body[0].body
+    class_node = tree.body[0]
+    if not isinstance(class_node, ast.ClassDef):
+        return {}
+    docs, body = {}, class_node.body
     for node, nxt in zip(body, body[1:]):
         if (
             isinstance(node, ast.AnnAssign)
             and isinstance(node.target, ast.Name)
             and isinstance(nxt, ast.Expr)
-            and isinstance(getattr(nxt, "value", None), ast.Constant)
+            and isinstance(nxt.value, ast.Constant)
             and isinstance(nxt.value.value, str)
         ):
             docs[node.target.id] = " ".join(nxt.value.value.split())

@@ -115,6 +115,36 @@ class ShardWriter:
         self._writer, self._tmp, self._pending = None, None, []
 
 
+def rewrite_row_groups(path: Path, transform) -> None:
+    """Rewrite a shard in place, row group by row group, as `transform(table) -> table` says.
+
+    Memory stays at one group, groups keep their size and compression, and the new file replaces
+    the old one only once complete (a crash leaves the old shard whole)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        with pq.ParquetFile(path) as source:
+            check_schema_version(source.schema_arrow, path)
+            groups = source.num_row_groups
+            compression = source.metadata.row_group(0).column(0).compression if groups else "ZSTD"
+            # the footer says UNCOMPRESSED where the writer wants "none"
+            codec = "none" if compression.upper() == "UNCOMPRESSED" else compression.lower()
+            with pq.ParquetWriter(tmp, source.schema_arrow, compression=codec) as writer:
+                for group in range(groups):
+                    writer.write_table(transform(source.read_row_group(group)))
+        publish(Path(tmp), path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def replace_column(table: pa.Table, name: str, values) -> pa.Table:
+    """`table` with column `name` replaced by `values`, keeping the column's field."""
+    index = table.schema.get_field_index(name)
+    field = table.schema.field(index)
+    return table.set_column(index, field, pa.array(values, field.type))
+
+
 def write_manifest(folder: FilmFolder) -> Path:
     """(Re)build a film folder's manifest.parquet from its shards: every column but the media
     bytes, which Parquet does not even read."""
@@ -183,6 +213,8 @@ def _neutral(arrow_type: pa.DataType):
         return ""
     if pa.types.is_list(arrow_type):
         return []
+    if pa.types.is_boolean(arrow_type):
+        return False
     if pa.types.is_floating(arrow_type):
         return 0.0
     return 0

@@ -121,7 +121,8 @@ def _film_shards(film_dir: Path) -> list[Path]:
 
 
 def _caption_shards(shards, stage: CaptionStage, cache: CaptionCache, runner, shard_config):
-    counts, work = Counter(), Counter()
+    counts: Counter[str | None] = Counter()
+    work: Counter[str] = Counter()
     for path in shards:
         clips = _read_shard(path)
         keys = [stage.cache_key(clip) for clip in clips]
@@ -139,8 +140,12 @@ def _caption_shards(shards, stage: CaptionStage, cache: CaptionCache, runner, sh
         for sent, done in runner.map(batches):
             _check_bound(sent, done, path)
             _replace_clips(clips, done)
-            cache.put_many(
-                [(stage.cache_key(c), c) for c in done if c.caption_status == CAPTION_OK]
+            cache.put_many(  # a clip the model captioned always has a key
+                [
+                    (key, c)
+                    for c in done
+                    if c.caption_status == CAPTION_OK and (key := stage.cache_key(c)) is not None
+                ]
             )
             work["sent_to_model"] += sum(
                 c.caption_status in (CAPTION_OK, CAPTION_FAILED) for c in done
@@ -164,8 +169,8 @@ def _replace_clips(clips: list[Clip], done: list[Clip]) -> None:
         clips[position[clip.clip_id]] = clip
 
 
-def _mark_pending(shards, stage: CaptionStage, shard_config) -> Counter:
-    counts = Counter()
+def _mark_pending(shards, stage: CaptionStage, shard_config) -> Counter[str | None]:
+    counts: Counter[str | None] = Counter()
     for path in shards:
         clips = _read_shard(path)
         if any(c.caption_status is None for c in clips):

@@ -2,7 +2,8 @@
 
 Sub-commands are modules listed in COMMANDS, imported only when chosen (so `--help` stays fast and
 a command's heavy imports never slow another). Each module exposes `HELP`,
-`add_arguments(parser)` and `run(args) -> int`.
+`add_arguments(parser)` and `run(args) -> int`; errors end a command as core/cli.py
+says (one line on stderr; exit 2 for usage or input errors, 1 for failed work).
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import argparse
 import importlib
 import sys
 
+from core.cli import USAGE_ERROR, OneLineParser, run_command
+
 COMMANDS = {
     "dataset": "pipeline.commands.dataset",
     "caption": "pipeline.commands.caption",
     "motion-calibrate": "pipeline.commands.motion_calibrate",
     "motion-eval": "pipeline.commands.motion_eval",
+    "quality-calibrate": "pipeline.commands.quality_calibrate",
     "report": "pipeline.commands.report",
     "train": "trainer.cli",
     "play": "trainer.play",
@@ -25,7 +29,7 @@ COMMANDS = {
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="animegamer",
         description="Turn anime films into AnimeGamer training clips, inspect them, train on them.",
     )
@@ -52,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
-        parser.print_help()
-        return 2
-    return int(args.handler(args) or 0)
+        parser.print_help(sys.stderr)
+        return USAGE_ERROR
+    return run_command(args.command, args.handler, args)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from stages.captioning.stage import CaptionConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
 from stages.motion import MotionConfig
+from stages.quality import QualityConfig, RejectConfig
 from stages.scenes import SceneConfig
 
 EXECUTORS = ("ray", "local")
@@ -61,6 +62,8 @@ class PipelineConfig:
     scenes: SceneConfig = field(default_factory=SceneConfig)
     clips: ClipConfig = field(default_factory=ClipConfig)
     motion: MotionConfig = field(default_factory=MotionConfig)
+    quality: QualityConfig = field(default_factory=QualityConfig)
+    reject: RejectConfig = field(default_factory=RejectConfig)
     caption: CaptionConfig = field(default_factory=CaptionConfig)
     shards: ShardConfig = field(default_factory=ShardConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -69,8 +72,9 @@ class PipelineConfig:
         return dataclasses.asdict(self)
 
     def fingerprint(self) -> str:
-        """Settings that change clip content; resumed work with another fingerprint is redone."""
-        content = {k: v for k, v in self.to_dict().items() if k not in ("run", "caption")}
+        """Settings that change clip content; resumed work with another fingerprint is redone.
+        Reject thresholds change no stored value (quality-calibrate re-applies them)."""
+        content = {k: v for k, v in self.to_dict().items() if k not in ("run", "caption", "reject")}
         content["segment_seconds"] = self.run.segment_seconds
         return json.dumps(content, sort_keys=True, default=str)
 
@@ -129,7 +133,9 @@ def describe_fields() -> list[tuple[str, object, str]]:
     """(section.field, default, help) for every setting: the CLI's --help lists these."""
     rows = []
     for section in dataclasses.fields(PipelineConfig):
-        section_obj = section.default_factory()
+        make_section = section.default_factory
+        assert callable(make_section), f"{section.name}: every section has a default_factory"
+        section_obj = make_section()
         docs = field_docs(type(section_obj))
         for f in dataclasses.fields(section_obj):
             rows.append(

@@ -5,6 +5,9 @@
     ds.manifest                           # one row per clip, every column but the media bytes
     ds.frames(clip_id)                    # 16 x 480 x 720 x 3 uint8, decoded from the shard
     ds.show(clip_id)                      # animated preview inline in Jupyter
+    ds.usable                             # the clips fit to caption and train on
+    ds.rejected                           # the others, with reject_reasons and duplicate_of
+    ds.rejected_by_reason()               # reason -> clip count (a clip may have several)
 
 Everything is read from what `animegamer dataset` wrote (OUT/<film>/shards, manifest.parquet,
 drops.parquet, summary.json); nothing here writes. The HTML report (pipeline/report.py) is built
@@ -179,6 +182,25 @@ class Dataset:
         tables = [film.manifest_table.sort_by("clip_index") for film in self.films]
         return _to_pandas(pa.concat_tables(tables, promote_options="default"))
 
+    @property
+    def usable(self) -> pd.DataFrame:
+        """The manifest rows of clips fit to caption and to train on (docs/quality.md)."""
+        return self.manifest[self.manifest["usable"]]
+
+    @property
+    def rejected(self) -> pd.DataFrame:
+        """The manifest rows of the other clips: `reject_reasons` says why, `duplicate_of` names
+        the kept copy of a duplicate, the quality_* columns hold the measured values."""
+        return self.manifest[~self.manifest["usable"]]
+
+    def rejected_by_reason(self) -> dict[str, int]:
+        """Clips per reject reason (a clip with two reasons counts under both)."""
+        counts: dict[str, int] = {}
+        for reasons in self.rejected["reject_reasons"]:
+            for reason in reasons:
+                counts[reason] = counts.get(reason, 0) + 1
+        return dict(sorted(counts.items()))
+
     @cached_property
     def drops(self) -> pd.DataFrame:
         """One row per window that did not become a clip, with its reason."""
@@ -328,6 +350,8 @@ def describe_clip(row: pd.Series) -> str:
         f"motion level {_shown(row.get('motion_level'), 'not measured')}",
         _shown(row.get("instruction"), "no instruction yet"),
     ]
+    if row.get("usable") is False or row.get("usable") is np.False_:
+        parts.append("REJECTED: " + ", ".join(row.get("reject_reasons") or []))
     return " | ".join(parts)
 
 

@@ -49,6 +49,8 @@ TOP_VALUES = 12  # bars per caption histogram: the long tail is read in the note
 class ReportOptions:
     max_previews: int = 48
     """Animated previews per film, evenly spaced over the film (a 2-hour film has ~3,600 clips)."""
+    max_rejected_previews: int = 6
+    """Animated previews per reject reason and film, evenly spaced over the film."""
     preview_width: int = 288
     """Preview width in pixels (a 720-pixel clip is shown at 288x192 by default)."""
     ip: str | None = None
@@ -123,6 +125,8 @@ def _film_section(dataset: Dataset, film: Film, options: ReportOptions) -> str:
         _timeline(film, manifest, drops),
         "<h3>Clips</h3>",
         _preview_grid(dataset, manifest, options),
+        "<h3>Rejected clips</h3>",
+        _rejected_clips(dataset, manifest, options),
         "<h3>Failed clips</h3>",
         _failed_clips(manifest),
         "<h3>Stage timings</h3>",
@@ -154,6 +158,7 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Clips written (summary)", summary.clips_written),
         ("Clips failed (summary)", summary.clips_failed),
         ("Clips in the manifest", f"{len(manifest)} ({len(ok)} ok)"),
+        ("Usable clips (quality)", _usable_text(manifest)),
         ("Clip geometry", _clip_geometry(manifest)),
         ("Captions (summary)", summary.captions),
         ("Windows dropped", len(drops) if len(drops) else _summary_drop_total(summary)),
@@ -298,7 +303,9 @@ def _preview_grid(dataset: Dataset, manifest: pd.DataFrame, options: ReportOptio
     return f'<p class="note">{shown} {loop}</p><div class="grid">{"".join(cards)}</div>'
 
 
-def _preview_card(dataset: Dataset, row: pd.Series, width: int) -> str:
+def _preview_card(
+    dataset: Dataset, row: pd.Series, width: int, note: str = "", css: str = "preview"
+) -> str:
     data, mime = animated_preview(dataset.frames(row["clip_id"]), float(row["fps"]), width)
     height = round(width * row["height"] / row["width"])
     motion = (
@@ -314,14 +321,89 @@ def _preview_card(dataset: Dataset, row: pd.Series, width: int) -> str:
     )
     return (
         f'<figure class="clip" title="{html.escape(row["clip_id"])}">'
-        f'<img class="preview" src="{_data_uri(data, mime)}" width="{width}" height="{height}" '
+        f'<img class="{css}" src="{_data_uri(data, mime)}" width="{width}" height="{height}" '
         f'alt="clip {html.escape(row["clip_id"])}">'
         f"<figcaption><b>{html.escape(row['clip_id'][:8])}</b> #{row['clip_index']} "
         f"&middot; scene {row['scene_index']}<br>"
         f"{row['start_time']:.2f}&ndash;{row['end_time']:.2f} s &middot; frames "
         f"[{row['start_frame']}, {row['end_frame']})<br>{html.escape(motion)}<br>{text}"
-        "</figcaption></figure>"
+        f"{_rejection_line(row, note)}</figcaption></figure>"
     )
+
+
+def _usable_text(manifest: pd.DataFrame) -> str | None:
+    if "usable" not in manifest:
+        return None
+    usable = int(manifest["usable"].astype(bool).sum())
+    return f"{usable} of {len(manifest)} (see Rejected clips)"
+
+
+def _rejection_line(row: pd.Series, note: str) -> str:
+    reasons = row.get("reject_reasons")
+    if row.get("usable", True) or reasons is None:
+        return ""
+    text = "rejected: " + ", ".join(reasons) + (f" ({note})" if note else "")
+    return f'<br><span class="na">{html.escape(text)}</span>'
+
+
+# What each reject reason means, in the report's words (docs/quality.md has the rules).
+REASON_TEXT = {
+    "error": "a stage failed on the clip (see Failed clips)",
+    "black": "the first frame is black, or more than a few frames are",
+    "fade": "a fade from or to black: the first or last frame is much darker than the clip",
+    "flash": "one frame is far brighter than both neighbours",
+    "text": "a title card, credits or subtitles: the text detector marks part of a frame",
+    "static": "every frame pair is a held drawing",
+    "duplicate": "a near-duplicate of a clip that is kept (same film or another)",
+}
+
+
+def _rejected_clips(dataset: Dataset, manifest: pd.DataFrame, options: ReportOptions) -> str:
+    if "usable" not in manifest:
+        return _not_available("the shards have no usable column")
+    rejected = manifest[~manifest["usable"].astype(bool)]
+    if rejected.empty:
+        return f'<p class="note">All {len(manifest)} clips are usable.</p>'
+    reasons = sorted({r for rs in rejected["reject_reasons"] for r in rs})
+    parts = [
+        f'<p class="note">{len(rejected)} of {len(manifest)} clips are not usable: captioning '
+        "and training leave them out. A clip with several reasons is shown under each.</p>"
+    ]
+    for reason in reasons:
+        group = rejected[rejected["reject_reasons"].apply(lambda rs, r=reason: r in rs)]
+        shown = _evenly_spaced(group[group["status"] == "ok"], options.max_rejected_previews)
+        cards = [
+            # a class of their own: the clip grid's previews stay one per shown clip
+            _preview_card(
+                dataset, row, options.preview_width, _quality_note(row), "rejected-preview"
+            )
+            for _, row in shown.iterrows()
+        ]
+        parts.append(
+            f'<h4 id="{_anchor_text(reason)}">{html.escape(reason)}: {len(group)} clips '
+            f"<small>{html.escape(REASON_TEXT.get(reason, ''))}</small></h4>"
+            f'<div class="grid">{"".join(cards)}</div>'
+        )
+    return "".join(parts)
+
+
+def _quality_note(row: pd.Series) -> str:
+    """The measured values behind a rejection, on one line."""
+    notes = []
+    area = row.get("quality_text_area")
+    if area is not None and not pd.isna(area):
+        notes.append(f"text area {area:.4f}")
+    luma = row.get("quality_luma_mean")
+    if luma is not None and len(luma):
+        notes.append(f"brightness {luma[0]:.0f} to {luma[-1]:.0f}")
+    duplicate = row.get("duplicate_of")
+    if isinstance(duplicate, str):
+        notes.append(f"duplicate of {duplicate[:8]}")
+    return "; ".join(notes)
+
+
+def _anchor_text(text: str) -> str:
+    return "rejected-" + "".join(c if c.isalnum() else "-" for c in text)
 
 
 def _failed_clips(manifest: pd.DataFrame) -> str:

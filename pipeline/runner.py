@@ -47,6 +47,7 @@ from pipeline.segments import Segment, SegmentJob, limit_threads, plan_segments,
 from stages.base import build_clip_stages
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
+from stages.quality import clip_reasons, decision
 
 log = logging.getLogger(__name__)
 
@@ -131,11 +132,51 @@ def run_films(
     for index, outcome in scheduler.run(work).items():
         results[index] = _as_result(paths[index], outcome)
     done = [r for r in results if r is not None]
+    if any(r.ok for r in done):
+        _quality_pass(done, out_dir, config)
     if config.caption.model:
         _caption(done, config, ip)
     unprocessed = [{"path": r.path, "error": r.message} for r in done if r.film_dir is None]
     write_dataset_summary(out_dir, unprocessed)
     return done
+
+
+def _quality_pass(results: list[FilmResult], out_dir: str | Path, config: PipelineConfig) -> None:
+    """Decide every clip of the output folder, duplicates across its films included, with the
+    folder's thresholds (written from this run's settings the first time)."""
+    with storage.working_copy(out_dir, SUMMARY_FILE) as local:  # s3://: a copy, published back
+        _decide_quality(results, out_dir, local, config)
+
+
+def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> None:
+    from pipeline.quality import apply_quality, load_thresholds, save_thresholds
+
+    thresholds, saved = load_thresholds(local, config.reject)
+    if saved and thresholds != config.reject:
+        log.info(
+            "quality: the thresholds of %s are kept (change them with animegamer "
+            "quality-calibrate); this run's reject.* settings differ",
+            storage.join(out_dir, "quality.json"),
+        )
+    if not saved:
+        save_thresholds(local, thresholds)
+    outcome = apply_quality(local, thresholds)
+    for result in results:
+        if result.ok and result.film_dir is not None:
+            result.summary = FilmFolder(local / storage.name(result.film_dir)).read_summary()
+            quality = (result.summary.quality if result.summary else None) or {}
+            reasons = ", ".join(f"{k} {v}" for k, v in quality.get("by_reason", {}).items())
+            result.message += (
+                f"; quality: {quality.get('usable', 0)} usable, "
+                f"{quality.get('rejected', 0)} rejected ({reasons or 'none'})"
+            )
+    log.info(
+        "quality: %d of %d clips usable in %d film(s) of %s",
+        outcome.usable,
+        outcome.clips,
+        outcome.films,
+        out_dir,
+    )
 
 
 def run_film(
@@ -470,6 +511,10 @@ def finalize(
                 for clip in read_clips(folder.segment_dir(seg) / part):
                     clip.clip_index = clip_index
                     clip.scene_index += scene_offset
+                    # a clip that failed after the quality stage is unusable too
+                    clip.usable, clip.reject_reasons = decision(
+                        clip_reasons(clip.to_row(), config.reject)
+                    )
                     clip_index += 1
                     writer.write(clip)
             scenes += stats.scenes
@@ -479,6 +524,7 @@ def finalize(
     write_manifest(folder)
     write_table_atomic(rows_to_table(drop_rows, DROP_SCHEMA), folder.drops)
     summary = _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seconds)
+    summary = summary.updated(quality=_quality_counts(folder, config))
     if summary.complete:
         shutil.rmtree(folder.work, ignore_errors=True)
     return summary
@@ -532,15 +578,27 @@ def _summary(
         corrupt_packets=sum(s.corrupt_packets for s in done),
         unmatched_frames=sum(s.unmatched_frames for s in done),
         late_cuts=sum(s.late_cuts for s in done),
+        black_frames=sum(s.black_frames for s in done),
         drops=drops,
         stage_seconds={k: round(v, 3) for k, v in seconds.items()},
         captions="pending",
         motion_levels=_motion_levels(config),
         fingerprint=config.fingerprint(),
         config=config.to_dict(),
-        # set by run_film once the segments are gathered; not written before that
-        absent=frozenset({"segment_boundaries", "wall_seconds", "caption"}),
+        # set by run_film once the segments are gathered (quality by finalize); not written
+        # before that
+        absent=frozenset({"segment_boundaries", "wall_seconds", "caption", "quality"}),
     )
+
+
+def _quality_counts(folder: FilmFolder, config: PipelineConfig) -> dict:
+    """Clips per reject reason of one film, before the dataset pass adds duplicates."""
+    from pipeline.quality import quality_summary
+
+    columns = ["usable", "reject_reasons", "duplicate_of"]
+    clips = read_clips(folder.shards, columns)
+    decided = [(c.usable, c.reject_reasons, c.duplicate_of) for c in clips]
+    return quality_summary(decided, config.reject) | {"duplicates_checked": False}
 
 
 def _motion_levels(config: PipelineConfig) -> dict | None:

@@ -34,7 +34,7 @@ from stages.base import Frame, build_clip_stages
 from stages.clips import ClipSplitter, Drop
 from stages.crop import CropBox
 from stages.probe import FilmInfo
-from stages.scenes import SceneCuts
+from stages.scenes import BlackRuns, SceneCuts
 
 WARMUP_SECONDS = 1.0
 
@@ -116,6 +116,7 @@ class _SegmentRun:
         self.report = report
         film, config, seg = job.film, job.config, job.segment
         self.detector = SceneCuts(config.scenes, film.fps)
+        self.black_runs = BlackRuns(config.scenes, film.fps)
         self.splitter = ClipSplitter(config.clips, film, job.crop, job.ip, seg.index, seg.is_last)
         self.stages = build_clip_stages(config)
         self.small_size = _small_size(film, config.scenes.width)
@@ -134,7 +135,7 @@ class _SegmentRun:
             self._timed(stage.name, stage.setup)
         threads = self.job.config.run.task_threads
         limit_threads(threads)
-        lag = self.detector.lag
+        lag = max(self.detector.lag, self.black_runs.lag)
         warmup = int(WARMUP_SECONDS * film.fps) + lag
         reader = FrameReader(str(storage.local_film(film.path)), film.frame_pts, threads)
         cuts: set[int] = set()
@@ -150,12 +151,15 @@ class _SegmentRun:
                 frame = self._frame(index, picture)
                 for cut in self._timed("scenes", self.detector.process, frame):
                     self._add_cut(cut, cuts)
+                for cut in self._timed("black", self.black_runs.process, frame):
+                    self._add_cut(cut, cuts)
                 if seg.start <= index < seg.stop:
                     waiting.append((decoded, frame))
                 while waiting and waiting[0][0] <= decoded - lag:
                     self._settle(waiting.popleft()[1], cuts)
             for cut in self.detector.finish(last + 1):
                 self._add_cut(cut, cuts)
+            self.black_runs.finish(last + 1)
             while waiting:
                 self._settle(waiting.popleft()[1], cuts)
             self._handle(self.splitter.finish(seg.stop))
@@ -234,6 +238,9 @@ class _SegmentRun:
             corrupt_packets=reader.corrupt_packets,
             unmatched_frames=reader.unmatched_frames,
             late_cuts=self.late_cuts,
+            black_frames=self.black_runs.frames_within(
+                self.job.segment.start, self.job.segment.stop
+            ),
             drop_list=[asdict(d) for d in self.drops],
             scenes=self.splitter.scenes,
             parts=sorted(p.name for p in self.writer.paths),

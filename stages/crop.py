@@ -55,7 +55,7 @@ class BorderCrop:
 
     def process(self, film: FilmInfo) -> CropBox:
         if self.config.box is not None:
-            return self._manifest_box(film)
+            return self._manifest_box(film, self.config.box)
         frames = sample_luma_frames(film, self.config.samples)
         return self.detect(frames, film.width, film.height)
 
@@ -92,11 +92,11 @@ class BorderCrop:
             stop = size
         return start, stop
 
-    def _manifest_box(self, film: FilmInfo) -> CropBox:
-        x, y, w, h = (int(v) for v in self.config.box)
+    def _manifest_box(self, film: FilmInfo, box: list[int]) -> CropBox:
+        x, y, w, h = (int(v) for v in box)
         if w <= 0 or h <= 0 or x < 0 or y < 0 or x + w > film.width or y + h > film.height:
             raise FilmError(
-                f"{film.path}: crop box {self.config.box} does not fit inside the "
+                f"{film.path}: crop box {box} does not fit inside the "
                 f"{film.width}x{film.height} picture"
             )
         return CropBox(x, y, w, h, "manifest")

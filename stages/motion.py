@@ -106,8 +106,25 @@ def held_pairs(small_grey: list[np.ndarray], pixel_delta: float, max_fraction: f
     Judged at HELD_CHECK_SIZE, where shrinking averages compression noise away but a real
     movement of a pixel or more still changes many pixels by far more than `pixel_delta`.
     """
-    changed = [cv2.absdiff(a, b) > pixel_delta for a, b in zip(small_grey[:-1], small_grey[1:])]
+    changed = [
+        cv2.absdiff(a, match_brightness(b, a)) > pixel_delta
+        for a, b in zip(small_grey[:-1], small_grey[1:])
+    ]
     return [float(np.mean(c)) <= max_fraction for c in changed]
+
+
+def match_brightness(frame: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """`frame` with the mean and contrast (standard deviation) of `reference`.
+
+    A fade or a flicker changes every grey level between two frames; neither the held test nor
+    DIS flow (which matches brightness patterns) may read that as motion, so the second frame of
+    each pair is brought to the first's brightness before either looks at it. Between frames of
+    equal brightness this changes nothing but rounding."""
+    mean_f, std_f = cv2.meanStdDev(frame)
+    mean_r, std_r = cv2.meanStdDev(reference)
+    gain = float(std_r[0, 0] / std_f[0, 0]) if std_f[0, 0] >= 1.0 else 1.0
+    offset = float(mean_r[0, 0]) - gain * float(mean_f[0, 0])
+    return np.clip(frame.astype(np.float32) * gain + offset + 0.5, 0, 255).astype(np.uint8)
 
 
 def pair_scope(speed: np.ndarray, background_ratio: float, reference_percentile: float) -> float:
@@ -141,7 +158,7 @@ def measure_motion(frames: np.ndarray, backend, config: MotionConfig) -> MotionM
 def rule_descriptor(config: MotionConfig) -> str:
     return (
         f"r{config.background_ratio:g}/p{config.reference_percentile:g}"
-        f"/held{config.held_pixel_delta:g}:{config.held_max_fraction:g}"
+        f"/held{config.held_pixel_delta:g}:{config.held_max_fraction:g}/bm"
     )
 
 
@@ -218,7 +235,7 @@ class DisFlow:
         else:
             grey = grey_frames(frames, self.size)
         for i in pairs:
-            flow = self._dis.calc(grey[i], grey[i + 1], None)
+            flow = self._dis.calc(grey[i], match_brightness(grey[i + 1], grey[i]), None)
             yield speed_in_unit_pixels(flow[..., 0], flow[..., 1], self.size)
 
 

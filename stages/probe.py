@@ -44,9 +44,7 @@ class FilmInfo:
 
     @property
     def slug(self) -> str:
-        """Folder name of the film's outputs: readable, and unique per content."""
-        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.film_name).strip("_.") or "film"
-        return f"{stem}-{self.film_id[:8]}"
+        return film_slug(self.film_name, self.film_id)
 
     def frame_times(self) -> list[float]:
         """Start time of every frame in seconds, relative to the first frame."""
@@ -76,6 +74,12 @@ class Probe:
             pts, keyframes = _demux_timeline(container, stream, path)
             info = _build_info(path, container, stream, pts, keyframes, rotation)
         return info
+
+
+def film_slug(film_name: str, film_id: str) -> str:
+    """Folder name of the film's outputs: readable, and unique per content."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", film_name).strip("_.") or "film"
+    return f"{stem}-{film_id[:8]}"
 
 
 def content_id(path: Path) -> str:

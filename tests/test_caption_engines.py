@@ -13,18 +13,16 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from PIL import Image
-from test_caption_support import (  # noqa: F401
+from conftest import (
     ADVERB_BY_LEVEL,
     ROOT,
     SINTEL_REFERENCES,
     answer_well,
-    clip_videos,
-    film,
     image_word,
     make_clips,
     read_raw,
 )
+from PIL import Image
 
 from core.shards import read_clips
 from pipeline.caption_films import caption_film
@@ -152,6 +150,7 @@ def tiny_config(path, **changes) -> CaptionConfig:
     return replace(base, **changes)
 
 
+@pytest.mark.slow
 def test_transformers_engine_batches_without_mixing_answers(tiny_internvl, clip_videos):
     """Greedy answers in one left-padded batch equal the answers asked one by one."""
     engine = TransformersEngine(tiny_config(tiny_internvl))
@@ -176,6 +175,7 @@ def test_transformers_engine_refuses_what_it_cannot_load(tmp_path):
         make_engine(CaptionConfig(model="x", engine="vllm"))
 
 
+@pytest.mark.slow
 def test_stage_end_to_end_on_the_tiny_checkpoint(tiny_internvl, film):
     """Random weights answer nonsense: every clip goes through both prompts and its retries,
     ends caption_failed with the model's raw text kept, and is counted."""
@@ -294,6 +294,7 @@ def http_config(url, **changes) -> CaptionConfig:
     return replace(base, **changes)
 
 
+@pytest.mark.slow
 def test_http_engine_binds_out_of_order_answers_to_their_clips(clip_videos):
     def answer(body, count):
         return 200, answer_well(_as_request(body), 0)
@@ -373,6 +374,7 @@ def test_chat_messages_put_each_picture_in_its_slot():
     )
 
 
+@pytest.mark.slow
 def test_cli_captions_a_film_over_http_with_an_ip_manifest(film, tmp_path, capsys):
     manifest = tmp_path / "sintel.yaml"
     manifest.write_text(
@@ -405,6 +407,7 @@ def test_cli_captions_a_film_over_http_with_an_ip_manifest(film, tmp_path, capsy
     assert any("(4 frames from a anime video)" in t for t in texts)  # --set reached the prompt
 
 
+@pytest.mark.slow
 def test_cli_without_a_model_marks_pending_and_says_how(film, capsys):
     assert cli_main(["caption", str(film.parent), "--ip", "generic"]) == 0
     out = capsys.readouterr().out
@@ -543,6 +546,7 @@ def test_ray_actor_pool_captions_a_film_like_the_local_run(tiny_internvl, film, 
     assert {c.clip_id: c.caption_raw for c in read_clips(local / "shards")} == on_ray
 
 
+@pytest.mark.slow
 def test_dataset_command_with_a_model_captions_the_films_it_cut(tiny_internvl, tmp_path, capsys):
     """`make dataset FILM=... MODEL=...`: cut, then caption through the configured engine."""
     from conftest import BIKES as bikes

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from conftest import SINTEL_REFERENCES
 from PIL import Image
-from test_caption_support import SINTEL_REFERENCES, clip_videos  # noqa: F401 (fixture)
 
 from prompts import PromptError, available_prompts, load_prompt, parse_prompt
 from stages.captioning.images import (
@@ -168,6 +168,7 @@ def test_frames_are_sampled_evenly_with_both_ends():
     assert sample_indices(3, 8) == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_frame_grid_holds_the_sampled_frames_in_order(clip_videos):
     from core.video import decode_mp4
 

@@ -8,13 +8,11 @@ from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
-from test_caption_support import (  # noqa: F401
+from conftest import (
     ADVERB_BY_LEVEL,
     SINTEL_REFERENCES,
     ScriptedEngine,
     answer_well,
-    clip_videos,
-    film,
     good_character_answer,
     image_word,
     make_clips,
@@ -44,6 +42,7 @@ def expected_subject(clip, config=CONFIG) -> str:
     )
 
 
+@pytest.mark.slow
 def test_valid_answers_fill_typed_columns_bound_to_their_own_clips(clip_videos):
     clips = make_clips(clip_videos)
     for seed in range(3):  # three different completion orders
@@ -252,6 +251,7 @@ def caption_columns(film_dir):
     ).to_pylist()
 
 
+@pytest.mark.slow
 def test_caption_film_rewrites_shards_manifest_and_summary(film):
     before = {p.name: pq.read_table(p).num_rows for p in (film / "shards").glob("*.parquet")}
     config = PipelineConfig()
@@ -274,6 +274,7 @@ def test_caption_film_rewrites_shards_manifest_and_summary(film):
     assert summary["requests"] == 10 and summary["protagonists"] == ["Sintel", "Scales"]
 
 
+@pytest.mark.slow
 def test_rerun_takes_captions_from_the_cache_and_a_changed_prompt_recaptions(film, tmp_path):
     first = ScriptedEngine(answer_well)
     caption_film(film, CONFIG, SINTEL_REFERENCES, engine=first)
@@ -305,6 +306,7 @@ def test_rerun_takes_captions_from_the_cache_and_a_changed_prompt_recaptions(fil
     assert summary["sent_to_model"] == 5 and len(other_model.requests) == 10
 
 
+@pytest.mark.slow
 def test_failed_clips_are_not_cached_and_are_retried_on_the_next_run(film):
     def state_fails_for_level_3(request, attempt):
         if "<ML>3</ML>" in request.text:
@@ -324,6 +326,7 @@ def test_failed_clips_are_not_cached_and_are_retried_on_the_next_run(film):
     assert summary["from_cache"] == 4 and summary["sent_to_model"] == 1
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_keeps_finished_batches_in_the_cache(film):
     calls = []
 
@@ -343,6 +346,7 @@ def test_an_interrupted_run_keeps_finished_batches_in_the_cache(film):
     assert summary["from_cache"] == 2 and summary["by_status"] == {"ok": 5}
 
 
+@pytest.mark.slow
 def test_a_torn_cache_line_is_skipped_and_counted(film):
     caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
     cache = film / CAPTION_CACHE_FILE
@@ -363,6 +367,7 @@ def test_without_a_model_the_film_is_marked_pending_with_a_hint(film):
     }
 
 
+@pytest.mark.slow
 def test_several_films_share_one_loaded_model_and_count_separately(film, tmp_path):
     import shutil
 

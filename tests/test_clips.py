@@ -80,6 +80,7 @@ def test_clip_frames_match_the_source_frames(bikes_dataset):
         assert np.abs(first.astype(int) - frames[0].astype(int)).mean() < 6
 
 
+@pytest.mark.slow
 def test_synthetic_cuts_and_segment_boundaries(tmp_path):
     film = make_video(tmp_path / "cuts.mp4", cuts=(30, 100, 150), num_frames=260, fps=24)
     result = run_film(film, tmp_path / "out", local_config(run__segment_seconds=5), load_ip(None))
@@ -101,6 +102,7 @@ def test_synthetic_cuts_and_segment_boundaries(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_output_is_deterministic(tmp_path):
     film = make_video(tmp_path / "det.mp4", cuts=(50,), num_frames=120, fps=24)
     first = run_film(film, tmp_path / "a", local_config(), load_ip(None))
@@ -112,13 +114,14 @@ def test_output_is_deterministic(tmp_path):
         assert [k for k in a if a[k] != b[k]] == []
 
 
+@pytest.mark.slow
 def test_sintel_letterbox_is_cropped(sintel_dataset):
     crop = _summary(sintel_dataset)["crop"]
     assert crop["source"] == "detected"
     assert (crop["x"], crop["w"]) == (0, 854)  # no pillarbox
     assert 50 <= crop["y"] <= 64 and 352 <= crop["h"] <= 380  # about 58 px bars top and bottom
     manifest = _manifest(sintel_dataset)
-    assert len(manifest) >= 15
+    assert len(manifest) >= 12  # 14 since every cut and every black run splits (issue 13)
     _assert_no_clip_spans_a_cut(manifest, _summary(sintel_dataset)["scenes"])
 
 
@@ -152,6 +155,7 @@ def test_rotated_video_is_turned_upright(tmp_path):
     assert clip.crop_w <= 240  # the portrait picture was cut, not the landscape coded frame
 
 
+@pytest.mark.slow
 def test_variable_frame_rate_clips_follow_timestamps(tmp_path):
     # alternating 1/24 s and 1/12 s frame durations: 16 fps on average
     durations = np.where(np.arange(119) % 2 == 0, 1 / 24, 1 / 12)
@@ -179,6 +183,7 @@ def test_motion_columns_and_level_edges_are_filled(bikes_dataset):
     assert summary["stage_seconds"]["motion"] > 0
 
 
+@pytest.mark.slow
 def test_segment_plan_depends_on_the_film_and_settings_only(tmp_path):
     from pipeline.segments import plan_segments
     from stages.probe import Probe
@@ -195,6 +200,7 @@ def test_segment_plan_depends_on_the_film_and_settings_only(tmp_path):
 
 
 @pytest.mark.parametrize("rate", ["24000/1001", "30000/1001"])
+@pytest.mark.slow
 def test_ntsc_frame_rates_keep_every_window(tmp_path, rate):
     """Most anime is 23.976 fps: window starts then fall inside a frame, which must not cost the
     following windows of a scene."""
@@ -213,11 +219,12 @@ def test_ntsc_frame_rates_keep_every_window(tmp_path, rate):
             assert times[index] <= instant + 1e-6 < times[index + 1]  # the frame on screen then
 
 
+@pytest.mark.slow
 def test_cuts_reported_late_are_counted_and_lag_seconds_absorbs_them(tmp_path):
     # the threshold detector puts a fade's cut in the middle of the black (frame 50) but can only
     # report it when the picture comes back (frame 60)
     film = make_video(tmp_path / "fade.mp4", num_frames=150, fps=24, black=range(40, 60))
-    settings = {"scenes__detector": "threshold", "scenes__min_scene_len": 5}
+    settings = {"scenes__detector": "threshold", "scenes__black_min_seconds": -1}
     late = run_film(film, tmp_path / "a", local_config(**settings), load_ip(None)).summary
     assert late.late_cuts >= 1
     held = run_film(

@@ -1,70 +1,22 @@
 """The notebook API (pipeline/explore.py) against the real pipeline's film folder for bikes.mp4.
 
-tests/test_report.py and tests/test_notebook.py share the fixture and helpers below.
+The film folder (`film_dir`) and the helpers shared with the report's tests are in conftest.py.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import shutil
 from pathlib import Path
 
-import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import decode_directly, rewrite_film, shard_rows
 from PIL import Image
 
-from core.io import write_json_atomic, write_table_atomic
-from core.schema import MANIFEST_SCHEMA, rows_to_table
 from core.shards import ShardConfig, ShardWriter
 from pipeline.explore import DatasetError, open_dataset
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-# ---------------------------------------------------------------- fixtures shared by the suite
-
-
-@pytest.fixture(scope="session")
-def film_dir(bikes_dataset) -> Path:
-    """The film folder `animegamer dataset` writes for tests/media/bikes.mp4 (tests/conftest.py)."""
-    return Path(bikes_dataset)
-
-
-def rewrite_film(source: Path, target: Path, change_row=None, change_summary=None) -> Path:
-    """Copy a film folder, passing every clip row (shards and manifest) and the summary through
-    the given functions: how tests build a captioned or a not-yet-captioned variant."""
-    shutil.copytree(source, target)
-    change_row = change_row or (lambda row: row)
-    rows = []
-    for shard in sorted((target / "shards").glob("*.parquet")):
-        table = pq.read_table(shard)
-        changed = [change_row(row) for row in table.to_pylist()]
-        rows += changed
-        write_table_atomic(rows_to_table(changed, table.schema), shard)
-    manifest = [{k: v for k, v in r.items() if k in MANIFEST_SCHEMA.names} for r in rows]
-    write_table_atomic(rows_to_table(manifest, MANIFEST_SCHEMA), target / "manifest.parquet")
-    if change_summary:
-        summary = json.loads((target / "summary.json").read_text())
-        write_json_atomic(change_summary(summary), target / "summary.json")
-    return target
-
-
-def decode_directly(video: bytes) -> np.ndarray:
-    """Decode mp4 bytes with PyAV alone: the reference the API is compared against."""
-    with av.open(io.BytesIO(video)) as container:
-        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
-
-
-def shard_rows(film: Path, columns: list[str]) -> list[dict]:
-    return [
-        row
-        for shard in sorted((film / "shards").glob("*.parquet"))
-        for row in pq.read_table(shard, columns=columns).to_pylist()
-    ]
-
 
 # ---------------------------------------------------------------- tests of the notebook API
 

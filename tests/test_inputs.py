@@ -76,6 +76,7 @@ def test_truncated_file_keeps_what_can_be_read(tmp_path):
     assert all(max(c.frame_indices) < result.summary.film.num_frames for c in clips)
 
 
+@pytest.mark.slow
 def test_corrupt_packets_are_counted_not_fatal(tmp_path):
     data = bytearray(BIKES.read_bytes())
     rng = np.random.default_rng(3)
@@ -98,6 +99,7 @@ def test_unusual_codec_and_container(tmp_path):
     assert result.summary.clips_written == 2
 
 
+@pytest.mark.slow
 def test_cli_reports_bad_film_and_still_processes_the_good_one(tmp_path):
     good = make_video(tmp_path / "good.mp4", cuts=(50,), num_frames=110, fps=24)
     bad = tmp_path / "bad.mp4"
@@ -122,12 +124,13 @@ def test_cli_reports_bad_film_and_still_processes_the_good_one(tmp_path):
         timeout=300,
     )
     assert run.returncode == 1
-    assert f"error: {bad}: not a readable video" in run.stdout
+    assert f"error: {bad}: not a readable video" in run.stderr
     assert "Traceback" not in run.stderr + run.stdout
     summaries = list((tmp_path / "out").glob("good-*/summary.json"))
     assert len(summaries) == 1 and json.loads(summaries[0].read_text())["clips_written"] == 2
 
 
+@pytest.mark.slow
 def test_cli_help_lists_every_setting():
     run = subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "dataset", "--help"],
@@ -153,9 +156,16 @@ def test_cli_help_lists_every_setting():
     "args,message",
     [
         (["--set", "clips.resize=squash"], "clips.resize='squash': choose one of"),
-        (["--set", "scenes.detector=magic"], "scenes.detector='magic': choose one of"),
-        (["--set", "clips.crf=[1"], "the value is not valid YAML"),
-        (["--set", "motion.backend=memflow"], "memflow"),
+        # each case is a subprocess (over 4 s here): one runs in make test-fast, all in make test
+        pytest.param(
+            ["--set", "scenes.detector=magic"],
+            "scenes.detector='magic': choose one of",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            ["--set", "clips.crf=[1"], "the value is not valid YAML", marks=pytest.mark.slow
+        ),
+        pytest.param(["--set", "motion.backend=memflow"], "memflow", marks=pytest.mark.slow),
     ],
 )
 def test_bad_settings_stop_before_any_film_with_one_line(tmp_path, args, message):
@@ -197,6 +207,7 @@ def test_bad_manifests_are_refused_when_loaded(tmp_path):
         load_ip(manifest)
 
 
+@pytest.mark.slow
 def test_a_crop_box_that_does_not_fit_fails_only_its_film(tmp_path):
     make_video(tmp_path / "good.mp4", cuts=(50,), num_frames=110, fps=24)
     small = make_video(tmp_path / "small.mp4", size=(120, 160), num_frames=60, fps=24)
@@ -225,6 +236,6 @@ def test_a_crop_box_that_does_not_fit_fails_only_its_film(tmp_path):
         timeout=300,
     )
     assert run.returncode == 1
-    assert f"error: {small.resolve()}: crop box [0, 0, 640, 360] does not fit" in run.stdout
+    assert f"error: {small.resolve()}: crop box [0, 0, 640, 360] does not fit" in run.stderr
     assert "Traceback" not in run.stdout + run.stderr
     assert list((tmp_path / "out").glob("good-*/summary.json"))

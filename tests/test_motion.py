@@ -11,6 +11,7 @@ import cv2
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import make_clip
 
 from bench.motion_bench import SINTEL, real_clip_levels
 from core.io import write_json_atomic, write_table_atomic
@@ -83,28 +84,11 @@ def stage() -> MotionScope:
 
 
 def clip_with(frames: np.ndarray | None) -> Clip:
-    return Clip(
+    return make_clip(
         clip_id=make_clip_id("film", [0], (0, 0, 720, 480), (480, 720), "crop"),
-        film_id="film",
         film_name="Film",
-        ip="generic",
-        segment_index=0,
-        scene_index=0,
-        clip_index=0,
-        start_frame=0,
         end_frame=48,
-        start_time=0.0,
         end_time=2.0,
-        frame_indices=list(range(0, 48, 3)),
-        crop_x=0,
-        crop_y=0,
-        crop_w=720,
-        crop_h=480,
-        height=480,
-        width=720,
-        num_frames=16,
-        fps=8.0,
-        source_fps=24.0,
         frames=frames,
     )
 
@@ -403,11 +387,11 @@ def test_motion_calibrate_rewrites_levels_without_touching_anything_else(tmp_pat
 
 
 def test_motion_calibrate_reports_problems_instead_of_writing(tmp_path, capsys):
-    assert cli_main(["motion-calibrate", str(tmp_path / "absent")]) == 1
-    assert "absent: not a dataset or film folder" in capsys.readouterr().out
+    assert cli_main(["motion-calibrate", str(tmp_path / "absent")]) == 2
+    assert "absent: not a dataset or film folder" in capsys.readouterr().err
     write_film(tmp_path, "film", [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
-    assert cli_main(["motion-calibrate", str(tmp_path), "--quantiles", "0.5,0.2,0.6,0.8"]) == 1
-    assert "strictly increasing quantiles" in capsys.readouterr().out
+    assert cli_main(["motion-calibrate", str(tmp_path), "--quantiles", "0.5,0.2,0.6,0.8"]) == 2
+    assert "strictly increasing quantiles" in capsys.readouterr().err
     assert cli_main(["motion-calibrate", str(tmp_path), "--dry-run"]) == 0
     assert not (tmp_path / "motion_levels").exists()
 
@@ -466,11 +450,11 @@ def test_motion_eval_names_what_is_missing(tmp_path, capsys):
     (tmp_path / "a.mp4").write_bytes(encode_mp4(panning_clip(2.0, frames=3, size=(64, 96)), 8.0))
     levels = tmp_path / "levels.json"
     levels.write_text(json.dumps({"a": 2, "b": 3}))
-    assert cli_main(["motion-eval", str(tmp_path), "--levels", str(levels)]) == 1
-    assert "no mp4 for 1 requested clip(s): b" in capsys.readouterr().out
+    assert cli_main(["motion-eval", str(tmp_path), "--levels", str(levels)]) == 2
+    assert "no mp4 for 1 requested clip(s): b" in capsys.readouterr().err
     levels.write_text(json.dumps({"a": 7}))
-    assert cli_main(["motion-eval", str(tmp_path), "--levels", str(levels)]) == 1
-    assert "asks for level 7" in capsys.readouterr().out
+    assert cli_main(["motion-eval", str(tmp_path), "--levels", str(levels)]) == 2
+    assert "asks for level 7" in capsys.readouterr().err
 
 
 def test_motion_eval_samples_other_frame_rates_at_8_fps(tmp_path):
@@ -497,8 +481,9 @@ def test_motion_eval_leaves_out_unreadable_clips_and_refuses_slow_ones(tmp_path,
     assert (
         cli_main(["motion-eval", str(tmp_path), "--levels", str(levels), "--json", str(out)]) == 0
     )
-    printed = capsys.readouterr().out
-    assert "broken.mp4: not a readable video" in printed and "1 clips (2 unreadable" in printed
+    printed = capsys.readouterr()
+    assert "broken.mp4: not a readable video" in printed.err
+    assert "1 clips (2 unreadable" in printed.out
     result = json.loads(out.read_text())
     assert result["clips"] == 1 and {f["clip"] for f in result["failed"]} == {
         "broken.mp4",
@@ -506,13 +491,14 @@ def test_motion_eval_leaves_out_unreadable_clips_and_refuses_slow_ones(tmp_path,
     }
     with pytest.raises(ValueError, match="runs at 4 fps, slower than the 8 fps"):
         read_clip_frames(slow, fps=8.0)
-    assert cli_main(["motion-eval", str(tmp_path), "--levels", str(levels), "--fps", "0"]) == 1
-    assert "must be positive" in capsys.readouterr().out
+    assert cli_main(["motion-eval", str(tmp_path), "--levels", str(levels), "--fps", "0"]) == 2
+    assert "must be positive" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- real clips
 
 
+@pytest.mark.slow
 def test_real_clips_spread_over_several_levels():
     rows = real_clip_levels(SINTEL)
     counts = Counter(r["level"] for r in rows)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
+from conftest import ARTIFACTS, ROOT
 from nbclient import NotebookClient
-from test_explore import REPO
 
 from pipeline.explore import open_dataset
 
-NOTEBOOK = REPO / "examples" / "explore_dataset.ipynb"
-ARTIFACTS = REPO / "test-artifacts"
+NOTEBOOK = ROOT / "examples" / "explore_dataset.ipynb"
 
 
 def test_example_notebook_is_committed_without_outputs():
@@ -19,6 +19,7 @@ def test_example_notebook_is_committed_without_outputs():
     assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
 
 
+@pytest.mark.slow
 def test_example_notebook_runs_on_the_sample_films_output(sintel_dataset, tmp_path, monkeypatch):
     """The bundled sample film (the Sintel trailer) through `make dataset`, then the notebook."""
     film_dir = sintel_dataset
@@ -27,7 +28,7 @@ def test_example_notebook_runs_on_the_sample_films_output(sintel_dataset, tmp_pa
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     # The kernel starts in the repository root, as it does when a user opens the notebook there.
     NotebookClient(
-        notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}
+        notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
     ).execute()
     ARTIFACTS.mkdir(exist_ok=True)
     nbformat.write(notebook, ARTIFACTS / "explore_dataset.executed.ipynb")

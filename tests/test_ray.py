@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import BIKES, local_config
 
 from core.shards import read_clips
@@ -9,6 +10,7 @@ from pipeline.ip import load_ip
 from pipeline.runner import run_film
 
 
+@pytest.mark.slow
 def test_ray_executor_matches_local(tmp_path, bikes_dataset):
     import ray
 

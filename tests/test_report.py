@@ -30,14 +30,13 @@ import av
 import cv2
 import numpy as np
 import pytest
+from conftest import ARTIFACTS, decode_directly, rewrite_film, shard_rows
 from PIL import Image
-from test_explore import REPO, decode_directly, film_dir, rewrite_film, shard_rows  # noqa: F401
 
 from pipeline.cli import main as cli_main
 from pipeline.explore import DatasetError, open_dataset
 from pipeline.report import ReportOptions, build_report, source_frame_at, write_report
 
-ARTIFACTS = REPO / "test-artifacts"
 LEVEL_EDGES = [1.0, 3.0, 6.0, 12.0]  # the test's own level edges, stored like the motion stage's
 
 
@@ -342,6 +341,7 @@ def _render(chromium: Chromium, report: Path, screenshot_name: str) -> tuple[dic
 # ---------------------------------------------------------------- tests
 
 
+@pytest.mark.slow
 def test_report_renders_in_headless_chromium(annotated_film, chromium, tmp_path):
     report = write_report(annotated_film, tmp_path / "report.html")
     state, errors = _render(chromium, report, "report-annotated.png")
@@ -363,6 +363,7 @@ def test_report_renders_in_headless_chromium(annotated_film, chromium, tmp_path)
     assert shot.width == 1280 and shot.height > 900
 
 
+@pytest.mark.slow
 def test_report_of_an_early_film_renders_and_names_what_is_missing(bare_film, chromium, tmp_path):
     report = write_report(bare_film, tmp_path / "report.html")
     state, errors = _render(chromium, report, "report-bare.png")
@@ -389,6 +390,7 @@ class _Sources(HTMLParser):
         self.links += [(tag, value) for name, value in attrs if name in ("src", "href")]
 
 
+@pytest.mark.slow
 def test_report_is_self_contained(annotated_page):
     parser = _Sources()
     parser.feed(annotated_page)
@@ -419,6 +421,7 @@ def test_previews_are_rendered_from_the_shards(annotated_film, annotated_page):
     assert np.abs(firsts[0] - firsts[1]).mean() > 12
 
 
+@pytest.mark.slow
 def test_preview_count_is_limited_and_evenly_spaced(film_dir):
     manifest = open_dataset(film_dir).manifest
     page = build_report(open_dataset(film_dir), ReportOptions(max_previews=2))
@@ -484,6 +487,7 @@ def _film_of_ip(source: Path, target: Path, ip: str) -> Path:
     return rewrite_film(source, target, relabel, relabel_summary)
 
 
+@pytest.mark.slow
 def test_dataset_report_covers_every_film_or_one_ip(film_dir, tmp_path):
     root = tmp_path / "data"
     _film_of_ip(film_dir, root / "film-a", "Sintel")
@@ -508,16 +512,18 @@ def test_dataset_report_covers_every_film_or_one_ip(film_dir, tmp_path):
         write_report(root, options=options)
 
 
+@pytest.mark.slow
 def test_cli_writes_the_report_and_names_a_folder_without_shards(film_dir, tmp_path, capsys):
     out = tmp_path / "out" / "bikes.html"
     assert cli_main(["report", str(film_dir), "--out", str(out), "--previews", "1"]) == 0
     assert capsys.readouterr().out.strip() == str(out)
     assert out.read_text().count('class="preview"') == 1
     (tmp_path / "empty").mkdir()
-    assert cli_main(["report", str(tmp_path / "empty")]) == 1
+    assert cli_main(["report", str(tmp_path / "empty")]) == 2
     assert f"{tmp_path / 'empty'}: no film folders found" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_level_edges_come_from_the_clips_version_when_the_summary_lacks_them(
     annotated_film, tmp_path
 ):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import ROOT, make_video
 
 from core.shards import read_clips
@@ -36,6 +37,7 @@ def _rows(film_dir):
     return [c.to_row() for c in read_clips(film_dir)]
 
 
+@pytest.mark.slow
 def test_kill_9_then_rerun_gives_the_uninterrupted_output(tmp_path):
     film = make_video(tmp_path / "long.mp4", cuts=(70, 200, 330), num_frames=480, fps=24, seed=7)
     reference = subprocess.run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import make_clip
 
 from core.record import Clip, persisted_fields
 from core.schema import CLIP_SCHEMA, MANIFEST_SCHEMA, SCHEMA_VERSION
@@ -38,28 +39,14 @@ REQUIRED_COLUMNS = [
 
 
 def _clip(i: int, video_bytes: int = 1000) -> Clip:
-    return Clip(
+    return make_clip(
+        i,
         clip_id=f"{i:032x}",
         film_id="f" * 32,
         film_name="film",
-        ip="generic",
-        segment_index=0,
         scene_index=i // 2,
-        clip_index=i,
-        start_frame=48 * i,
         end_frame=48 * i + 48,
-        start_time=2.0 * i,
         end_time=2.0 * i + 2,
-        frame_indices=list(range(48 * i, 48 * i + 48, 3)),
-        crop_x=0,
-        crop_y=0,
-        crop_w=720,
-        crop_h=480,
-        height=480,
-        width=720,
-        num_frames=16,
-        fps=8.0,
-        source_fps=24.0,
         video=bytes([i % 256]) * video_bytes,
         first_frame=b"\xff\xd8jpeg",
         characters=["Sintel"] if i % 2 else None,
@@ -106,6 +93,7 @@ def test_unknown_columns_are_rejected(tmp_path):
             writer.write(row)
 
 
+@pytest.mark.slow
 def test_real_shards_open_in_every_common_reader(bikes_dataset):
     import datasets
     import duckdb

@@ -106,7 +106,7 @@ def test_a_misspelt_engine_stops_the_cli_before_any_film_is_cut(tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.splitlines() == [
-        "error: settings: caption.engine='tranformers': choose one of "
+        "animegamer dataset: error: settings: caption.engine='tranformers': choose one of "
         "['transformers', 'lmdeploy', 'openai']"
     ]
     assert not out.exists()  # nothing was probed, cropped or cut

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_fixtures import write_bikes_dataset
+from conftest import write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from trainer.config import ConfigError, load_config
@@ -139,6 +139,7 @@ def test_batches_split_ranks_disjointly_and_restart_exactly():
     assert [next(resumed) for _ in range(3)] == [single.batch_for_step(s) for s in (4, 5, 6)]
 
 
+@pytest.mark.slow
 def test_loader_workers_share_out_whole_batches_in_step_order(catalog):
     from trainer.data import make_loader
 

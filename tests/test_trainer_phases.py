@@ -3,7 +3,7 @@
 The backbones are written to disk in the real checkpoints' formats (trainer.tiny) and loaded by
 the same code that loads CogVideoX-2B, Mistral-7B, CLIP and T5. The shards come from the
 pipeline's run on tests/media/bikes.mp4 when the `bikes_dataset` fixture exists (captions filled
-in here), else from real frames of that video written by tests/trainer_fixtures.py.
+in here), else from real frames of that video written by tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_fixtures import caption_film, tiny_config, tiny_settings, write_bikes_dataset
+from conftest import tiny_config, tiny_settings, with_captions, write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from trainer import checkpoint
@@ -41,7 +41,7 @@ def shards(request, tmp_path_factory) -> Path:
         film = request.getfixturevalue("bikes_dataset")
     except pytest.FixtureLookupError:
         return write_bikes_dataset(out)
-    return caption_film(Path(film), out)
+    return with_captions(Path(film), out)
 
 
 def run_phase(phase: str, config, resume: bool = True) -> list[dict]:
@@ -106,6 +106,7 @@ def adapt_run(backbones, shards, encoder_run, mllm_run, tmp_path_factory):
     return out, config, run_phase("adapt", config)
 
 
+@pytest.mark.slow
 def test_encoder_phase_trains_checkpoints_and_exports_lora(encoder_run):
     out, _config, metrics = encoder_run
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
@@ -127,6 +128,7 @@ def test_encoder_phase_trains_checkpoints_and_exports_lora(encoder_run):
     assert any(k.endswith("attn1.to_q.lora_A.weight") for k in weights)
 
 
+@pytest.mark.slow
 def test_warm_up_trains_only_the_encoder(encoder_run):
     out, _, _ = encoder_run
     after_warmup = checkpoint.load(out / "checkpoints" / "step-00000002")["trainable"]
@@ -141,6 +143,7 @@ def test_warm_up_trains_only_the_encoder(encoder_run):
     assert all(k.startswith(("encoder.", "decoder.")) for k in after_joint)
 
 
+@pytest.mark.slow
 def test_encoder_phase_resumes_exactly(encoder_run, tmp_path):
     out, config, metrics = encoder_run
     config.out_dir = str(resume_from_step_2(out, tmp_path / "resumed"))
@@ -170,12 +173,14 @@ def _overfit(module_name: str, config, steps: int, lr: float) -> list[dict]:
     return history
 
 
+@pytest.mark.slow
 def test_encoder_and_decoder_overfit_one_batch(backbones, shards, tmp_path):
     config = tiny_config("encoder", backbones, shards, tmp_path, encoder_warmup_steps=0)
     history = losses(_overfit("trainer.train_encoder", config, steps=10, lr=3e-2))
     assert history[-1] < 0.85 * history[0], history
 
 
+@pytest.mark.slow
 def test_mllm_phase_trains_and_exports_a_standard_peft_adapter(mllm_run, backbones):
     out, _, metrics = mllm_run
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
@@ -196,6 +201,7 @@ def test_mllm_phase_trains_and_exports_a_standard_peft_adapter(mllm_run, backbon
     assert loaded.any()
 
 
+@pytest.mark.slow
 def test_mllm_phase_resumes_exactly(mllm_run, tmp_path):
     out, config, metrics = mllm_run
     config.out_dir = str(resume_from_step_2(out, tmp_path / "resumed"))
@@ -206,6 +212,7 @@ def test_mllm_phase_resumes_exactly(mllm_run, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_mllm_overfits_one_batch(backbones, shards, encoder_run, tmp_path):
     config = tiny_config(
         "mllm", backbones, shards, tmp_path, max_turns=3, encoder_checkpoint=str(encoder_run[0])
@@ -216,6 +223,7 @@ def test_mllm_overfits_one_batch(backbones, shards, encoder_run, tmp_path):
     assert last["ce"] < 0.5 * first["ce"] and last["mse"] < first["mse"]
 
 
+@pytest.mark.slow
 def test_adapt_phase_starts_from_phase_a_and_trains_only_the_decoder(adapt_run, encoder_run):
     out, _config, metrics = adapt_run
     assert [m["step"] for m in metrics] == [1, 2] and all(0 < loss < 10 for loss in losses(metrics))
@@ -228,6 +236,7 @@ def test_adapt_phase_starts_from_phase_a_and_trains_only_the_decoder(adapt_run, 
     ).is_file()
 
 
+@pytest.mark.slow
 def test_play_predicts_states_and_renders_shots(mllm_run, adapt_run, tmp_path):
     from core.video import decode_mp4
     from trainer.play import play
@@ -261,6 +270,7 @@ def test_play_rejects_a_malformed_instruction_file(tmp_path, capsys):
     assert "demo.txt:2: not a game instruction" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_train_cli_names_a_missing_checkpoint(backbones, shards, tmp_path, capsys):
     from trainer.cli import main
 
@@ -281,6 +291,7 @@ def test_train_cli_names_a_missing_checkpoint(backbones, shards, tmp_path, capsy
     )
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_agree_with_one(backbones, shards, encoder_run, tmp_path):
     settings = {
         **tiny_settings(backbones),
@@ -359,6 +370,7 @@ def _run_group(command, env, timeout):
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
+@pytest.mark.slow
 def test_gradient_checkpointing_really_runs_in_the_mllm(backbones, shards, tmp_path):
     """transformers checkpoints only in training mode: the frozen LLM must not sit in eval()."""
     from trainer.build import game_state_model
@@ -388,6 +400,7 @@ def test_gradient_checkpointing_really_runs_in_the_mllm(backbones, shards, tmp_p
     assert len(calls) == len(layers), "layers ran without checkpointing"
 
 
+@pytest.mark.slow
 def test_later_phases_refuse_settings_their_checkpoint_was_not_trained_with(
     backbones, shards, encoder_run, tmp_path
 ):

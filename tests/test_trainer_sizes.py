@@ -4,6 +4,7 @@ slot, and Mistral-7B's projections map 1920 <-> 4096."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
@@ -32,6 +33,7 @@ T5_V11_XXL = dict(
 )
 
 
+@pytest.mark.slow
 def test_real_size_encoder_fills_the_cogvideox_2b_text_slot_and_the_decoder_takes_it():
     from diffusers import AutoencoderKLCogVideoX, CogVideoXTransformer3DModel
     from transformers import CLIPVisionConfig, CLIPVisionModel, T5Config, T5EncoderModel

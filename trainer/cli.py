@@ -7,6 +7,8 @@ import argparse
 import importlib
 import sys
 
+from core.cli import OneLineParser, input_errors, run_command
+
 HELP = """Train AnimeGamer from clip shards, one phase at a time:
   encoder  phase (a): shot encoder E_a + CogVideoX decoder D_a (warm-up, then joint)
   mllm     phase (b): next game state prediction (needs encoder_checkpoint)
@@ -59,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         for name, default, text in describe(args.phase):
             print(f"{name} = {default!r}\n    {text}" if text else f"{name} = {default!r}")
         return 0
-    try:
+    with input_errors(ConfigError, MissingCheckpoint, FileNotFoundError, ValueError):
+        # Bad settings, checkpoints or shards: the message names the file or setting.
         config = load_config(args.phase, args.config)
         config.shards = list(args.shards) if args.shards else config.shards
         config.out_dir = args.out or config.out_dir
@@ -68,10 +71,6 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("no shards given (--shards or the `shards` setting)")
         module = importlib.import_module(PHASE_MODULES[args.phase])
         train(args.phase, config, module.build_phase, resume=not args.fresh)
-    except (ConfigError, MissingCheckpoint, FileNotFoundError, ValueError) as exc:
-        # Bad settings, checkpoints or shards: the message names the file or setting; no traceback.
-        print(f"animegamer train: error: {exc}", file=sys.stderr)
-        return 2
     return 0
 
 
@@ -80,17 +79,18 @@ def main_for_phase(phase: str, argv: list[str] | None = None) -> int:
     parser = module_parser(f"python -m {PHASE_MODULES[phase]}", HELP, add_arguments, phase)
     args = parser.parse_args(argv)
     args.phase = phase
-    return run(args)
+    return run_command("train", run, args)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(module_parser("python -m trainer.cli", HELP, add_arguments).parse_args(argv))
+    args = module_parser("python -m trainer.cli", HELP, add_arguments).parse_args(argv)
+    return run_command("train", run, args)
 
 
 def module_parser(prog: str, description: str, add, *add_args) -> argparse.ArgumentParser:
     """The parser of a module run on its own (`python -m ...`, e.g. under torchrun), with the same
     arguments as its `animegamer` sub-command."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add(parser, *add_args)

@@ -188,7 +188,7 @@ def captioned_runs(rows: list[dict], include_unusable: bool = True) -> list[list
     by_film = defaultdict(list)
     for index, row in enumerate(rows):
         by_film[row["film_id"]].append(index)
-    runs = []
+    runs: list[list[int]] = []
     for film in sorted(by_film):
         ordered = sorted(by_film[film], key=lambda i: rows[i]["clip_index"])
         run: list[int] = []

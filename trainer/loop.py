@@ -46,10 +46,7 @@ def train(phase: str, config, build, resume: bool = True, log=print) -> list[dic
     dtype = distributed.pick_dtype(config.dtype, env.device)
     torch.manual_seed(config.seed)
     model, dataset = build(config, env.device, dtype)
-    trainable = [p for _, p in sorted(model.named_parameters()) if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        trainable, lr=config.lr, betas=tuple(config.adam_betas), weight_decay=config.weight_decay
-    )
+    trainable, optimizer = make_optimizer(model, config)
     start = _start_step(phase, model, optimizer, config.out_dir, resume, env, log)
     if env.is_main:
         log(
@@ -74,6 +71,15 @@ def train(phase: str, config, build, resume: bool = True, log=print) -> list[dic
     gc.collect()
     distributed.teardown()
     return metrics
+
+
+def make_optimizer(model, config) -> tuple[list, torch.optim.Optimizer]:
+    """The trainable weights (in name order) and the AdamW that steps them."""
+    trainable = [p for _, p in sorted(model.named_parameters()) if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        trainable, lr=config.lr, betas=tuple(config.adam_betas), weight_decay=config.weight_decay
+    )
+    return trainable, optimizer
 
 
 def _step(wrapped, model, optimizer, trainable, batch, step: int, config, env, dtype) -> dict:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
+from core.cli import input_errors, run_command
 from prompts.game import INSTRUCTION_PATTERN
 
 HELP = "Play game instructions with a trained MLLM (+ decoder): next game states and shots."
@@ -58,33 +58,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    with input_errors(OSError, ValueError):
         instructions = read_instructions(Path(args.instructions))
         scopes = None
         if args.level_scopes:
             scopes = [float(v) for v in args.level_scopes.split(",")]
             if len(scopes) != 5:
                 raise ValueError(f"--level-scopes needs 5 values, got {args.level_scopes!r}")
-    except (OSError, ValueError) as exc:
-        print(f"animegamer play: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        for record in play(
-            args.mllm,
-            instructions,
-            Path(args.out),
-            args.decoder,
-            args.history,
-            args.steps,
-            scopes,
-            args.seed,
-            args.device,
-            args.guidance_scale,
-        ):
+    records = play(
+        args.mllm,
+        instructions,
+        Path(args.out),
+        args.decoder,
+        args.history,
+        args.steps,
+        scopes,
+        args.seed,
+        args.device,
+        args.guidance_scale,
+    )
+    # The checkpoints load before the first turn: missing (FileNotFoundError, MissingCheckpoint)
+    # or of another phase or shape (ValueError); the message names the folder.
+    with input_errors(FileNotFoundError, ValueError):
+        for record in records:
             print(json.dumps(record))
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"animegamer play: error: {exc}", file=sys.stderr)
-        return 2
     return 0
 
 
@@ -274,8 +271,9 @@ class Renderer:
 def main(argv: list[str] | None = None) -> int:
     from trainer.cli import module_parser
 
-    return run(module_parser("python -m trainer.play", __doc__, add_arguments).parse_args(argv))
+    args = module_parser("python -m trainer.play", __doc__, add_arguments).parse_args(argv)
+    return run_command("play", run, args)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

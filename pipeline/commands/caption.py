@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from core.cli import WORK_FAILED, input_errors, print_error
 from core.film import FilmFolder
 from pipeline.caption_films import (
     caption_film,
@@ -15,6 +16,7 @@ from pipeline.caption_films import (
     caption_later_hint,
     protagonists_of,
 )
+from pipeline.commands.film_paths import add_dataset_dir_argument, folder_for
 from pipeline.config import ConfigError, describe_fields, load_config
 from pipeline.ip import GENERIC, ManifestError, load_ip
 
@@ -31,10 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "film_dirs",
         nargs="+",
         metavar="film_dir",
-        help="a film folder (OUT/<film>/ holding shards/), or a dataset folder holding several; "
-        "local or an fsspec URL (s3://...: its committed films are captioned in a local copy "
-        "and published back, summary.json last)",
+        help="a film folder (OUT/<film>/ holding shards/), a dataset folder holding several, "
+        "or a film file that was cut into OUT (see --dataset-dir); local or an fsspec URL (s3://...: its committed "
+        "films are captioned in a local copy and published back, summary.json last)",
     )
+    add_dataset_dir_argument(parser)
     parser.add_argument(
         "--model",
         help="InternVL checkpoint folder, hub name (needs a network), "
@@ -79,19 +82,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
+    with input_errors(ConfigError, ManifestError, FileNotFoundError):
         config = load_config(args.config, _shorthand_overrides(args))
-        films = [film for path in args.film_dirs for film in film_folders(path)]
-    except (ConfigError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        if args.ip:
+            load_ip(args.ip)  # a bad --ip is refused before any model is loaded
+        films = [
+            film
+            for path in args.film_dirs
+            for film in film_folders(folder_for(path, args.dataset_dir))
+        ]
     failed = 0
     for ip_name, group in _by_ip(films, args.ip):
         try:
             ip = load_ip(ip_name)
             summaries = caption_films(group, config, ip if protagonists_of(ip) else None)
         except (ManifestError, FileNotFoundError, ValueError, RuntimeError) as exc:
-            print(f"error: {', '.join(map(str, group))}: {exc}", file=sys.stderr)
+            print_error("caption", f"{', '.join(map(str, group))}: {exc}")
             failed += len(group)
             continue
         for film_dir, summary in zip(group, summaries):
@@ -101,7 +107,7 @@ def _run(args: argparse.Namespace) -> int:
             )
             if summary.get("hint"):
                 print(caption_later_hint(film_dir))
-    return 1 if failed else 0
+    return WORK_FAILED if failed else 0
 
 
 def _by_ip(films: list[Path], ip: str | None) -> list[tuple[str, list[Path]]]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from core import storage
+from core.cli import WORK_FAILED, UsageError, input_errors, print_error, work_errors
 from pipeline.config import ConfigError, describe_fields, load_config
 from pipeline.ip import GENERIC, IP, ManifestError, load_ip
 from stages.base import build_clip_stages
@@ -69,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from pipeline.runner import run_films
 
-    try:
+    with input_errors(ConfigError, ManifestError, FileNotFoundError, ValueError):
         ip = load_ip(args.ip)
         overrides = list(args.overrides)
         if args.model:
@@ -80,23 +82,42 @@ def run(args: argparse.Namespace) -> int:
             overrides.append("run.progress=false")
         config = load_config(args.config, overrides)
         build_clip_stages(config)  # builds and checks the stages' settings, loading nothing
-        films = (
+        films: list[str | Path] = (
             expand_films(args.films) if args.films else [e.path for e in ip.films] or [SAMPLE_FILM]
         )
         roots = [f if storage.is_remote(f) else str(Path(f)) for f in args.films]
         ips = folder_ips(films, roots, ip)
-    except (ConfigError, ManifestError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     if args.dry_run:
         from pipeline.runner import plan_films
 
         return print_plan(plan_films(films, args.out, config, ip, ips))
-    results = run_films(films, args.out, config, ip, ip_for=ips)
+    prepare_output_folder(args.out)
+    with work_errors(RuntimeError, FileNotFoundError):  # the caption engine, after the cutting
+        results = run_films(films, args.out, config, ip, ip_for=ips)
     for result in results:
-        print(result.message if result.ok else f"error: {result.message}")
+        if result.ok:
+            print(result.message)
+        else:
+            print_error("dataset", result.message)
     _caption_hint(results, config, args.out)
-    return 0 if all(r.ok for r in results) else 1
+    return 0 if all(r.ok for r in results) else WORK_FAILED
+
+
+def prepare_output_folder(out: str | Path) -> None:
+    """Create the output folder and prove it writable, before any film is cut (object storage
+    has no folders: its writes are checked by the first upload)."""
+    if storage.is_remote(out):
+        return
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or exc.__class__.__name__
+        raise UsageError(
+            f"{out}: the output folder cannot be created or written ({reason})"
+        ) from None
 
 
 def expand_films(paths: list[str]) -> list[str | Path]:

@@ -11,8 +11,6 @@ that was interrupted is completed by running it again with `--apply` on the writ
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -20,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core.cli import input_errors, work_errors
 from core.film import MANIFEST_FILE, FilmFolder, FilmSummary
-from core.io import publish
 from core.record import CAPTION_PENDING
-from core.shards import check_schema_version, shard_paths, write_manifest
+from core.shards import check_schema_version, rewrite_row_groups, shard_paths, write_manifest
 from stages.motion_levels import (
     EQUAL_POPULATION,
     NUM_LEVELS,
@@ -40,7 +38,7 @@ HELP = (
 )
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "datasets",
         nargs="+",
@@ -69,7 +67,7 @@ def add_arguments(parser) -> None:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from core import storage
     from core.film import SUMMARY_FILE
 
@@ -77,8 +75,8 @@ def run(args) -> int:
         return _run(argparse.Namespace(**{**vars(args), "datasets": local}))
 
 
-def _run(args) -> int:
-    try:
+def _run(args: argparse.Namespace) -> int:
+    with input_errors(LevelsError, FileNotFoundError, ValueError):
         shards, manifests = find_tables(args.datasets)
         scopes, backends = read_scopes(shards)
         levels = (
@@ -90,21 +88,15 @@ def _run(args) -> int:
                 note=", ".join(str(d) for d in args.datasets),
             )
         )
-    except (LevelsError, FileNotFoundError, ValueError) as exc:
-        print(f"motion-calibrate: {exc}")
-        return 1
     print_report(levels, scopes, backends, len(shards), len(manifests))
     if args.dry_run:
         return 0
-    if not args.apply:
-        path = args.output or args.datasets[0] / "motion_levels" / f"{levels.version}.json"
-        write_levels(levels, path)
-        print(f"wrote {path}\n  use it for new films with: --set motion.level_edges={path}")
-    try:
+    with work_errors(OSError, ValueError):
+        if not args.apply:
+            path = args.output or args.datasets[0] / "motion_levels" / f"{levels.version}.json"
+            write_levels(levels, path)
+            print(f"wrote {path}\n  use it for new films with: --set motion.level_edges={path}")
         stale = rewrite_films(shards, levels)
-    except (OSError, ValueError) as exc:
-        print(f"motion-calibrate: {exc}")
-        return 1
     print(
         f"rewrote levels in {len(shards)} shard(s) of {len(stale)} film(s) "
         f"to version {levels.version}"
@@ -152,8 +144,9 @@ def find_tables(folders: list[Path]) -> tuple[list[Path], list[Path]]:
     return shards, manifests
 
 
-def read_scopes(shards: list[Path]) -> tuple[np.ndarray, Counter]:
-    scopes, backends = [], Counter()
+def read_scopes(shards: list[Path]) -> tuple[np.ndarray, Counter[str]]:
+    scopes: list[np.ndarray] = []
+    backends: Counter[str] = Counter()
     for path in shards:
         check_schema_version(pq.read_schema(path), path)
         table = pq.read_table(path, columns=["motion_scope", "motion_backend"])
@@ -216,27 +209,17 @@ def _replace(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
 
 
 def rewrite_shard(path: Path, levels: MotionLevels) -> int:
-    """Rewrite one shard row group by row group (memory stays at one group, groups keep their
-    size); returns how many captioned clips changed level."""
+    """Relevel one shard (see rewrite_row_groups: row group by row group, replaced atomically);
+    returns how many captioned clips changed level."""
     stale = 0
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        with pq.ParquetFile(path) as source:
-            check_schema_version(source.schema_arrow, path)
-            groups = source.num_row_groups
-            compression = source.metadata.row_group(0).column(0).compression if groups else "ZSTD"
-            # the footer says UNCOMPRESSED where the writer wants "none"
-            codec = "none" if compression.upper() == "UNCOMPRESSED" else compression.lower()
-            with pq.ParquetWriter(tmp, source.schema_arrow, compression=codec) as writer:
-                for group in range(groups):
-                    table, changed = relevel(source.read_row_group(group), levels)
-                    writer.write_table(table)
-                    stale += changed
-        publish(Path(tmp), path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def transform(table: pa.Table) -> pa.Table:
+        nonlocal stale
+        table, changed = relevel(table, levels)
+        stale += changed
+        return table
+
+    rewrite_row_groups(path, transform)
     return stale
 
 

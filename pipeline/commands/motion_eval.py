@@ -10,12 +10,15 @@ so a generated clip is judged by exactly the rule that labelled the training cli
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 from pathlib import Path
 
 import av
 import numpy as np
+
+from core.cli import WorkFailed, input_errors, print_error, work_errors
 
 HELP = (
     "Measure the motion level of generated clips (a folder of mp4) and report ACC-F and "
@@ -25,7 +28,7 @@ HELP = (
 CLIP_FPS = 8.0  # the dataset's clip rate: motion per frame step is measured at this rate
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("clips", type=Path, help="folder of generated .mp4 clips")
     parser.add_argument(
         "--levels",
@@ -53,37 +56,34 @@ def add_arguments(parser) -> None:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from pipeline.config import ConfigError, load_config
     from stages.motion import MotionError, MotionScope
     from stages.motion_levels import LevelsError
 
-    try:
+    with input_errors(ConfigError, MotionError, LevelsError, FileNotFoundError, ValueError):
         if args.fps <= 0:
             raise ValueError(f"--fps {args.fps:g}: the sampling rate must be positive")
         requested = read_requested_levels(args.levels)
         paths = match_clips(args.clips, requested)
         stage = MotionScope(load_config(args.config, args.set).motion)
         stage.setup()
-    except (ConfigError, MotionError, LevelsError, FileNotFoundError, ValueError) as exc:
-        print(f"motion-eval: {exc}")
-        return 1
     rows, failed = [], []
     for name, path in paths.items():  # one unreadable clip is reported, never the end of the run
         try:
             rows.append(measure_clip(stage, path, requested[name], args.fps))
         except (MotionError, ValueError) as exc:
             failed.append({"clip": path.name, "error": str(exc)})
-            print(f"motion-eval: skipped {exc}")
+            print_error("motion-eval", f"skipped {exc}")
     if not rows:
-        print("motion-eval: no clip could be measured")
-        return 1
+        raise WorkFailed("no clip could be measured")
     result = summarise(rows, stage) | {"failed": failed}
     print_result(result)
     if args.json:
         from core.io import write_json_atomic
 
-        write_json_atomic(result, args.json)
+        with work_errors(OSError):
+            write_json_atomic(result, args.json)
         print(f"wrote {args.json}")
     return 0
 
@@ -96,7 +96,7 @@ def read_requested_levels(path: Path) -> dict[str, int]:
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a JSON object {{clip: level}}")
-        pairs = data.items()
+        pairs = list(data.items())
     else:
         with path.open(newline="") as handle:
             reader = csv.DictReader(handle)

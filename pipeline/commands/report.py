@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
+from pathlib import Path
+
+from core.cli import UsageError, input_errors, work_errors
+from pipeline.commands.film_paths import add_dataset_dir_argument, folder_for
 
 HELP = """Write a self-contained HTML report of a dataset: film facts, the crop box drawn on a
 frame, a timeline of scenes, clips and drops, animated clip previews, histograms of motion scope,
@@ -11,6 +14,7 @@ captions and drop reasons, and stage timings. It opens from disk in any browser.
 
   animegamer report data/                    # every film under data/: data/report.html
   animegamer report data/<film> --out x.html # one film folder
+  animegamer report film.mp4                 # the folder film.mp4 was cut into, under data/
   animegamer report data/ --ip Sintel        # the films of one IP: data/report-Sintel.html"""
 
 
@@ -20,13 +24,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = ReportOptions()
     parser.add_argument(
         "path",
-        help="a film folder (OUT/<film>) or a dataset folder (OUT) written by `animegamer dataset`",
+        type=Path,
+        help="a film folder (OUT/<film>) or a dataset folder (OUT) written by `animegamer "
+        "dataset`, or a film file that was cut into OUT (see --dataset-dir)",
     )
     parser.add_argument(
         "--out",
         help="HTML file to write (default: report.html in PATH, or report-<ip>.html with --ip)",
     )
     parser.add_argument("--ip", help="only the films of this IP (dataset folders)")
+    add_dataset_dir_argument(parser)
     parser.add_argument(
         "--previews",
         type=int,
@@ -45,22 +52,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.explore import DatasetError
-    from pipeline.report import ReportOptions, write_report
+    from pipeline.explore import DatasetError, open_dataset
+    from pipeline.report import ReportOptions, select_films, write_report
 
     if args.preview_width < 16:
-        print(
-            f"animegamer report: --preview-width {args.preview_width} is too small (>= 16)",
-            file=sys.stderr,
-        )
-        return 2
+        raise UsageError(f"--preview-width {args.preview_width} is too small (>= 16)")
     options = ReportOptions(
         max_previews=args.previews, preview_width=args.preview_width, ip=args.ip
     )
-    try:
-        path = write_report(args.path, args.out, options)
-    except (DatasetError, FileNotFoundError, ValueError) as exc:  # ValueError: shard schema version
-        print(f"animegamer report: {exc}", file=sys.stderr)
-        return 1
+    folder = folder_for(args.path, args.dataset_dir)
+    with input_errors(DatasetError):  # not a dataset, or no film of that IP (opening is lazy)
+        select_films(open_dataset(folder), options.ip)
+    # ValueError: a shard of another schema version; OSError: the report cannot be written
+    with work_errors(ValueError, OSError):
+        path = write_report(folder, args.out, options)
     print(path)
     return 0

@@ -20,11 +20,13 @@ import base64
 import io
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from PIL import Image
 
@@ -138,7 +140,7 @@ class TransformersEngine(CaptionEngine):
             InternVLForConditionalGeneration.from_pretrained(
                 source, dtype=dtype, trust_remote_code=remote
             )
-            .to(device)
+            .to(device)  # type: ignore[arg-type]  # transformers' @wraps(Module.to) hides self
             .eval()
         )
 
@@ -245,7 +247,7 @@ class LmdeployEngine(CaptionEngine):
     def __init__(self, config, api: SimpleNamespace | None = None):
         self.config = config
         self.api = api  # None: import lmdeploy in load(); tests pass a stand-in here
-        self.pipe = None
+        self.pipe: Callable[..., Any] | None = None  # an lmdeploy pipeline once loaded
 
     def load(self) -> None:
         if self.pipe is not None:
@@ -266,19 +268,19 @@ class LmdeployEngine(CaptionEngine):
         self.pipe = self.api.pipeline(self.config.model, backend_config=backend)
 
     def generate(self, requests: list[Request]) -> list[Completion]:
+        api, pipe = self.api, self.pipe
+        assert api is not None and pipe is not None, "load() ran before generate()"
         completions = []
         for (temperature, max_new_tokens), group in _by_sampling(requests):
-            prompts = [
-                (r.text.replace(IMAGE_SLOT, self.api.IMAGE_TOKEN), list(r.images)) for r in group
-            ]
-            gen_config = self.api.GenerationConfig(
+            prompts = [(r.text.replace(IMAGE_SLOT, api.IMAGE_TOKEN), list(r.images)) for r in group]
+            gen_config = api.GenerationConfig(
                 max_new_tokens=max_new_tokens,
                 do_sample=temperature > 0,
                 temperature=temperature if temperature > 0 else 1.0,
                 top_p=0.9 if temperature > 0 else 1.0,
             )
             try:
-                responses = self.pipe(prompts, gen_config=gen_config)
+                responses = pipe(prompts, gen_config=gen_config)
             except Exception as exc:
                 completions += _failed(group, exc)
                 continue
@@ -362,7 +364,7 @@ class OpenAIEngine(CaptionEngine):
 
 def chat_messages(request: Request) -> list[dict]:
     """One user turn: the prompt's text pieces with each image as a data URL in its slot."""
-    content = []
+    content: list[dict[str, object]] = []
     pieces = request.text.split(IMAGE_SLOT)
     for i, piece in enumerate(pieces):
         if piece:

@@ -119,4 +119,4 @@ def _labelled_tile(images: list[Image.Image], index: int) -> Image.Image:
 
 def _scale_to_height(image: Image.Image, height: int) -> Image.Image:
     width = max(1, round(image.width * height / image.height))
-    return image.convert("RGB").resize((width, height), Image.BICUBIC)
+    return image.convert("RGB").resize((width, height), Image.Resampling.BICUBIC)

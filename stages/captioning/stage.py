@@ -9,8 +9,9 @@ invalid ones are asked again with sampling, up to `max_retries` times, then the 
 as caption_failed with the raw text kept.
 
 caption_status is one of: ok, caption_failed, pending (no model configured), or skipped_<why>
-(skipped_clip_error, skipped_no_video, skipped_no_motion_level, skipped_bad_video) for clips the
-prompts cannot be filled for. Every clip gets a status; counts per status land in the film's summary.json.
+(skipped_unusable: the quality stage rejected the clip, see docs/quality.md; skipped_clip_error,
+skipped_no_video, skipped_no_motion_level, skipped_bad_video) for clips that are not worth
+captioning or the prompts cannot be filled for. Every clip gets a status; counts per status land in the film's summary.json.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.record import (
     CAPTION_FAILED,
@@ -30,12 +32,26 @@ from core.record import (
     SKIPPED_CLIP_ERROR,
     SKIPPED_NO_MOTION_LEVEL,
     SKIPPED_NO_VIDEO,
+    SKIPPED_UNUSABLE,
     STATUS_OK,
     Clip,
 )
 from core.settings import Settings, check_choice
 from stages.base import ClipStage, Resources
-from stages.captioning.parsing import ParseError, instruction_text, parse_characters, parse_state
+from stages.captioning.parsing import (
+    CharacterAnswer,
+    ParseError,
+    StateAnswer,
+    instruction_text,
+    parse_characters,
+    parse_state,
+)
+
+if TYPE_CHECKING:  # loaded lazily at run time (see prepare())
+    from PIL import Image
+
+    from prompts import Prompt
+    from stages.captioning.images import ReferenceSheet
 
 ENGINES = ("transformers", "lmdeploy", "openai")
 CAPTION_EXECUTORS = ("auto", "ray", "local")
@@ -96,6 +112,9 @@ class CaptionConfig(Settings):
     """Engine openai: requests in flight at once."""
     request_timeout: float = 300.0
     """Engine openai: seconds before a request is abandoned (and counted as a failed attempt)."""
+    include_unusable: bool = False
+    """Caption clips the quality stage rejected too (usable = false). Off: they are left out,
+    with caption_status skipped_unusable, and cost no model time."""
 
     def validate(self) -> None:
         check_choice("caption", "engine", self.engine, ENGINES)
@@ -121,17 +140,10 @@ class CaptionStage(ClipStage):
         self.stats: Counter = Counter()
         self._engine = engine
         self._engine_loaded = False
-        self._prompts = None
-        self._sheet = None
+        self._prompts: dict[str, Prompt] | None = None
+        self._sheet: ReferenceSheet | None = None
         self._engine_errors_in_a_row = 0
-
-    @property
-    def resources(self) -> Resources:
-        if self.config.engine == "lmdeploy":
-            return Resources(cpus=1.0, gpus=float(self.config.tensor_parallel))
-        if self.config.engine == "transformers" and self.config.device.startswith("cuda"):
-            return Resources(cpus=1.0, gpus=1.0)
-        return Resources(cpus=1.0, gpus=0.0)
+        self.resources = _resources(self.config)
 
     # ---- loading -----------------------------------------------------------------------
 
@@ -147,6 +159,11 @@ class CaptionStage(ClipStage):
             self._prompts[CHARACTERS] = load_prompt(self.config.character_prompt)
             self._sheet = build_reference_sheet(self.protagonists)
 
+    def _loaded_prompts(self) -> dict[str, Prompt]:
+        self.prepare()
+        assert self._prompts is not None, "prepare() loads the prompts"
+        return self._prompts
+
     def setup(self) -> None:
         self.prepare()
         if not self.config.model or self._engine_loaded:
@@ -160,10 +177,8 @@ class CaptionStage(ClipStage):
 
     @property
     def prompt_version(self) -> str:
-        self.prepare()
-        return "+".join(
-            self._prompts[k].fingerprint for k in (CHARACTERS, STATE) if k in self._prompts
-        )
+        prompts = self._loaded_prompts()
+        return "+".join(prompts[k].fingerprint for k in (CHARACTERS, STATE) if k in prompts)
 
     def cache_key(self, clip: Clip) -> str | None:
         """Everything that changes the answer for this clip; None when it cannot be captioned."""
@@ -193,7 +208,11 @@ class CaptionStage(ClipStage):
     def process_batch(self, clips: list[Clip]) -> list[Clip]:
         if not self.config.model:
             for clip in clips:
-                clip.caption_status = clip.caption_status or CAPTION_PENDING
+                clip.caption_status = clip.caption_status or (
+                    CAPTION_PENDING
+                    if clip.usable or self.config.include_unusable
+                    else SKIPPED_UNUSABLE
+                )
             return clips
         self.setup()
         ids = [clip.clip_id for clip in clips]
@@ -214,6 +233,8 @@ class CaptionStage(ClipStage):
     def _skip_reason(self, clip: Clip) -> str | None:
         if clip.status != STATUS_OK:
             return SKIPPED_CLIP_ERROR
+        if not clip.usable and not self.config.include_unusable:
+            return SKIPPED_UNUSABLE
         if not clip.video:
             return SKIPPED_NO_VIDEO
         if clip.motion_level is None:
@@ -227,6 +248,7 @@ class CaptionStage(ClipStage):
         clip.caption_status = self._skip_reason(clip)
         if clip.caption_status:
             return None
+        assert clip.video is not None, "_skip_reason() skips a clip without video"
         try:
             grid = clip_frame_grid(
                 clip.video,
@@ -278,8 +300,10 @@ class CaptionStage(ClipStage):
     def _request(self, job: _Job, kind: str, attempt: int):
         from stages.captioning.engines import Request
 
-        prompt = self._prompts[kind]
+        prompt = self._loaded_prompts()[kind]
+        images: tuple[Image.Image, ...]
         if kind == CHARACTERS:
+            assert self._sheet is not None, "characters are asked about only with a sheet"
             text = prompt.fill(num_frames=self._frames_shown(job))
             images = (self._sheet.image, job.grid)
         else:
@@ -305,6 +329,7 @@ class CaptionStage(ClipStage):
             clip.caption_status = CAPTION_FAILED
             return
         state = job.state
+        assert state is not None, "complete() checked it"
         characters = list(job.characters.names) if job.characters is not None else None
         clip.characters = characters
         clip.num_characters = len(characters) if characters is not None else None
@@ -337,6 +362,15 @@ CAPTION_FIELDS = (
 )  # the columns this stage owns
 
 
+def _resources(config: CaptionConfig) -> Resources:
+    """What one caption worker reserves; set once in __init__ (the config never changes after)."""
+    if config.engine == "lmdeploy":
+        return Resources(cpus=1.0, gpus=float(config.tensor_parallel))
+    if config.engine == "transformers" and config.device.startswith("cuda"):
+        return Resources(cpus=1.0, gpus=1.0)
+    return Resources(cpus=1.0, gpus=0.0)
+
+
 def _clear_caption(clip: Clip) -> None:
     for name in CAPTION_FIELDS:
         setattr(clip, name, None)
@@ -364,8 +398,8 @@ class _Job:
         self.clip = clip
         self.grid = grid
         self.needs_characters = needs_characters
-        self.characters = None
-        self.state = None
+        self.characters: CharacterAnswer | None = None
+        self.state: StateAnswer | None = None
         self.raw: dict[str, str | None] = {}
         self.problems: dict[str, list[str]] = {}
 
@@ -397,7 +431,7 @@ class _Job:
 
     def raw_record(self) -> dict:
         """The last raw answer per prompt, and every problem met on the way (for caption_failed)."""
-        record = {kind: self.raw.get(kind) for kind in self.kinds()}
+        record: dict[str, object] = {kind: self.raw.get(kind) for kind in self.kinds()}
         record["attempts"] = {
             kind: len(self.problems.get(kind, [])) + (1 if self._valid(kind) else 0)
             for kind in self.kinds()

@@ -1,0 +1,86 @@
+"""How every `animegamer` command ends when something is wrong: one line on stderr, naming the file
+or setting and the problem, and an exit status that says whose move it is.
+
+  2  usage or input error: bad arguments, settings, or input files; nothing was done
+  1  failed work: the command ran and some of its work failed (a film, a clip, a phase)
+
+Commands raise `UsageError` or `WorkFailed` (or wrap expected exception types with
+`input_errors` / `work_errors`); `run_command` turns them into the line and the status, so no
+command prints its own error format. Argument errors from argparse go through `OneLineParser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import NoReturn
+
+USAGE_ERROR = 2
+WORK_FAILED = 1
+
+
+class CommandError(Exception):
+    """An expected way for a command to fail; the message is shown as it is, without traceback."""
+
+    status = WORK_FAILED
+
+
+class UsageError(CommandError):
+    """Bad arguments, settings or input files: nothing was done."""
+
+    status = USAGE_ERROR
+
+
+class WorkFailed(CommandError):
+    """The command ran, and (some of) its work failed."""
+
+    status = WORK_FAILED
+
+
+def one_line(message: object) -> str:
+    """The message on one line: a multi-line exception text is joined, never cut."""
+    return " ".join(str(message).split())
+
+
+def print_error(command: str, message: object) -> None:
+    """`animegamer <command>: error: <message>` on stderr; also for a failure the run goes past."""
+    print(f"animegamer {command}: error: {one_line(message)}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def input_errors(*types: type[BaseException]) -> Iterator[None]:
+    """Exceptions of `types` raised inside are usage/input errors (exit 2)."""
+    try:
+        yield
+    except types as exc:
+        raise UsageError(str(exc)) from exc
+
+
+@contextmanager
+def work_errors(*types: type[BaseException]) -> Iterator[None]:
+    """Exceptions of `types` raised inside are failed work (exit 1)."""
+    try:
+        yield
+    except types as exc:
+        raise WorkFailed(str(exc)) from exc
+
+
+def run_command(
+    command: str, handler: Callable[[argparse.Namespace], int | None], args: argparse.Namespace
+) -> int:
+    """Run a command's handler; a CommandError becomes its one line and its exit status."""
+    try:
+        return int(handler(args) or 0)
+    except CommandError as exc:
+        print_error(command, exc)
+        return exc.status
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its usage errors on one line (and the --help hint) instead of the usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(USAGE_ERROR)

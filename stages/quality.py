@@ -1,0 +1,362 @@
+"""Clip quality (issue 13): is a clip fit to caption and to train on, and if not, why.
+
+The stage runs while a clip's 16 frames are in memory (no second decode) and stores what it
+measured, so that decisions can be re-taken later from the stored values alone
+(`animegamer quality-calibrate`):
+- `quality_luma_mean`, `quality_luma_peak`: per frame, the mean and the 99th percentile of the
+  grey level (0-255) at 60x90 — black frames, fades and flashes are read from these;
+- `quality_text_area`: the largest share of a sampled frame that a real text detector (PP-OCRv4
+  detection, ONNX, CPU) marks as text — title cards, credits, burned-in subtitles;
+- `quality_hashes`: 64-bit perceptual hashes of a few frames — near-duplicates across clips and
+  films are found from these by a dataset-level pass (pipeline/quality.py).
+
+`clip_reasons` is the one function that turns stored values into reject reasons; `decision`
+adds the dataset-level ones (duplicates, and whatever a later pass such as manual review adds).
+docs/quality.md gives every rule, unit and threshold, and the figures measured on the sample.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from core.record import STATUS_OK, Clip
+from core.settings import ConfigError, Settings
+from stages.base import ClipStage, register_clip_stage
+
+# Reasons, in the order they are listed on a clip. A later pass may add its own (review).
+ERROR, BLACK, FADE, FLASH, TEXT, STATIC, DUPLICATE = (
+    "error",
+    "black",
+    "fade",
+    "flash",
+    "text",
+    "static",
+    "duplicate",
+)
+REASONS = (ERROR, BLACK, FADE, FLASH, TEXT, STATIC, DUPLICATE)
+
+LUMA_SIZE = (60, 90)  # (h, w) grey copy the brightness values are measured on
+HASH_INPUT_SIZE = (120, 180)  # (h, w) grey copy a hashed frame is shrunk from
+HASH_SIDE = 32  # frames are shrunk to 32x32 grey for the DCT of the perceptual hash
+TEXT_MODEL_PACKAGE = "rapidocr_onnxruntime"
+TEXT_MODEL_FILE = "models/ch_PP-OCRv4_det_infer.onnx"
+
+
+@dataclass
+class QualityConfig(Settings):
+    """What the quality stage measures (changing these changes stored values: clips are redone)."""
+
+    enabled: bool = True
+    """Measure clip quality while clips are cut; off: every clip is usable, nothing measured."""
+    text_model: str | None = None
+    """PP-OCRv4 text detection model (ONNX). None: the one shipped inside the rapidocr-onnxruntime
+    package (ch_PP-OCRv4_det_infer.onnx, 4.7 MB); or a path to such a file."""
+    text_frames: list[int] = field(default_factory=lambda: [8])
+    """Frames of the clip (0-15) the text detector looks at, in one batch. The middle frame by
+    default: a subtitle on screen at the clip's middle is seen; each further frame costs about
+    as much again (the detector is most of the stage's time; docs/quality.md)."""
+    text_width: int = 256
+    """Frames are shrunk to this width for text detection (the height follows the clip's aspect;
+    both are rounded to multiples of 32, as the detector needs: 160x256). It finds a 20-pixel
+    subtitle of a 480x720 frame and the sample's small title card; 224 misses the title card,
+    128x192 most subtitles (docs/quality.md)."""
+    text_pixel_probability: float = 0.3
+    """A pixel is text when the detector's probability exceeds this (PP-OCR's own default)."""
+    hash_frames: list[int] = field(default_factory=lambda: [0, 5, 10, 15])
+    """Frames of the clip whose perceptual hashes are stored for near-duplicate search."""
+
+    def validate(self) -> None:
+        for name in ("text_frames", "hash_frames"):
+            positions = getattr(self, name)
+            if not positions or any(p < 0 for p in positions):
+                raise ConfigError(
+                    f"quality.{name}={positions}: give one or more frame positions (0-15)"
+                )
+
+
+@dataclass
+class RejectConfig(Settings):
+    """Thresholds that turn stored quality values into decisions. They change no stored value:
+    `animegamer quality-calibrate` re-applies them to a dataset folder without recomputing."""
+
+    black_luma: float = 32.0
+    """A frame is black when 99 % of its pixels are at most this grey level (0-255)."""
+    black_max_frames: int = 2
+    """A clip is `black` when its first frame is black or more than this many of its frames are."""
+    fade_min_ratio: float = 1.6
+    """A clip is `fade` when its first or last frame is this many times darker (mean grey + 4)
+    than the clip's median frame and the brightness climbs from it to the median steadily."""
+    fade_min_steadiness: float = 0.7
+    """Share of the climb to the median that goes up (climb / sum of |steps|): 1.0 is a perfectly
+    steady fade; a flicker or a dark object crossing the picture is lower."""
+    flash_min_jump: float = 48.0
+    """A clip is `flash` when one frame is brighter than both neighbours by at least this many grey
+    levels (mean). Negative: never."""
+    text_max_area: float = 0.004
+    """A clip is `text` when a sampled frame has more than this share of its pixels marked as text.
+    A one-line subtitle at 720 pixels covers about 0.013, the SINTEL logo 0.015, real shots 0."""
+    reject_static: bool = False
+    """Also reject clips whose every frame pair is a held drawing (motion scope 0): `static`.
+    Off by default: limited animation holds drawings, and level 1 needs still shots."""
+    duplicate_max_distance: float = 12.0
+    """Two clips are near-duplicates when the mean Hamming distance of their frame hashes (64
+    bits each) is at most this. Measured: a copy re-encoded at a third of the size, crf 32, a
+    little brighter, is 7.5 to 9.5 away; different shots are 24 or more (docs/quality.md)."""
+    duplicate_within_film: bool = True
+    """Also look for duplicates inside one film (recaps, flashbacks, reused animation); clips of
+    the same scene are never compared (a long still shot is not a duplicate of itself)."""
+
+
+# ----------------------------------------------------------------------------- measurements
+
+
+def small_grey(frame: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """One RGB frame as grey at `size` (h, w).
+
+    Bilinear shrinking samples rather than averages: a fifth of the cost of area averaging, which
+    matters at 16 frames per clip; the brightness values are statistics over thousands of such
+    samples, and the hash averages its input further down to 32x32."""
+    small = cv2.resize(frame, size[::-1], interpolation=cv2.INTER_LINEAR)
+    return cv2.cvtColor(small, cv2.COLOR_RGB2GRAY)
+
+
+def luma_series(frames: np.ndarray) -> tuple[list[float], list[float]]:
+    """Per frame: mean and 99th-percentile grey level (0-255), measured at LUMA_SIZE. The
+    percentile is the pixel value 1 % of the pixels are brighter than (no interpolation)."""
+    flat = np.stack([small_grey(f, LUMA_SIZE) for f in frames]).reshape(len(frames), -1)
+    k = int(0.99 * (flat.shape[1] - 1))
+    peaks = np.partition(flat, k, axis=1)[:, k]  # a partial sort: the percentile's cost halved
+    return [round(float(m), 3) for m in flat.mean(axis=1)], [float(p) for p in peaks]
+
+
+def perceptual_hash(frame: np.ndarray) -> int:
+    """64-bit DCT hash (pHash) of one RGB frame: the signs of the 8x8 lowest frequencies of a
+    32x32 grey copy against their median. Global gain and offset, rescaling and re-encoding
+    barely move it."""
+    grey = small_grey(frame, HASH_INPUT_SIZE)
+    small = cv2.resize(grey, (HASH_SIDE, HASH_SIDE), interpolation=cv2.INTER_AREA)
+    low = cv2.dct(small.astype(np.float32))[:8, :8].flatten()
+    bits = low > np.median(low[1:])  # the DC term (overall brightness) does not set the median
+    return int(np.packbits(bits).view(">i8")[0])
+
+
+def hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Bitwise distance of int64 hashes (broadcasting)."""
+    return np.bitwise_count(np.bitwise_xor(a, b))
+
+
+class TextDetector:
+    """PP-OCRv4 text detection (a DB network) through onnxruntime, one thread, detection only.
+
+    `areas(frames)` gives, per RGB frame, the share of its pixels whose text probability exceeds
+    the threshold. The frames of a call go through the network as one batch.
+    """
+
+    def __init__(self, model: str | None, width: int, probability: float, aspect: float = 1.5):
+        self.path = resolve_text_model(model)
+        self.width = _multiple_of_32(width)
+        self.height = _multiple_of_32(width / aspect)
+        self.probability = probability
+        self.name = f"ppocrv4-det:{self.path.stem}@{self.height}x{self.width}:p{probability:g}"
+        self._session: Any = None
+
+    def load(self) -> None:
+        self._session = _session(str(self.path))
+
+    def areas(self, frames: Sequence[np.ndarray]) -> list[float]:
+        if self._session is None:
+            self.load()
+        batch = np.stack([self._input(f) for f in frames])
+        [probability] = self._session.run(None, {self._session.get_inputs()[0].name: batch})
+        return [float((p[0] > self.probability).mean()) for p in probability]
+
+    def _input(self, frame: np.ndarray) -> np.ndarray:
+        # PP-OCR models are trained on BGR scaled to [-1, 1], channels first
+        small = cv2.resize(frame, (self.width, self.height), interpolation=cv2.INTER_AREA)
+        bgr = small[..., ::-1].astype(np.float32) / 127.5 - 1.0
+        return np.ascontiguousarray(bgr.transpose(2, 0, 1))
+
+
+@functools.cache
+def _session(path: str):
+    """One inference session per model file and process: building one takes about half a
+    second, and a worker process runs many segments, each with its own stage objects."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    # one pipeline worker per core already: the detector's own threads would oversubscribe
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def resolve_text_model(model: str | None) -> Path:
+    if model:
+        path = Path(model)
+        if not path.is_file():
+            raise QualityError(f"quality.text_model={model}: no such file")
+        return path
+    spec = importlib.util.find_spec(TEXT_MODEL_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise QualityError(
+            "quality.text_model is not set and the rapidocr-onnxruntime package, which ships the "
+            "PP-OCRv4 detection model, is not installed: install it (requirements.lock) or set "
+            "quality.text_model to a ch_PP-OCRv4_det_infer.onnx file"
+        )
+    path = Path(spec.origin).parent / TEXT_MODEL_FILE
+    if not path.is_file():
+        raise QualityError(f"{path}: the text detection model is missing from rapidocr-onnxruntime")
+    return path
+
+
+def _multiple_of_32(value: float) -> int:
+    return max(32, int(round(value / 32)) * 32)
+
+
+class QualityError(ValueError):
+    """A clip cannot be measured, or the quality configuration is unusable."""
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+def is_black(peak: float, thresholds: RejectConfig) -> bool:
+    return peak <= thresholds.black_luma
+
+
+def is_fade(means: Sequence[float], thresholds: RejectConfig) -> bool:
+    """A fade from or to dark: the first (or last) frame is darker than the clip's median
+    brightness by fade_min_ratio, and the brightness climbs from it to the median steadily (no
+    single step makes half the climb: that would be a cut, not a fade)."""
+    m = np.asarray(means, dtype=float) + 4.0  # +4: the ratio of two near-black frames is noise
+    median = float(np.median(m))
+    for series in (m, m[::-1]):  # fade in from the start, fade out towards the end
+        if median / series[0] < thresholds.fade_min_ratio:
+            continue
+        climb = series[: int(np.argmax(series >= median)) + 1]
+        rise = climb[-1] - climb[0]
+        steps = np.diff(climb)
+        steady = rise >= thresholds.fade_min_steadiness * float(np.abs(steps).sum())
+        if steady and float(steps.max(initial=0.0)) <= 0.5 * rise:
+            return True
+    return False
+
+
+def has_flash(means: Sequence[float], thresholds: RejectConfig) -> bool:
+    if thresholds.flash_min_jump < 0 or len(means) < 3:
+        return False
+    m = np.asarray(means)
+    jump = m[1:-1] - np.maximum(m[:-2], m[2:])
+    return bool((jump >= thresholds.flash_min_jump).any())
+
+
+def clip_reasons(row: Mapping, thresholds: RejectConfig) -> list[str]:
+    """The reasons a clip is unfit, from its own stored values (no other clip needed).
+
+    `row` is a shard row (or a Clip's `to_row()`); absent measurements give no reason."""
+    reasons = []
+    if row.get("status", STATUS_OK) != STATUS_OK:
+        reasons.append(ERROR)
+    peaks, means = row.get("quality_luma_peak"), row.get("quality_luma_mean")
+    if peaks:
+        black = [is_black(p, thresholds) for p in peaks]
+        if black[0] or sum(black) > thresholds.black_max_frames:
+            reasons.append(BLACK)
+    if means and BLACK not in reasons and is_fade(means, thresholds):
+        reasons.append(FADE)
+    if means and has_flash(means, thresholds):
+        reasons.append(FLASH)
+    area = row.get("quality_text_area")
+    if area is not None and area > thresholds.text_max_area:
+        reasons.append(TEXT)
+    if thresholds.reject_static and row.get("motion_scope") == 0.0:
+        reasons.append(STATIC)
+    return reasons
+
+
+def decision(
+    reasons: Sequence[str], duplicate_of: str | None = None, extra: Sequence[str] = ()
+) -> tuple[bool, list[str]]:
+    """(usable, reject_reasons) from a clip's own reasons, the dataset-level duplicate, and
+    reasons decided outside the stored values (`extra`, e.g. a manual review's `review`)."""
+    reasons = list(reasons)
+    if duplicate_of is not None and DUPLICATE not in reasons:
+        reasons.append(DUPLICATE)
+    reasons += [r for r in extra if r not in reasons]
+    return not reasons, reasons
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class QualityStage(ClipStage):
+    """Fills the quality_* values of a clip, and its usable / reject_reasons from them with
+    `reject` (default thresholds unless given). In the pipeline the decision is taken again
+    where every stage has run (a clip that fails later is unusable too) and by the dataset pass,
+    which adds duplicates; both use `clip_reasons`."""
+
+    name = "quality"
+
+    def __init__(self, config: QualityConfig | None = None, reject: RejectConfig | None = None):
+        self.config = config or QualityConfig()
+        self.reject = reject or RejectConfig()
+        self.detector: TextDetector | None = None
+        if self.config.enabled:
+            self.config.validate()
+            self.detector = TextDetector(
+                self.config.text_model, self.config.text_width, self.config.text_pixel_probability
+            )  # cheap: finds the model file, loads nothing
+
+    def setup(self) -> None:
+        cv2.setNumThreads(1)  # one worker per core already: OpenCV's threads would oversubscribe
+        if self.detector is not None:
+            self.detector.load()
+
+    def process(self, clip: Clip) -> Clip:
+        if not self.config.enabled:
+            return clip
+        if clip.frames is None:
+            raise QualityError(
+                f"clip {clip.clip_id}: quality needs the in-memory frames (clip.frames is None)"
+            )
+        assert self.detector is not None  # built whenever the stage is enabled
+        frames = clip.frames
+        clip.quality_luma_mean, clip.quality_luma_peak = luma_series(frames)
+        clip.quality_text_area = max(
+            self.detector.areas([frames[_at(i, frames)] for i in self.config.text_frames])
+        )
+        clip.quality_hashes = [perceptual_hash(frames[_at(i, frames)]) for i in self.hash_frames]
+        clip.quality_version = self.version
+        clip.usable, clip.reject_reasons = decision(clip_reasons(clip.to_row(), self.reject))
+        return clip
+
+    @property
+    def hash_frames(self) -> list[int]:
+        return self.config.hash_frames
+
+    @property
+    def version(self) -> str:
+        """What quality_version stores: how the values were measured."""
+        hashes = ",".join(map(str, self.config.hash_frames))
+        texts = ",".join(map(str, self.config.text_frames))
+        detector = self.detector.name if self.detector else "no-text-detector"
+        return f"luma{LUMA_SIZE[0]}x{LUMA_SIZE[1]};{detector}:f{texts};phash64:f{hashes}"
+
+
+def _at(position: int, frames: np.ndarray) -> int:
+    return min(position, len(frames) - 1)
+
+
+@register_clip_stage("quality", section="quality", order=50)
+def quality_stage(settings: QualityConfig) -> ClipStage | None:
+    """After motion (the static reason reads its scope), before encode (which releases the
+    frames)."""
+    return QualityStage(settings) if settings.enabled else None

@@ -1,0 +1,444 @@
+"""Clip quality (issue 13): the real sample film, and synthetic video made here from its frames.
+
+What is rejected and why is printed by the sample-film test (run pytest with -s to read it)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from conftest import SINTEL, ScriptedEngine, _texture, answer_well, local_config
+
+from core.record import Clip
+from pipeline.cli import main as cli_main
+from pipeline.explore import open_dataset
+from pipeline.ip import load_ip
+from pipeline.report import build_report
+from pipeline.runner import run_films
+from stages.captioning.stage import CaptionConfig
+from stages.motion import MotionConfig, MotionScope
+from stages.quality import (
+    QualityStage,
+    RejectConfig,
+    clip_reasons,
+    hamming,
+    has_flash,
+    is_fade,
+)
+from trainer.data import ClipCatalog
+
+THRESHOLDS = RejectConfig()
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def sintel_frames(indices: list[int]) -> dict[int, np.ndarray]:
+    """Frames of the sample film, letterbox removed, as 480x720 RGB."""
+    wanted, found = set(indices), {}
+    with av.open(str(SINTEL)) as container:
+        for i, frame in enumerate(container.decode(video=0)):
+            if i in wanted:
+                picture = frame.to_ndarray(format="rgb24")[58:422]
+                found[i] = cv2.resize(picture, (720, 480), interpolation=cv2.INTER_AREA)
+            if len(found) == len(wanted):
+                break
+    return found
+
+
+def write_film(path: Path, shots, size=(240, 360), fps=24, crf=18, gain=1.0, offset=0.0) -> Path:
+    """A film of `shots`: (picture, frames) pairs; each picture pans 1 px a frame. The whole film
+    can be brightened (`gain`, `offset`) and encoded at any size and quality."""
+    height, width = size
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = {"crf": str(crf), "preset": "ultrafast", "g": "24"}
+        for picture, count in shots:
+            small = cv2.resize(picture, (width, height), interpolation=cv2.INTER_AREA)
+            for k in range(count):
+                frame = np.roll(small, k, axis=1).astype(np.float32) * gain + offset
+                image = np.clip(frame, 0, 255).astype(np.uint8)
+                for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                    container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def make_clip(frames: np.ndarray) -> Clip:
+    return Clip(
+        clip_id="test",
+        film_id="film",
+        film_name="film",
+        ip="generic",
+        segment_index=0,
+        scene_index=0,
+        clip_index=0,
+        start_frame=0,
+        end_frame=48,
+        start_time=0.0,
+        end_time=2.0,
+        frame_indices=list(range(0, 48, 3)),
+        crop_x=0,
+        crop_y=0,
+        crop_w=720,
+        crop_h=480,
+        height=480,
+        width=720,
+        num_frames=16,
+        fps=8.0,
+        source_fps=24.0,
+        frames=frames,
+    )
+
+
+@pytest.fixture(scope="module")
+def quality_stage() -> QualityStage:
+    stage = QualityStage()
+    stage.setup()
+    return stage
+
+
+@pytest.fixture(scope="module")
+def shots() -> dict[int, np.ndarray]:
+    return sintel_frames([150, 580, 700, 850, 940])
+
+
+@pytest.fixture(scope="module")
+def sintel_out(tmp_path_factory) -> Path:
+    """A dataset folder made by `run_films` (the dataset command's path) from the sample film."""
+    out = tmp_path_factory.mktemp("quality_sintel")
+    [result] = run_films([SINTEL], out, local_config(), load_ip(None))
+    assert result.ok, result.message
+    return out
+
+
+def manifest_of(out: Path) -> pd.DataFrame:
+    return open_dataset(out).manifest
+
+
+# ------------------------------------------------------------------ the sample film
+
+
+def test_sample_film_keeps_real_shots_and_rejects_black_title_logo_and_credits(sintel_out):
+    m = manifest_of(sintel_out)
+    for row in m.itertuples():
+        print(
+            f"{row.start_time:6.2f}s [{row.start_frame:4d},{row.end_frame:4d}) "
+            f"{'usable' if row.usable else 'REJECTED ' + ','.join(row.reject_reasons)} "
+            f"text {row.quality_text_area:.4f}"
+        )
+    at = {round(r.start_time, 1): r for r in m.itertuples()}
+    title = at[9.3]  # "the Blender Foundation presents" on black, fading out
+    assert not title.usable and "text" in title.reject_reasons and "black" in title.reject_reasons
+    logos = [r for r in m.itertuples() if 42.0 <= r.start_time < 47.0]  # SINTEL logo on black
+    assert len(logos) == 2 and all("text" in r.reject_reasons for r in logos)
+    credits = at[48.5]
+    assert credits.reject_reasons == ["text"] and credits.quality_text_area > 0.05
+    opening = at[1.5]  # the opening shot fading in from black over 4 s
+    assert "fade" in opening.reject_reasons
+    kept = m[m["usable"]]
+    assert len(kept) >= 6  # the fog, the city, the flight and the desert shots
+    assert (kept["quality_text_area"] == 0.0).all()
+    assert {131, 571, 823, 871, 919} <= set(kept["start_frame"])
+    assert at[28.4].reject_reasons == ["fade"]  # the flight shot, fading in from dark
+    # a kept clip never starts on (or holds more than two) black frames
+    for row in kept.itertuples():
+        black = [p <= THRESHOLDS.black_luma for p in row.quality_luma_peak]
+        assert not black[0] and sum(black) <= THRESHOLDS.black_max_frames
+    assert m["duplicate_of"].isna().all()  # 14 different shots: no duplicate
+    summary = json.loads(next(sintel_out.glob("*/summary.json")).read_text())["quality"]
+    assert summary["usable"] == len(kept) and summary["rejected"] == len(m) - len(kept)
+    counts = pd.Series([r for rs in m["reject_reasons"] for r in rs]).value_counts().to_dict()
+    assert summary["by_reason"] == counts
+    assert summary["duplicates_checked"] is True
+
+
+def test_black_runs_are_scene_boundaries_and_close_cuts_are_kept_on_the_sample(sintel_out):
+    summary = json.loads(next(sintel_out.glob("*/summary.json")).read_text())
+    starts = [s for s, _ in summary["scenes"]]
+    assert summary["black_frames"] > 200  # about 10 s of the trailer is black: counted
+    assert 35 in starts  # the opening's black ends at frame 34: the first window starts at 35
+    assert manifest_of(sintel_out)["start_frame"].iloc[0] == 35
+    short = [b - a for a, b in summary["scenes"] if b - a < 15]
+    assert len(short) >= 5  # shots under 15 frames are scenes of their own, not swallowed
+    m = manifest_of(sintel_out)
+    for row in m.itertuples():
+        assert not [c for c in starts if row.start_frame < c < row.end_frame], row.clip_id
+
+
+def test_different_shots_of_one_scene_are_far_apart(sintel_out):
+    """The flight scene's shots (frames 682-769 and 775-1014) and the desert's clips are
+    different pictures of one place: their hashes are far from the duplicate threshold."""
+    m = manifest_of(sintel_out)
+    kept = m[m["usable"]]
+    hashes = np.stack([np.asarray(h, np.int64) for h in kept["quality_hashes"]])
+    distance = hamming(hashes[:, None, :], hashes[None, :, :]).mean(axis=2)
+    off_diagonal = distance[~np.eye(len(kept), dtype=bool)]
+    assert off_diagonal.min() > 1.5 * THRESHOLDS.duplicate_max_distance
+
+
+# ------------------------------------------------------------------ cuts close together
+
+
+def test_cuts_1_to_15_frames_apart_all_split(tmp_path, shots):
+    """Real shots of the sample separated by synthetic inserts of 1 to 15 frames: every cut
+    starts a scene, no clip spans one, and each 2.5-s real shot gives exactly one clip."""
+    rng = np.random.default_rng(3)
+    pictures = list(shots.values())
+    sequence, cuts, frame = [], [], 0
+    for k in range(1, 16):
+        sequence.append((pictures[k % len(pictures)], 60))
+        insert = cv2.resize(_texture(rng, (240, 360), k), (720, 480))
+        sequence.append((insert, k))
+        cuts += [frame + 60, frame + 60 + k]
+        frame += 60 + k
+    sequence.append((pictures[0], 60))
+    film = write_film(tmp_path / "fast_cuts.mp4", sequence)
+    [result] = run_films([film], tmp_path / "out", local_config(), load_ip(None))
+    starts = [s for s, _ in result.summary.scenes]
+    assert set(cuts) <= set(starts), sorted(set(cuts) - set(starts))
+    m = manifest_of(tmp_path / "out")
+    for row in m.itertuples():
+        assert not [c for c in cuts if row.start_frame < c < row.end_frame]
+    assert len(m) == 16
+
+
+# ------------------------------------------------------------------ fades, flashes, motion
+
+
+def _ramp(picture: np.ndarray, gains) -> np.ndarray:
+    return np.stack([np.clip(picture * g, 0, 255).astype(np.uint8) for g in gains])
+
+
+def test_fades_from_and_to_black_are_rejected_but_cuts_and_steady_shots_are_not(shots):
+    picture = shots[580].astype(np.float32)
+    means = lambda frames: [float(f.mean()) for f in frames]  # noqa: E731
+    fade_in = _ramp(picture, np.linspace(0.15, 1.0, 16))
+    assert is_fade(means(fade_in), THRESHOLDS)
+    assert is_fade(means(fade_in[::-1]), THRESHOLDS)  # fade out
+    assert not is_fade(means(_ramp(picture, np.ones(16))), THRESHOLDS)
+    cut = _ramp(picture, [0.2] * 8 + [1.0] * 8)  # a dark shot cut to a bright one
+    assert not is_fade(means(cut), THRESHOLDS)
+    flash = _ramp(picture, [1.0] * 7 + [3.0] + [1.0] * 8)
+    assert has_flash(means(flash), THRESHOLDS) and not has_flash(means(fade_in), THRESHOLDS)
+
+
+def test_stage_rejects_a_black_start_and_a_fade(quality_stage, shots):
+    picture = shots[850].astype(np.float32)
+    black_start = _ramp(picture, [0.0] + [1.0] * 15)
+    assert quality_stage.process(make_clip(black_start)).reject_reasons == ["black"]
+    fade = quality_stage.process(make_clip(_ramp(picture, np.linspace(0.2, 1.0, 16))))
+    assert fade.reject_reasons == ["fade"] and not fade.usable
+    steady = quality_stage.process(make_clip(_ramp(picture, np.ones(16))))
+    assert steady.usable and steady.reject_reasons == [] and len(steady.quality_hashes) == 4
+
+
+def test_brightness_changes_do_not_inflate_motion_scope(shots):
+    stage = MotionScope(MotionConfig())
+    stage.setup()
+    picture = shots[700].astype(np.float32)
+    still = _ramp(picture, np.linspace(0.75, 1.0, 16))  # a still shot brightening by a third
+    assert stage.measure(still).scope == 0.0
+    pan = np.stack([np.roll(picture, 4 * k, axis=1) for k in range(16)])
+    steady = stage.measure(np.clip(pan, 0, 255).astype(np.uint8)).scope
+    gains = np.linspace(0.75, 1.0, 16)
+    brightening = np.stack([np.clip(f * g, 0, 255) for f, g in zip(pan, gains)])
+    brightening = stage.measure(brightening.astype(np.uint8)).scope
+    assert brightening == pytest.approx(steady, rel=0.15)
+
+
+# ------------------------------------------------------------------ text
+
+
+def test_subtitles_drawn_on_real_frames_are_text(quality_stage, shots):
+    for picture in shots.values():
+        plain = quality_stage.process(make_clip(np.stack([picture] * 16)))
+        assert plain.quality_text_area <= THRESHOLDS.text_max_area and plain.usable
+        subtitled = picture.copy()
+        cv2.putText(
+            subtitled,
+            "I have been looking for you",
+            (160, 445),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            0.9,
+            (255, 255, 255),
+            2,
+            cv2.LINE_AA,
+        )
+        clip = quality_stage.process(make_clip(np.stack([subtitled] * 16)))
+        assert clip.reject_reasons == ["text"], clip.quality_text_area
+
+
+def test_scrolling_credits_are_text(quality_stage):
+    page = np.zeros((1400, 720, 3), np.uint8)
+    for line in range(30):
+        cv2.putText(
+            page,
+            f"Character animator {line}  ...  A. Person",
+            (120, 60 + 45 * line),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            0.8,
+            (230, 230, 230),
+            2,
+            cv2.LINE_AA,
+        )
+    frames = np.stack([page[12 * k : 12 * k + 480] for k in range(16)])  # rolling up 12 px
+    clip = quality_stage.process(make_clip(frames))
+    assert "text" in clip.reject_reasons and clip.quality_text_area > 0.02
+
+
+# ------------------------------------------------------------------ duplicates across films
+
+
+def _episodes(tmp_path: Path, shots) -> list[Path]:
+    """Two episodes sharing a 3-shot opening; the second's is re-encoded smaller, at a lower
+    quality and a little brighter. Each then has two shots of its own (synthetic textures)."""
+    rng = np.random.default_rng(11)
+    opening = [(shots[i], 60) for i in (580, 700, 850)]
+    own = [
+        [(cv2.resize(_texture(rng, (240, 360), s), (720, 480)), 60) for s in (1, 2)],
+        [(cv2.resize(_texture(rng, (240, 360), s), (720, 480)), 60) for s in (3, 4)],
+    ]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    first = write_film(tmp_path / "ep01.mp4", opening + own[0], size=(240, 360), crf=18)
+    second = write_film(
+        tmp_path / "ep02.mp4", opening + own[1], size=(160, 240), crf=32, gain=1.05, offset=4
+    )
+    return [first, second]
+
+
+def _duplicates(out: Path) -> dict[tuple[str, int], tuple[str, int] | None]:
+    m = manifest_of(out)
+    where = {r.clip_id: (r.film_name, r.start_frame) for r in m.itertuples()}
+    return {
+        (r.film_name, r.start_frame): where.get(r.duplicate_of) if r.duplicate_of else None
+        for r in m.itertuples()
+    }
+
+
+def test_a_shared_opening_is_a_duplicate_in_the_second_episode_whatever_the_order(tmp_path, shots):
+    first, second = _episodes(tmp_path / "films", shots)
+    together = tmp_path / "together"
+    results = run_films([second, first], together, local_config(), load_ip(None))
+    assert all(r.ok for r in results)
+    duplicates = _duplicates(together)
+    opening_starts = [0, 60, 120]
+    for start in opening_starts:
+        assert duplicates[("ep02", start)] == ("ep01", start)
+        assert duplicates[("ep01", start)] is None
+    assert all(duplicates[(name, s)] is None for name in ("ep01", "ep02") for s in (180, 240))
+    # a film added later to the folder is compared with what is there, and the same copy is kept
+    later = tmp_path / "later"
+    run_films([second], later, local_config(), load_ip(None))
+    assert all(v is None for v in _duplicates(later).values())
+    run_films([first], later, local_config(), load_ip(None))
+    assert _duplicates(later) == duplicates
+    rows = manifest_of(later)
+    assert (rows["usable"] == rows["duplicate_of"].isna()).all()
+
+
+# ------------------------------------------------------------------ re-thresholding, consumers
+
+
+def test_quality_calibrate_rewrites_decisions_from_stored_values(sintel_out, tmp_path, capsys):
+    out = tmp_path / "ds"
+    shutil.copytree(sintel_out, out)
+    before = manifest_of(out)
+    [shard] = list(out.glob("*/shards/*.parquet"))
+    videos = pq.read_table(shard, columns=["clip_id", "video"]).to_pylist()
+    assert cli_main(["quality-calibrate", str(out), "--set", "reject.text_max_area=1.0"]) == 0
+    after = manifest_of(out)
+    assert not any("text" in rs for rs in after["reject_reasons"])
+    credits = after[after["start_time"].round(1) == 48.5].iloc[0]
+    assert credits["usable"] and credits["caption_status"] == "pending"
+    assert json.loads((out / "quality.json").read_text())["thresholds"]["text_max_area"] == 1.0
+    assert pq.read_table(shard, columns=["clip_id", "video"]).to_pylist() == videos
+    summary = json.loads(next(out.glob("*/summary.json")).read_text())["quality"]
+    assert "text" not in summary["by_reason"] and summary["usable"] == int(after["usable"].sum())
+    assert cli_main(["quality-calibrate", str(out), "--defaults"]) == 0
+    again = manifest_of(out)
+    columns = ["clip_id", "usable", "reject_reasons", "duplicate_of", "caption_status"]
+    for frame in (again, before):
+        frame["reject_reasons"] = frame["reject_reasons"].apply(list)
+    assert again[columns].to_dict("records") == before[columns].to_dict("records")
+    capsys.readouterr()
+    assert cli_main(["quality-calibrate", str(out), "--set", "motion.backend=dis"]) == 2
+    error = capsys.readouterr().err
+    assert "only reject.*" in error and error.count("\n") == 1  # one line, on stderr
+
+
+def test_captioning_skips_unusable_clips(sintel_out, tmp_path):
+    from pipeline.caption_films import caption_film
+
+    out = tmp_path / "ds"
+    shutil.copytree(sintel_out, out)
+    film_dir = next(p for p in out.iterdir() if p.is_dir())
+    before = manifest_of(out)
+    assert set(before[~before["usable"]]["caption_status"]) == {"skipped_unusable"}
+    assert set(before[before["usable"]]["caption_status"]) == {"pending"}
+    engine = ScriptedEngine(answer_well)
+    config = CaptionConfig(model="scripted-internvl", num_frames=8, frame_height=96)
+    summary = caption_film(film_dir, config, None, engine=engine)
+    after = manifest_of(out)
+    assert len(engine.requests) == int(before["usable"].sum())  # no characters: state only
+    assert summary["by_status"]["skipped_unusable"] == int((~before["usable"]).sum())
+    assert set(after[after["usable"]]["caption_status"]) == {"ok"}
+    included = replace(config, include_unusable=True)
+    engine = ScriptedEngine(answer_well)
+    caption_film(film_dir, included, None, engine=engine)
+    assert set(manifest_of(out)["caption_status"]) == {"ok"}
+
+
+def test_trainer_reads_only_usable_clips_unless_told(sintel_out):
+    m = manifest_of(sintel_out)
+    catalog = ClipCatalog([sintel_out])
+    trainable = [catalog.trainable(i) for i in range(len(catalog))]
+    assert sum(trainable) == int(m["usable"].sum()) and catalog.unusable == int(
+        (~m["usable"]).sum()
+    )
+    included = ClipCatalog([sintel_out], include_unusable=True)
+    assert all(included.trainable(i) for i in range(len(included)))
+
+
+def test_report_and_notebook_show_rejected_clips_by_reason(sintel_out):
+    dataset = open_dataset(sintel_out)
+    by_reason = dataset.rejected_by_reason()
+    assert by_reason == {"black": 1, "fade": 4, "text": 4} or set(by_reason) >= {"text", "fade"}
+    assert len(dataset.usable) + len(dataset.rejected) == len(dataset.manifest)
+    page = build_report(dataset)
+    assert "<h3>Rejected clips</h3>" in page
+    for reason, count in by_reason.items():
+        assert f'id="rejected-{reason}">{reason}: {count} clips' in page
+
+
+def test_clip_reasons_is_the_one_rule_for_stored_rows():
+    row = {
+        "status": "ok",
+        "quality_luma_mean": [100.0] * 16,
+        "quality_luma_peak": [200.0] * 16,
+        "quality_text_area": 0.0,
+        "motion_scope": 0.0,
+    }
+    assert clip_reasons(row, THRESHOLDS) == []
+    assert clip_reasons(row, RejectConfig(reject_static=True)) == ["static"]
+    assert clip_reasons({**row, "status": "error"}, THRESHOLDS) == ["error"]
+    assert clip_reasons({**row, "quality_text_area": 0.01}, THRESHOLDS) == ["text"]
+    unmeasured = {"status": "ok"}
+    assert clip_reasons(unmeasured, THRESHOLDS) == []
+
+
+def test_a_missing_text_model_is_a_clear_error(tmp_path):
+    from stages.quality import QualityConfig, QualityError
+
+    with pytest.raises(QualityError, match="quality.text_model=.*no such file"):
+        QualityStage(QualityConfig(text_model=str(tmp_path / "det.onnx")))
