@@ -56,7 +56,7 @@ def put_films(bucket: str) -> list[str]:
 
 def assert_same_outputs(remote_out: str, local_out) -> None:
     folders = sorted(p.name for p in local_out.iterdir() if p.is_dir())
-    assert storage.list_names(remote_out) == sorted([*folders, "dataset.json"])
+    assert storage.list_names(remote_out) == sorted([*folders, "dataset.json", "quality.json"])
     fs, _ = storage.filesystem(remote_out)
     for folder in folders:
         for name in OUTPUTS:
