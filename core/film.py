@@ -143,6 +143,8 @@ class FilmSummary(JsonRecord):
     crop: CropRecord | None = None
     segments: int = 0
     segments_reused: int = 0
+    # per segment: index, frames, clips, whether it was reused, the Ray node it ran on, seconds
+    segment_runs: list[dict[str, Any]] | None = None
     failed_segments: dict[Any, str] = field(default_factory=dict)  # segment index -> error
     scenes: list[list[int]] | None = None  # [start, stop) frame ranges
     segment_boundaries: list[int] = field(default_factory=list)
@@ -170,7 +172,7 @@ class FilmSummary(JsonRecord):
 class SegmentStats(JsonRecord):
     """What one segment produced: its DONE.json marker, and what `run_segment` returns."""
 
-    TRANSIENT: ClassVar[frozenset[str]] = frozenset({"skipped"})
+    TRANSIENT: ClassVar[frozenset[str]] = frozenset({"skipped", "ran_on"})
 
     segment: dict[str, Any] = field(default_factory=dict)  # asdict(Segment)
     clips_written: int = 0
@@ -187,6 +189,7 @@ class SegmentStats(JsonRecord):
     fingerprint: str | None = None
     ip: str | None = None
     skipped: bool = False  # reused from an earlier run
+    ran_on: dict[str, str] | None = None  # the node and host the executor ran it on
 
 
 @dataclass(frozen=True)

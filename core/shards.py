@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core import storage
 from core.film import SHARDS_DIR
 from core.io import publish
 from core.record import Clip
@@ -185,7 +186,7 @@ def read_clips(location: str | Path, columns: list[str] | None = None) -> Iterat
 CLIP_BATCH_ROWS = 16
 
 
-def check_schema_version(schema: pa.Schema, path: Path) -> None:
+def check_schema_version(schema: pa.Schema, path: Path | str) -> None:
     found = (schema.metadata or {}).get(b"animegamer.schema_version", b"").decode()
     if found.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
         raise ValueError(
@@ -224,14 +225,14 @@ def _row_bytes(row: dict) -> int:
 class RowLocation:
     """Where one clip's row lives: reading its media touches one row group, not a whole shard."""
 
-    shard: Path
+    shard: Path | str  # a local file, or an object's URL (read by byte range, core/storage.py)
     row_group: int
     row: int
 
 
-def locate_rows(shard: Path, columns: list[str]) -> Iterator[tuple[RowLocation, dict]]:
+def locate_rows(shard: Path | str, columns: list[str]) -> Iterator[tuple[RowLocation, dict]]:
     """Each row of a shard (its `columns` only) with its location, row group by row group."""
-    parquet = pq.ParquetFile(shard)
+    parquet = pq.ParquetFile(storage.open_input(shard))
     check_schema_version(parquet.schema_arrow, shard)
     for group in range(parquet.num_row_groups):
         rows = parquet.read_row_group(group, columns=columns).to_pylist()
@@ -241,5 +242,6 @@ def locate_rows(shard: Path, columns: list[str]) -> Iterator[tuple[RowLocation, 
 
 def read_group_column(location: RowLocation, column: str) -> list:
     """One column of the row group holding `location` (callers that walk neighbours cache it)."""
-    table = pq.ParquetFile(location.shard).read_row_group(location.row_group, columns=[column])
+    parquet = pq.ParquetFile(storage.open_input(location.shard))
+    table = parquet.read_row_group(location.row_group, columns=[column])
     return table.column(column).to_pylist()

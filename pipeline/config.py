@@ -44,9 +44,12 @@ class RunConfig(Settings):
     2 s there is dropped and counted as segment_tail, at most one clip per boundary."""
     num_cpus: int | None = None
     """CPUs for the embedded Ray; None lets Ray use the machine."""
-    decode_threads: int = 1
-    """Decoder threads of one segment task. Each task holds one CPU and the tasks fill the node,
-    so one is right; FFmpeg's own choice (0) starts one per core in every task."""
+    films_in_flight: int | None = None
+    """Films being probed, cut or finalized at once; None: twice the cluster's CPUs. Bounds the
+    driver's and the object store's memory on corpora of thousands of films."""
+    task_threads: int = 1
+    """Decoder, OpenCV and torch threads per task: tasks already run one per CPU, so more threads
+    per task would oversubscribe the node."""
     progress: bool = True
 
     def validate(self) -> None:

@@ -2,18 +2,23 @@
 
 `map(fn, jobs, total, desc)` calls `fn(job, report)` for each job and returns the results in job
 order; `report(n)` advances a progress bar by n units of work from wherever the job runs. A job
-that raises does not stop the others: its result is the exception, for the caller to record.
+that raises does not stop the others: its result is the exception, for the caller to record. A
+job's result with a `ran_on` field (or key) gets the Ray node id (or "local") and host name where
+it ran.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
@@ -23,52 +28,149 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class TaskResources:
+    """What one task asks the scheduler for: Ray places it only where these are free."""
+
+    cpus: float = 1.0
+    gpus: float = 0.0
+
+
+class _LocalTask:
+    def __init__(self, value):
+        self.value = value
+
+
 class LocalExecutor:
+    """Everything in this process: a submitted task runs at once, so `wait` finds it done."""
+
     name = "local"
 
     def __init__(self, progress: bool = True):
         self.progress = progress
+        self._bar: tqdm | None = None
+
+    def slots(self) -> int:
+        return 1
+
+    def shortfall(self, resources: TaskResources) -> str | None:
+        """Why a task asking `resources` could never run here (None: it can). In this process
+        a stage finds its own device."""
+        return None
+
+    def submit(self, fn: Callable, job, resources: TaskResources = TaskResources()) -> _LocalTask:
+        report = self._bar.update if self._bar is not None else _ignore
+        try:
+            return _LocalTask(_placed(fn(job, report), "local"))
+        except Exception as exc:  # recorded by the caller; other jobs go on
+            return _LocalTask(exc)
+
+    def wait(self, tasks: list) -> list:
+        return list(tasks)
+
+    def result(self, task: _LocalTask):
+        return task.value
+
+    @contextmanager
+    def progress_bar(self, desc: str) -> Iterator[tqdm]:
+        with _bar(0, desc, self.progress) as bar:
+            self._bar = bar
+            try:
+                yield bar
+            finally:
+                self._bar = None
 
     def map(self, fn: Callable, jobs: list, total: int, desc: str) -> list:
-        results = []
-        with _bar(total, desc, self.progress) as bar:
-            for job in jobs:
-                try:
-                    results.append(fn(job, bar.update))
-                except Exception as exc:  # recorded by the caller; other jobs go on
-                    results.append(exc)
-        return results
+        return map_jobs(self, fn, jobs, total, desc)
 
 
 class RayExecutor:
-    """Ray tasks, one CPU each. With RAY_ADDRESS set, joins that cluster; otherwise starts a
-    local Ray (the embedded default) the first time it is used."""
+    """Ray tasks, placed by their declared resources. With RAY_ADDRESS set, joins that cluster;
+    otherwise starts a local Ray (the embedded default) the first time it is used."""
 
     name = "ray"
 
     def __init__(self, num_cpus: int | None = None, progress: bool = True):
         self.num_cpus = num_cpus
         self.progress = progress
+        self._counter: Any = None  # the progress counter actor of the current run
+        self._bar: tqdm | None = None
+        self._remote: dict[TaskResources, Any] = {}
+
+    def slots(self) -> int:
+        """CPUs of the whole cluster: how many one-CPU tasks can run at once."""
+        return max(1, int(self._ray().cluster_resources().get("CPU", 1)))
+
+    def shortfall(self, resources: TaskResources) -> str | None:
+        """Why a task asking `resources` could never be placed on this cluster (Ray would wait
+        for it forever), or None."""
+        cluster = self._ray().cluster_resources()
+        if resources.gpus > cluster.get("GPU", 0):
+            return (
+                f"a segment task needs {resources.gpus:g} GPU(s); the Ray cluster has "
+                f"{cluster.get('GPU', 0):g}"
+            )
+        return None
+
+    def submit(self, fn: Callable, job, resources: TaskResources = TaskResources()):
+        ray = self._ray()
+        if resources not in self._remote:
+            # A task rewrites its own outputs from scratch, so re-running it after a lost worker
+            # is safe; exceptions raised by the job itself are not retried.
+            self._remote[resources] = ray.remote(
+                num_cpus=resources.cpus, num_gpus=resources.gpus, max_retries=1
+            )(_run_with_counter)
+        return self._remote[resources].remote(fn, job, self._counter)
+
+    def wait(self, tasks: list) -> list:
+        """The tasks that finished: back as soon as one does (its film's next step is submitted
+        at once), at the latest after half a second (the progress bar's tick)."""
+        ray = self._ray()
+        done, _ = ray.wait(list(tasks), num_returns=1, timeout=0.5)
+        if done:
+            done, _ = ray.wait(list(tasks), num_returns=len(tasks), timeout=0)
+        if self._counter is not None and self._bar is not None:
+            self._bar.update(ray.get(self._counter.take.remote()))
+        return done
+
+    def result(self, task):
+        return _result(self._ray(), task)
+
+    @contextmanager
+    def progress_bar(self, desc: str) -> Iterator[tqdm]:
+        ray = self._ray()
+        self._counter = _progress_counter(ray)
+        with _bar(0, desc, self.progress) as bar:
+            self._bar = bar
+            try:
+                yield bar
+                bar.update(ray.get(self._counter.take.remote()))
+            finally:
+                ray.kill(self._counter)  # one per run: never leave it idling in a worker
+                self._counter, self._bar = None, None
 
     def map(self, fn: Callable, jobs: list, total: int, desc: str) -> list:
-        ray = self._ray()
-        counter = _progress_counter(ray)
-        # A segment rewrites its own folder from scratch, so re-running it after a lost worker is
-        # safe; exceptions raised by the job itself are not retried.
-        remote_fn = ray.remote(num_cpus=1, max_retries=1)(_run_with_counter)
-        futures = [remote_fn.remote(fn, job, counter) for job in jobs]
-        with _bar(total, desc, self.progress) as bar:
-            pending = list(futures)
-            while pending:
-                _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
-                bar.update(ray.get(counter.take.remote()))
-            bar.update(ray.get(counter.take.remote()))
-        results = [_result(ray, f) for f in futures]
-        ray.kill(counter)  # one per map call: never leave it idling in a worker
-        return results
+        return map_jobs(self, fn, jobs, total, desc)
 
     def _ray(self):
         return init_ray(self.num_cpus)
+
+
+def map_jobs(executor, fn: Callable, jobs: list, total: int, desc: str) -> list:
+    """`fn(job, report)` for every job, all submitted at once; results (or exceptions) in job
+    order."""
+    with executor.progress_bar(desc) as bar:
+        bar.total = total
+        tasks = [executor.submit(fn, job) for job in jobs]
+        pending = list(tasks)
+        while pending:
+            finished = set(executor.wait(pending))
+            pending = [t for t in pending if t not in finished]
+    return [executor.result(task) for task in tasks]
+
+
+def _ignore(n: int) -> None:
+    pass
 
 
 def init_ray(num_cpus: int | None = None):
@@ -79,7 +181,10 @@ def init_ray(num_cpus: int | None = None):
         address = os.environ.get("RAY_ADDRESS")
         began = time.perf_counter()
         ray.init(
-            address=address or None,
+            # "local", not None: given None, Ray joins whatever cluster its address file names,
+            # and a `ray start` cluster that died without `ray stop` leaves that file behind
+            # (ray.init then waits forever on the dead address).
+            address=address or "local",
             num_cpus=None if address else num_cpus,
             include_dashboard=False,
             logging_level=logging.WARNING,
@@ -215,14 +320,28 @@ def _run_with_counter(fn, job, counter):
 
     def report(n: int) -> None:
         pending[0] += n
-        if pending[0] >= 256:  # batch the updates: one actor call per few hundred frames
+        if pending[0] >= 256 and counter is not None:  # one actor call per few hundred frames
             counter.add.remote(pending[0])
             pending[0] = 0
 
     try:
-        return fn(job, report)
+        import ray
+
+        return _placed(fn(job, report), ray.get_runtime_context().get_node_id())
     finally:
-        counter.add.remote(pending[0])
+        if counter is not None:
+            counter.add.remote(pending[0])
+
+
+def _placed(result, node: str):
+    """Record where a job ran (on results that have room for it: a `ran_on` field or key), so a
+    run's summary shows how the work spread over the cluster."""
+    where = {"node": node, "host": socket.gethostname()}
+    if isinstance(result, dict):
+        result["ran_on"] = where
+    elif hasattr(result, "ran_on"):
+        result.ran_on = where
+    return result
 
 
 def _progress_counter(ray):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -29,7 +30,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from core.film import MANIFEST_FILE, SHARDS_DIR, FilmFolder, FilmSummary, FolderError
+from core import storage
+from core.film import MANIFEST_FILE, SHARDS_DIR, SUMMARY_FILE, FilmFolder, FilmSummary, FolderError
 from core.schema import DROP_SCHEMA
 from core.shards import (
     RowLocation,
@@ -127,7 +129,10 @@ class Film:
 
 
 def open_dataset(path: str | Path) -> Dataset:
-    """Open a film folder (OUT/<film>) or a dataset folder (OUT, one sub-folder per film)."""
+    """Open a film folder (OUT/<film>) or a dataset folder (OUT, one sub-folder per film), local
+    or an fsspec URL (s3://...; its committed films are copied to a local cache and read there)."""
+    if storage.is_remote(path):
+        path = storage.mirror_committed(path, SUMMARY_FILE)
     root = Path(path).expanduser()
     if not root.exists():
         raise DatasetError(f"{root}: no such folder")
@@ -209,6 +214,19 @@ class Dataset:
         """One row per window that did not become a clip, with its reason."""
         tables = [film.drops_table for film in self.films]
         return _to_pandas(pa.concat_tables(tables, promote_options="default"))
+
+    @cached_property
+    def overview(self) -> dict:
+        """The corpus at a glance: films, clips, usable clips, drops, failures, hours of film and
+        stage seconds, in total and per film (OUT/dataset.json holds the same for a run)."""
+        from pipeline.corpus import DATASET_SUMMARY, summarize_films
+
+        summary = summarize_films([film.path for film in self.films])
+        path = self.root / DATASET_SUMMARY
+        if path.is_file():  # the films that failed before cutting have no folder to read
+            summary["failed_films"] = json.loads(path.read_text()).get("failed_films", [])
+            summary["films_failed"] = len(summary["failed_films"])
+        return summary
 
     @property
     def review_state(self) -> pd.DataFrame:

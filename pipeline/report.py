@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator, NullLocator
 
+from core import storage
 from core.film import CropRecord, FilmSummary
 from core.io import write_text_atomic
 from core.record import CAPTION_PENDING
@@ -61,13 +62,17 @@ class ReportOptions:
 
 def write_report(
     path: str | Path, out: str | Path | None = None, options: ReportOptions | None = None
-) -> Path:
+) -> str | Path:
     """Write the report of a film or dataset folder; returns the HTML file's path."""
     options = options or ReportOptions()
     dataset = select_films(open_dataset(path), options.ip)
-    out = Path(out) if out else default_report_path(dataset.root, options.ip)
-    write_text_atomic(build_report(dataset, options), out)
-    return out
+    local = Path(out) if out else default_report_path(dataset.root, options.ip)
+    write_text_atomic(build_report(dataset, options), local)
+    if storage.is_remote(path) and not out:  # beside the dataset it describes, as for a folder
+        remote = storage.join(path, local.name)
+        storage.upload(local, remote)
+        return remote
+    return local
 
 
 def default_report_path(root: Path, ip: str | None = None) -> Path:
@@ -89,6 +94,7 @@ def build_report(dataset: Dataset, options: ReportOptions | None = None) -> str:
     title = _report_title(dataset, options.ip)
     sections = []
     if len(dataset.films) > 1:
+        sections.append(_corpus_section(dataset))
         sections.append(_overview_section(dataset))
     sections += [_film_section(dataset, film, options) for film in dataset.films]
     sections.append(_distributions_section(dataset))
@@ -442,6 +448,35 @@ def _config(summary: FilmSummary) -> str:
 
 
 # ---------------------------------------------------------------- across the selected films
+
+
+def _corpus_section(dataset: Dataset) -> str:
+    """The whole corpus first: what a user of many films checks before any single film."""
+    overview = dataset.overview
+    stage_seconds = overview["stage_seconds"]
+    busy = sum(stage_seconds.values()) or 1.0
+    rows = [
+        ("films", f"{overview['films']} ({overview['films_complete']} complete)"),
+        ("IPs", ", ".join(overview["ips"]) or NOT_AVAILABLE),
+        ("hours of film", f"{overview['hours_of_film']:.2f}"),
+        ("clips", f"{overview['clips']} ({overview['clips_failed']} failed)"),
+        (
+            "usable clips",
+            NOT_AVAILABLE if overview["usable_clips"] is None else overview["usable_clips"],
+        ),
+        ("windows dropped", ", ".join(f"{k} {v}" for k, v in overview["drops"].items()) or "none"),
+        ("failed segments", overview["failed_segments"]),
+        (
+            "films that failed before cutting",
+            "; ".join(f["error"] for f in overview["failed_films"]) or "none",
+        ),
+        (
+            "worker seconds by stage",
+            ", ".join(f"{k} {v:.1f} s ({v / busy:.0%})" for k, v in stage_seconds.items()),
+        ),
+    ]
+    table = _table(["", ""], rows, show_header=False)
+    return f'<section id="corpus"><h2>Corpus</h2>{table}</section>'
 
 
 def _overview_section(dataset: Dataset) -> str:
@@ -809,7 +844,11 @@ def _data_uri(data: bytes, mime: str) -> str:
 
 
 def _contents(dataset: Dataset) -> str:
-    links = ['<a href="#overview">Films</a>'] if len(dataset.films) > 1 else []
+    links = (
+        ['<a href="#corpus">Corpus</a>', '<a href="#overview">Films</a>']
+        if len(dataset.films) > 1
+        else []
+    )
     links += [f'<a href="#{_anchor(f)}">{html.escape(f.slug)}</a>' for f in dataset.films]
     links.append('<a href="#distributions">Distributions</a>')
     return " &middot; ".join(links)

@@ -1,31 +1,51 @@
-"""Run the pipeline on films: probe, border crop, segments in parallel, then one finalize step.
+"""Run the pipeline on a corpus of films: every film's probe and border crop, its segments and its
+finalize step are tasks on the executor, all films scheduled together (a bounded number in
+flight), so a folder of short films keeps every CPU of a node or cluster busy. The driver only
+routes task results; a film's output never depends on the order in which its tasks finish.
 
 Output of a film: the folder OUT/<film_slug>/ that core/film.py describes (shards, manifest,
-drops, summary.json, and work/ while segments are under way).
+drops, summary.json, and work/ while segments are under way). OUT may be an fsspec URL: work is
+then done in local scratch folders and published with core/storage.py's commit rules.
 
 Reruns are safe: a complete film is skipped; an interrupted one redoes only the segments without
 a DONE marker, then finalizes again: shards, manifest and drops are byte for byte those of an
-uninterrupted run (summary.json differs only in its timings and segments_reused).
+uninterrupted run (summary.json differs only in its timings, segments_reused and where each
+segment ran).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.film import CropRecord, FilmFacts, FilmFolder, FilmSummary, FolderError, SegmentStats
+from core import storage
+from core.film import (
+    DONE_FILE,
+    SUMMARY_FILE,
+    WORK_DIR,
+    CropRecord,
+    FilmFacts,
+    FilmFolder,
+    FilmSummary,
+    FolderError,
+    SegmentStats,
+)
 from core.io import write_table_atomic
 from core.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from core.shards import ShardWriter, read_clips
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
-from pipeline.executor import make_executor
+from pipeline.corpus import write_dataset_summary
+from pipeline.executor import TaskResources, make_executor
 from pipeline.ip import IP
 from pipeline.manifest import write_manifest
-from pipeline.segments import SegmentJob, plan_segments, run_segment
+from pipeline.segments import Segment, SegmentJob, limit_threads, plan_segments, run_segment
+from stages.base import build_clip_stages
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
 from stages.quality import clip_reasons, decision
@@ -33,13 +53,45 @@ from stages.quality import clip_reasons, decision
 log = logging.getLogger(__name__)
 
 
+def _no_report(n: int) -> None:
+    pass
+
+
 @dataclass
 class FilmResult:
     path: str
-    film_dir: Path | None
+    film_dir: str | Path | None
     ok: bool
     message: str
     summary: FilmSummary | None = None
+
+
+@dataclass
+class PrepareJob:
+    path: str | Path
+    out_dir: str | Path
+    config: PipelineConfig
+    ip: IP
+
+
+@dataclass
+class FilmPlan:
+    """A probed film ready to be cut: its facts, crop box and segments."""
+
+    film: FilmInfo
+    crop: CropBox
+    film_dir: str | Path  # a local path or an fsspec URL
+    segments: list[Segment]
+    seconds: dict[str, float]
+
+
+@dataclass
+class FinalizeJob:
+    plan: FilmPlan
+    config: PipelineConfig
+    ip: IP
+    segment_results: list
+    started_at: float  # wall clock (time.time) when the film's first task was submitted
 
 
 def film_config(base: PipelineConfig, ip: IP, film_path: str | Path) -> PipelineConfig:
@@ -56,43 +108,63 @@ def film_config(base: PipelineConfig, ip: IP, film_path: str | Path) -> Pipeline
 
 
 def run_films(
-    paths: list[str | Path], out_dir: str | Path, config: PipelineConfig, ip: IP, executor=None
+    paths: Sequence[str | Path],
+    out_dir: str | Path,
+    config: PipelineConfig,
+    ip: IP,
+    executor=None,
+    ip_for: dict[str, IP] | None = None,
 ) -> list[FilmResult]:
-    """Each film in turn (its segments in parallel); one bad film never stops the others."""
+    """All films at once: each film's probe, crop, segments and finalize are tasks, with a bounded
+    number of films in flight; one bad film never stops the others. Results in input order.
+    `ip_for` maps a film (str of its path) to its own IP; the others belong to `ip`."""
     executor = executor or make_executor(
         config.run.executor, config.run.num_cpus, config.run.progress
     )
-    results = []
-    for path in paths:
+    results: list[FilmResult | None] = [None] * len(paths)
+    work = []
+    for index, path in enumerate(paths):
+        film_ip = (ip_for or {}).get(str(path), ip)
         try:
-            results.append(run_film(path, out_dir, film_config(config, ip, path), ip, executor))
-        except (FilmError, ConfigError) as exc:
-            results.append(FilmResult(str(path), None, False, str(exc)))
-    if any(r.ok for r in results):
-        _quality_pass(results, out_dir, config)
+            work.append((index, path, film_config(config, film_ip, path), film_ip))
+        except ConfigError as exc:
+            results[index] = FilmResult(str(path), None, False, str(exc))
+    scheduler = _FilmScheduler(executor, out_dir, config.run.films_in_flight)
+    for index, outcome in scheduler.run(work).items():
+        results[index] = _as_result(paths[index], outcome)
+    done = [r for r in results if r is not None]
+    if any(r.ok for r in done):
+        _quality_pass(done, out_dir, config)
     if config.caption.model:
-        _caption(results, config, ip)
-    return results
+        _caption(done, config, ip)
+    unprocessed = [{"path": r.path, "error": r.message} for r in done if r.film_dir is None]
+    write_dataset_summary(out_dir, unprocessed)
+    return done
 
 
 def _quality_pass(results: list[FilmResult], out_dir: str | Path, config: PipelineConfig) -> None:
     """Decide every clip of the output folder, duplicates across its films included, with the
     folder's thresholds (written from this run's settings the first time)."""
+    with storage.working_copy(out_dir, SUMMARY_FILE) as local:  # s3://: a copy, published back
+        _decide_quality(results, out_dir, local, config)
+
+
+def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> None:
     from pipeline.quality import apply_quality, load_thresholds, save_thresholds
 
-    thresholds, saved = load_thresholds(Path(out_dir), config.reject)
+    thresholds, saved = load_thresholds(local, config.reject)
     if saved and thresholds != config.reject:
         log.info(
             "quality: the thresholds of %s are kept (change them with animegamer "
             "quality-calibrate); this run's reject.* settings differ",
-            Path(out_dir) / "quality.json",
+            storage.join(out_dir, "quality.json"),
         )
     if not saved:
-        save_thresholds(Path(out_dir), thresholds)
-    outcome = apply_quality(Path(out_dir), thresholds)
+        save_thresholds(local, thresholds)
+    outcome = apply_quality(local, thresholds)
     for result in results:
         if result.ok and result.film_dir is not None:
-            result.summary = FilmFolder(result.film_dir).read_summary()
+            result.summary = FilmFolder(local / storage.name(result.film_dir)).read_summary()
             quality = (result.summary.quality if result.summary else None) or {}
             reasons = ", ".join(f"{k} {v}" for k, v in quality.get("by_reason", {}).items())
             result.message += (
@@ -108,60 +180,311 @@ def _quality_pass(results: list[FilmResult], out_dir: str | Path, config: Pipeli
     )
 
 
-def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
-    """Caption every film that was cut, with one model load for all of them."""
-    from pipeline.caption_films import caption_films
-
-    cut = [(r, r.film_dir) for r in results if r.ok and r.film_dir is not None]
-    summaries = caption_films([film_dir for _, film_dir in cut], config, ip)
-    for (result, film_dir), stats in zip(cut, summaries):
-        result.summary = FilmFolder(film_dir).read_summary()
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("by_status", {}).items()))
-        result.message += f"; captions: {counts or 'none'}"
-
-
 def run_film(
     path: str | Path, out_dir: str | Path, config: PipelineConfig, ip: IP, executor=None
 ) -> FilmResult:
+    """One film with exactly `config` (no manifest overrides); a bad film raises FilmError."""
     executor = executor or make_executor(
         config.run.executor, config.run.num_cpus, config.run.progress
     )
-    began = time.perf_counter()
-    film = Probe().process(path)
-    if film.duration < config.clips.seconds:
-        raise FilmError(
-            f"{path}: the video is {film.duration:.2f} s long; a clip needs "
-            f"{config.clips.seconds:g} s"
+    outcome = _FilmScheduler(executor, out_dir, 1).run([(0, path, config, ip)])[0]
+    if isinstance(outcome, FilmError):
+        raise outcome
+    return _as_result(path, outcome)
+
+
+@dataclass
+class FilmDryRun:
+    """What a run would do with one film: its length, segments and output folder."""
+
+    path: str
+    ip: str = ""
+    duration: float = 0.0
+    frames: int = 0
+    segments: list[tuple[int, int]] | None = None
+    film_dir: str = ""
+    complete: bool = False
+    error: str = ""
+
+
+def plan_films(
+    paths: Sequence[str | Path],
+    out_dir: str | Path,
+    config: PipelineConfig,
+    ip: IP,
+    ip_for: dict[str, IP] | None = None,
+) -> list[FilmDryRun]:
+    """Probe each film (packets only, nothing decoded but one frame) and plan its segments."""
+    plans = []
+    for path in paths:
+        film_ip = (ip_for or {}).get(str(path), ip)
+        try:
+            film_cfg = film_config(config, film_ip, path)
+            film = Probe().process(_fetched_film(path))
+        except (FilmError, ConfigError) as exc:
+            plans.append(FilmDryRun(str(path), error=str(exc)))
+            continue
+        film_dir = storage.join(out_dir, film.slug)
+        segments = plan_segments(film, film_cfg.run.segment_seconds)
+        plans.append(
+            FilmDryRun(
+                str(path),
+                film_ip.name,
+                film.duration,
+                film.num_frames,
+                [(seg.start, seg.stop) for seg in segments],
+                str(film_dir),
+                _complete_summary(film_dir, film_cfg, film_ip) is not None,
+            )
         )
-    folder = FilmFolder(Path(out_dir) / film.slug)
-    previous = _complete_summary(folder, config, ip)
+    return plans
+
+
+def _as_result(path: str | Path, outcome) -> FilmResult:
+    if isinstance(outcome, FilmResult):
+        return outcome
+    if isinstance(outcome, FilmError | ConfigError):
+        return FilmResult(str(path), None, False, str(outcome))
+    return FilmResult(str(path), None, False, f"{path}: {type(outcome).__name__}: {outcome}")
+
+
+def segment_resources(config: PipelineConfig) -> TaskResources:
+    """One CPU, and a GPU when a per-clip stage runs on one (MemFlow on CUDA): Ray then never
+    puts two segments' models on one GPU."""
+    gpus = max((stage.resources.gpus for stage in build_clip_stages(config)), default=0.0)
+    return TaskResources(cpus=1.0, gpus=gpus)
+
+
+class _FilmScheduler:
+    """Drives films through prepare -> segments -> finalize on the executor. Only this loop runs
+    in the driver; it touches no film data, it only submits tasks and routes their results."""
+
+    def __init__(self, executor, out_dir: str | Path, films_in_flight: int | None):
+        self.executor, self.out_dir = executor, out_dir
+        self.limit = films_in_flight or 2 * executor.slots()
+        self.tasks: dict = {}  # task -> (film index, step, payload)
+        self.segments: dict[int, list] = {}  # film index -> its segment tasks, in order
+        self.running: dict[int, int] = {}  # film index -> its segments not finished yet
+        self.outcomes: dict[int, object] = {}
+        self.claimed: dict[str, PrepareJob] = {}  # film folder -> the film this run cuts into it
+
+    def run(self, work: list[tuple[int, str | Path, PipelineConfig, IP]]) -> dict[int, object]:
+        queue = list(reversed(work))
+        with self.executor.progress_bar("films") as self.bar:
+            while queue or self.tasks:
+                while queue and self._films_in_flight() < self.limit:
+                    self._start(*queue.pop())
+                for task in self.executor.wait(list(self.tasks)):
+                    self._advance(task)
+        return self.outcomes
+
+    def _films_in_flight(self) -> int:
+        return len({index for index, _, _ in self.tasks.values()})
+
+    def _start(self, index: int, path, config: PipelineConfig, ip: IP) -> None:
+        job = PrepareJob(path, self.out_dir, config, ip)
+        started = time.time()
+        self.tasks[self.executor.submit(prepare_film, job)] = (index, "prepare", (job, started))
+
+    def _advance(self, task) -> None:
+        index, step, payload = self.tasks.pop(task)
+        value = self.executor.result(task)
+        if step == "prepare":
+            self._prepared(index, value, *payload)
+        elif step == "segment":
+            self._segment_done(index, payload)
+        else:
+            self.outcomes[index] = value
+            self.bar.set_postfix_str(f"{len(self.outcomes)} films done")
+
+    def _prepared(self, index: int, value, job: PrepareJob, started: float) -> None:
+        if not isinstance(value, FilmPlan):  # skipped (complete) or failed
+            self.outcomes[index] = value
+            return
+        first = self.claimed.setdefault(str(value.film_dir), job)
+        if first is not job:  # the same name and content twice: one folder, cut once
+            self.outcomes[index] = _duplicate(job, first, value)
+            return
+        self.bar.total = (self.bar.total or 0) + value.film.num_frames
+        self.bar.refresh()
+        config, ip = job.config, job.ip
+        resources = segment_resources(config)
+        shortfall = self.executor.shortfall(resources)
+        if shortfall:
+            message = f"{job.path}: {shortfall} (motion.backend={config.motion.backend} on CUDA)"
+            self.outcomes[index] = FilmResult(str(job.path), None, False, message)
+            return
+        jobs = [_segment_job(value, config, ip, s) for s in value.segments]
+        tasks = [self.executor.submit(run_stored_segment, seg, resources) for seg in jobs]
+        self.segments[index], self.running[index] = tasks, len(tasks)
+        for task in tasks:
+            self.tasks[task] = (index, "segment", (value, job, started))
+
+    def _segment_done(self, index: int, payload) -> None:
+        self.running[index] -= 1
+        if self.running[index]:
+            return  # the film's other segments are still running
+        plan, prepared, started = payload
+        results = [self.executor.result(t) for t in self.segments.pop(index)]
+        job = FinalizeJob(plan, prepared.config, prepared.ip, results, started)
+        self.tasks[self.executor.submit(finalize_film, job)] = (index, "finalize", None)
+
+
+def _duplicate(job: PrepareJob, first: PrepareJob, plan: FilmPlan) -> FilmResult:
+    """A film with the file name and content of another film of the run (a copy in another
+    folder): the same output folder, so it is cut once; under other settings or another IP that
+    is an error, not a silent overwrite."""
+    same = job.config.fingerprint() == first.config.fingerprint() and job.ip.name == first.ip.name
+    if same:
+        message = (
+            f"{job.path}: the same film as {first.path} (identical content); "
+            f"its clips are in {plan.film_dir}"
+        )
+        return FilmResult(str(job.path), plan.film_dir, True, message)
+    message = (
+        f"{job.path}: the same film as {first.path} (identical content) under other settings "
+        f"or another IP; one folder holds one film's clips: run it on its own"
+    )
+    return FilmResult(str(job.path), None, False, message)
+
+
+def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
+    """Probe the film and find its crop box (a task): a plan, or the result of a finished film."""
+    began = time.perf_counter()
+    film = Probe().process(_fetched_film(job.path))
+    if film.duration < job.config.clips.seconds:
+        raise FilmError(
+            f"{job.path}: the video is {film.duration:.2f} s long; a clip needs "
+            f"{job.config.clips.seconds:g} s"
+        )
+    film_dir = storage.join(job.out_dir, film.slug)
+    previous = _complete_summary(film_dir, job.config, job.ip)
     if previous is not None:
         return FilmResult(
-            str(path),
-            folder.path,
+            str(job.path),
+            film_dir,
             True,
             f"{film.film_name}: already complete ({previous.clips_written} clips "
-            f"in {folder.path}); skipped",
+            f"in {film_dir}); skipped",
             previous,
         )
     probe_seconds = time.perf_counter() - began
+    limit_threads(job.config.run.task_threads)
     crop_began = time.perf_counter()
-    crop = BorderCrop(config.crop).process(film)
-    crop_seconds = time.perf_counter() - crop_began
-    segments = plan_segments(film, config.run.segment_seconds)
-    jobs = [SegmentJob(film, crop, config, ip.name, seg, folder) for seg in segments]
-    results = executor.map(run_segment, jobs, film.num_frames, f"{film.film_name}")
+    crop = BorderCrop(job.config.crop).process(film)
+    seconds = {"probe": probe_seconds, "crop": time.perf_counter() - crop_began}
+    segments = plan_segments(film, job.config.run.segment_seconds)
+    if storage.is_remote(job.path):
+        film.path = str(job.path)  # every task fetches the film by its URL (once per node)
+    return FilmPlan(film, crop, film_dir, segments, seconds)
+
+
+def _fetched_film(path: str | Path) -> Path:
+    if not storage.is_remote(path):
+        return Path(path)
+    try:
+        return storage.local_film(path)
+    except FileNotFoundError:
+        raise FilmError(f"{path}: no such object") from None
+    except OSError as exc:
+        raise FilmError(f"{path}: cannot be read ({exc})") from None
+
+
+def _segment_job(plan: FilmPlan, config: PipelineConfig, ip: IP, segment: Segment) -> SegmentJob:
+    """A segment's job: its folder is the film's, or for a film in object storage a local scratch
+    folder standing in for it (`store` then names the real one)."""
+    if not storage.is_remote(plan.film_dir):
+        return SegmentJob(
+            plan.film, plan.crop, config, ip.name, segment, FilmFolder(Path(plan.film_dir))
+        )
+    folder = FilmFolder(storage.scratch_dir(plan.film_dir))
+    return SegmentJob(plan.film, plan.crop, config, ip.name, segment, folder, str(plan.film_dir))
+
+
+def run_stored_segment(job: SegmentJob, report=_no_report) -> SegmentStats:
+    """A segment of a local film folder runs in place. One in object storage runs in its local
+    scratch folder and is published part by part, its DONE.json last (the commit point)."""
+    if job.store is None:
+        return run_segment(job, report)
+    name = job.directory.name
+    remote = storage.join(job.store, WORK_DIR, name)
+    shutil.rmtree(job.directory, ignore_errors=True)
+    marker = storage.read_text(storage.join(remote, DONE_FILE))
+    if marker is not None:  # committed earlier: run_segment decides whether it still holds
+        job.directory.mkdir(parents=True)
+        (job.directory / DONE_FILE).write_text(marker)
+    stats = run_segment(job, report)
+    if not stats.skipped:
+        storage.remove(storage.join(remote, DONE_FILE))
+        for part in stats.parts:
+            storage.upload(job.directory / part, storage.join(remote, part))
+        storage.upload(job.directory / DONE_FILE, storage.join(remote, DONE_FILE))
+    shutil.rmtree(job.directory, ignore_errors=True)
+    return stats
+
+
+def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
+    """Gather a film's segments into its outputs and write summary.json last (a task)."""
+    began = time.perf_counter()
+    plan = job.plan
+    remote = storage.is_remote(plan.film_dir)
+    folder = FilmFolder(storage.scratch_dir(plan.film_dir) if remote else Path(plan.film_dir))
+    if remote:
+        _fetch_parts(plan.film_dir, folder, job.segment_results)
     summary = finalize(
-        folder, film, crop, config, ip, results, {"probe": probe_seconds, "crop": crop_seconds}
+        folder, plan.film, plan.crop, job.config, job.ip, job.segment_results, plan.seconds
     )
+    seconds = dict(summary.stage_seconds or {})
+    seconds["finalize"] = round(time.perf_counter() - began, 3)
     summary = summary.updated(
-        segment_boundaries=[seg.start for seg in segments[1:]],
-        wall_seconds=round(time.perf_counter() - began, 3),
+        segment_boundaries=[seg.start for seg in plan.segments[1:]],
+        wall_seconds=round(time.time() - job.started_at, 3),
+        stage_seconds=seconds,
     )
     folder.write_summary(summary)
+    if remote:
+        _publish_film(folder.path, plan.film_dir, summary.complete)
     return FilmResult(
-        str(path), folder.path, summary.complete, _summary_line(film, summary), summary
+        str(plan.film.path),
+        plan.film_dir,
+        summary.complete,
+        _summary_line(plan.film, summary),
+        summary,
     )
+
+
+def _fetch_parts(remote_dir: str | Path, folder: FilmFolder, segment_results: list) -> None:
+    """The committed parts of every finished segment, into a fresh local film folder."""
+    shutil.rmtree(folder.path, ignore_errors=True)
+    for stats in segment_results:
+        if isinstance(stats, Exception):
+            continue
+        local = folder.segment_dir(stats.segment["index"])
+        for part in stats.parts:
+            storage.download(storage.join(remote_dir, WORK_DIR, local.name, part), local / part)
+
+
+def _publish_film(local_dir: Path, remote_dir: str | Path, complete: bool) -> None:
+    """Upload a finalized film, its summary.json (the commit point) last; a complete film's
+    segment parts are removed after it."""
+    shutil.rmtree(local_dir / WORK_DIR, ignore_errors=True)  # the parts are in the store already
+    storage.publish_folder(local_dir, remote_dir, SUMMARY_FILE)
+    if complete:
+        storage.remove(storage.join(remote_dir, WORK_DIR))
+    shutil.rmtree(local_dir, ignore_errors=True)
+
+
+def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
+    """Caption every film that was cut, with one model load for all of them (films in object
+    storage in local copies, published back with their summary.json last)."""
+    from pipeline.caption_films import caption_films
+
+    cut = [r for r in results if r.ok and r.film_dir is not None]
+    with storage.working_copies([r.film_dir for r in cut], SUMMARY_FILE) as film_dirs:
+        for result, film_dir, stats in zip(cut, film_dirs, caption_films(film_dirs, config, ip)):
+            result.summary = FilmFolder(film_dir).read_summary()
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("by_status", {}).items()))
+            result.message += f"; captions: {counts or 'none'}"
 
 
 def finalize(
@@ -247,6 +570,7 @@ def _summary(
         crop=CropRecord(x=crop.x, y=crop.y, w=crop.w, h=crop.h, source=crop.source),
         segments=len(done) + len(failed),
         segments_reused=sum(stats.skipped for stats in done),
+        segment_runs=[_segment_run(stats) for stats in done],
         failed_segments=dict(failed),
         scenes=scenes,
         clips_written=sum(s.clips_written for s in done),
@@ -286,15 +610,39 @@ def _motion_levels(config: PipelineConfig) -> dict | None:
     return load_levels(config.motion.level_edges).to_dict()
 
 
-def _complete_summary(folder: FilmFolder, config: PipelineConfig, ip: IP) -> FilmSummary | None:
+def _segment_run(stats: SegmentStats) -> dict[str, Any]:
+    """One segment's line in summary.json: its frames, where it ran, how long it took."""
+    return {
+        "index": stats.segment["index"],
+        "start_frame": stats.segment["start"],
+        "stop_frame": stats.segment["stop"],
+        "clips_written": stats.clips_written,
+        "reused": stats.skipped,
+        "ran_on": stats.ran_on,
+        "seconds": round(sum(stats.stage_seconds.values()), 3),
+    }
+
+
+def _complete_summary(film_dir: str | Path, config: PipelineConfig, ip: IP) -> FilmSummary | None:
+    """The film's summary when a complete run under the same settings and IP committed it."""
     try:
-        summary = folder.read_summary()
+        summary = _read_summary(film_dir)
     except FolderError:
         return None  # unreadable: the film is redone
     if summary is None:
         return None
     same = summary.fingerprint == config.fingerprint() and summary.ip == ip.name
     return summary if same and summary.complete else None
+
+
+def _read_summary(film_dir: str | Path) -> FilmSummary | None:
+    if not storage.is_remote(film_dir):
+        return FilmFolder(Path(film_dir)).read_summary()
+    text = storage.read_text(storage.join(film_dir, SUMMARY_FILE))
+    try:
+        return None if text is None else FilmSummary.from_dict(json.loads(text))
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise FolderError(f"{film_dir}/{SUMMARY_FILE}: not a JSON object ({exc})") from None
 
 
 def _replace_dir(new: Path, target: Path) -> None:

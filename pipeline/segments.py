@@ -8,7 +8,7 @@ through the per-clip stages (motion, encoding) while their pixels are still in m
 written to part files, on a second thread (`_ClipLane`), so that encoding overlaps decoding where a
 core is free. A DONE marker (core/film.py), written last, makes the segment skippable on rerun.
 
-A segment is one task with one CPU: the decoder runs `run.decode_threads` threads (1 by default),
+A segment is one task with one CPU: the decoder runs `run.task_threads` threads (1 by default),
 swscale, OpenCV and x264 one each, so tasks side by side on a node never oversubscribe it.
 `stage_seconds` are CPU seconds of the thread that ran each stage.
 
@@ -30,6 +30,7 @@ from pathlib import Path
 import av
 import cv2
 
+from core import storage
 from core.film import FilmFolder, SegmentStats
 from core.frames import PlaneSource
 from core.record import STATUS_OK, Clip
@@ -60,7 +61,8 @@ class SegmentJob:
     config: PipelineConfig
     ip: str
     segment: Segment
-    folder: FilmFolder
+    folder: FilmFolder  # always local: where the segment's parts and DONE.json are made
+    store: str | None = None  # the film folder's URL when the outputs live in object storage
 
     @property
     def directory(self) -> Path:
@@ -106,6 +108,15 @@ def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None)
     return stats
 
 
+def limit_threads(threads: int) -> None:
+    """Cap the thread pools a task's libraries would otherwise size to the whole node."""
+    import sys
+
+    cv2.setNumThreads(threads)
+    if "torch" in sys.modules:  # only MemFlow brings torch in; never import it for this
+        sys.modules["torch"].set_num_threads(threads)
+
+
 class _SegmentRun:
     def __init__(self, job: SegmentJob, report: Callable[[int], None]):
         self.job = job
@@ -137,9 +148,10 @@ class _SegmentRun:
         cv2.setNumThreads(1)  # one CPU per segment task (see the module's docstring)
         for stage in self.stages:
             _timed(self.seconds, stage.name, stage.setup)
-        reader = FrameReader(
-            self.job.film.path, self.job.film.frame_pts, self.job.config.run.decode_threads
-        )
+        threads = self.job.config.run.task_threads
+        limit_threads(threads)
+        film = self.job.film
+        reader = FrameReader(str(storage.local_film(film.path)), film.frame_pts, threads)
         with ShardWriter(self.job.directory, "part", self.job.config.shards) as writer:
             self.lane = _ClipLane(self.stages, writer)
             try:

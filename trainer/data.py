@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
-from core.film import SHARDS_DIR, FilmFolder
+from core import storage
+from core.film import SHARDS_DIR, SUMMARY_FILE, FilmFolder
 from core.shards import (
     RowLocation,
     check_schema_version,
@@ -76,11 +77,7 @@ class ClipCatalog:
         self._film_reviews: dict[Path, dict[str, Review]] = {}
         # resolved and deduplicated: a film named twice (data and data/film) would otherwise
         # interleave its clips with their copies and build sequences across the two
-        paths = list(
-            dict.fromkeys(
-                p.resolve() for location in locations for p in _clip_shards(Path(location))
-            )
-        )
+        paths = list(dict.fromkeys(p for location in locations for p in _clip_shards(location)))
         if not paths:
             raise FileNotFoundError(f"no clip shards under {', '.join(map(str, locations))}")
         for path in paths:
@@ -89,8 +86,8 @@ class ClipCatalog:
         self.unusable = sum(1 for row in self.rows if not row[USABLE_COLUMN])
         self._groups: OrderedDict = OrderedDict()
 
-    def _read_shard(self, path: Path) -> None:
-        schema = pq.ParquetFile(path).schema_arrow
+    def _read_shard(self, path: Path | str) -> None:
+        schema = pq.ParquetFile(storage.open_input(path)).schema_arrow
         check_schema_version(schema, path)
         missing = set(CATALOG_COLUMNS) - set(schema.names)
         if missing:
@@ -160,11 +157,23 @@ def _check_one_clip_per_position(rows: list[dict], sources: list[str]) -> None:
             )
 
 
-def _clip_shards(location: Path) -> list[Path]:
-    """A file as given; under a folder, the clip shards (`clips-*.parquet`) the pipeline writes."""
-    if location.is_file():
-        return [location]
-    return [p for p in shard_paths(location) if p.name.startswith("clips")]
+def _clip_shards(location: str | Path) -> list[Path | str]:
+    """A file as given; under a folder, the clip shards (`clips-*.parquet`) the pipeline writes
+    (resolved, so one film named twice is read once). In object storage: the shards of the
+    films whose summary.json is committed, read in place, byte range by byte range."""
+    if storage.is_remote(location):
+        if not storage.is_folder(location):
+            return [str(location)]
+        return [
+            str(storage.join(film, SHARDS_DIR, shard))
+            for film in storage.committed_film_dirs(location, SUMMARY_FILE)
+            for shard in storage.list_names(storage.join(film, SHARDS_DIR))
+            if shard.startswith("clips") and shard.endswith(".parquet")
+        ]
+    path = Path(location)
+    if path.is_file():
+        return [path.resolve()]
+    return [p.resolve() for p in shard_paths(path) if p.name.startswith("clips")]
 
 
 def instruction_of(row: dict) -> str | None:

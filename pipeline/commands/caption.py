@@ -32,10 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "film_dirs",
         nargs="+",
-        type=Path,
         metavar="film_dir",
         help="a film folder (OUT/<film>/ holding shards/), a dataset folder holding several, "
-        "or a film file that was cut into OUT (see --dataset-dir)",
+        "or a film file that was cut into OUT (see --dataset-dir); local or an fsspec URL (s3://...: its committed "
+        "films are captioned in a local copy and published back, summary.json last)",
     )
     add_dataset_dir_argument(parser)
     parser.add_argument(
@@ -74,6 +74,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    from core import storage
+    from core.film import SUMMARY_FILE
+
+    with storage.working_copies(args.film_dirs, SUMMARY_FILE) as local:
+        return _run(argparse.Namespace(**{**vars(args), "film_dirs": local}))
+
+
+def _run(args: argparse.Namespace) -> int:
     with input_errors(ConfigError, ManifestError, FileNotFoundError):
         config = load_config(args.config, _shorthand_overrides(args))
         if args.ip:

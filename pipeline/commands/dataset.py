@@ -6,14 +6,17 @@ import argparse
 import logging
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
+from core import storage
 from core.cli import WORK_FAILED, UsageError, input_errors, print_error, work_errors
 from pipeline.config import ConfigError, describe_fields, load_config
-from pipeline.ip import GENERIC, ManifestError, load_ip
+from pipeline.ip import GENERIC, IP, ManifestError, load_ip
 from stages.base import build_clip_stages
 
 SAMPLE_FILM = Path(__file__).resolve().parents[2] / "samples" / "sintel_trailer.mp4"
+IP_FILE = "ip.txt"
 VIDEO_SUFFIXES = {".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v", ".ts", ".mpg", ".mpeg", ".flv"}
 
 HELP = "Cut films into 2-second, 16-frame, 480x720 clips and write Parquet shards."
@@ -23,9 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "films",
         nargs="*",
-        type=Path,
-        help="video files or folders of videos (default: the IP manifest's films, "
-        f"else the bundled sample {SAMPLE_FILM.name})",
+        help="video files or folders of videos, local or fsspec URLs such as s3://bucket/films "
+        "(default: the IP manifest's films, else the bundled sample "
+        f"{SAMPLE_FILM.name})",
     )
     parser.add_argument(
         "--ip",
@@ -33,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="IP name (manifests/<ip>.yaml) or manifest path (default: generic, no characters)",
     )
     parser.add_argument(
-        "--out", type=Path, default=Path("data"), help="output folder (default: data)"
+        "--out",
+        default="data",
+        help="output folder, local or an fsspec URL such as s3://bucket/dataset (default: data)",
     )
     parser.add_argument(
         "--config", type=Path, help="YAML file of settings, {section: {field: value}}"
@@ -51,6 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--executor", choices=("ray", "local"), help="shorthand for --set run.executor=..."
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the films, their IPs, durations and planned segments; cut nothing",
+    )
     parser.epilog = "settings (--set SECTION.FIELD=VALUE):\n" + "\n".join(
         f"  {name} = {default!r}\n      {text}" if text else f"  {name} = {default!r}"
         for name, default, text in describe_fields()
@@ -75,9 +85,15 @@ def run(args: argparse.Namespace) -> int:
         films: list[str | Path] = (
             expand_films(args.films) if args.films else [e.path for e in ip.films] or [SAMPLE_FILM]
         )
+        roots = [f if storage.is_remote(f) else str(Path(f)) for f in args.films]
+        ips = folder_ips(films, roots, ip)
+    if args.dry_run:
+        from pipeline.runner import plan_films
+
+        return print_plan(plan_films(films, args.out, config, ip, ips))
     prepare_output_folder(args.out)
     with work_errors(RuntimeError, FileNotFoundError):  # the caption engine, after the cutting
-        results = run_films(films, args.out, config, ip)
+        results = run_films(films, args.out, config, ip, ip_for=ips)
     for result in results:
         if result.ok:
             print(result.message)
@@ -87,8 +103,12 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else WORK_FAILED
 
 
-def prepare_output_folder(out: Path) -> None:
-    """Create the output folder and prove it writable, before any film is cut."""
+def prepare_output_folder(out: str | Path) -> None:
+    """Create the output folder and prove it writable, before any film is cut (object storage
+    has no folders: its writes are checked by the first upload)."""
+    if storage.is_remote(out):
+        return
+    out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
@@ -100,20 +120,88 @@ def prepare_output_folder(out: Path) -> None:
         ) from None
 
 
-def expand_films(paths: list[Path]) -> list[str | Path]:
-    """Files as given; folders contribute the videos directly inside them, sorted."""
+def expand_films(paths: list[str]) -> list[str | Path]:
+    """Files as given; folders contribute the videos at any depth below them, sorted (a series
+    per sub-folder). Local paths or fsspec URLs."""
     films: list[str | Path] = []
     for path in paths:
-        if path.is_dir():
-            inside = sorted(p for p in path.iterdir() if p.suffix.lower() in VIDEO_SUFFIXES)
-            if not inside:
-                raise FileNotFoundError(
-                    f"{path}: folder holds no video files ({', '.join(sorted(VIDEO_SUFFIXES))})"
-                )
-            films += inside
-        else:
-            films.append(path)  # a missing file is reported per film, with the others still run
+        location = path if storage.is_remote(path) else Path(path)
+        if not storage.is_folder(location):
+            films.append(location)  # a missing file is reported per film, the others still run
+            continue
+        inside = [
+            f
+            for f in storage.files_under(location)
+            if Path(storage.name(f)).suffix.lower() in VIDEO_SUFFIXES
+        ]
+        if not inside:
+            raise FileNotFoundError(
+                f"{path}: folder holds no video files ({', '.join(sorted(VIDEO_SUFFIXES))})"
+            )
+        films += inside
     return films
+
+
+def folder_ips(films: Sequence[str | Path], roots: list[str], default: IP) -> dict[str, IP]:
+    """The IP of each film: the nearest IP_FILE in its folder or a folder above it, up to the
+    folder named on the command line; `default` (--ip) where there is none."""
+    loaded: dict[str, IP] = {}
+    chosen = {}
+    for film in films:
+        for folder in _folders_up(film, roots):
+            text = storage.read_text(storage.join(folder, IP_FILE))
+            if text is not None:
+                key = str(storage.join(folder, IP_FILE))
+                if key not in loaded:
+                    loaded[key] = _ip_named(text.strip(), folder, key)
+                chosen[str(film)] = loaded[key]
+                break
+        else:
+            chosen[str(film)] = default
+    return chosen
+
+
+def _folders_up(film: str | Path, roots: list[str]) -> list[str | Path]:
+    """The film's folder, then each parent up to (and including) the root it was found under."""
+    text = str(film)
+    root = next((r.rstrip("/") for r in roots if text.startswith(r.rstrip("/") + "/")), None)
+    if root is None:
+        return []
+    parts = text[len(root) + 1 :].split("/")[:-1]
+    folders = ["/".join([root, *parts[:depth]]) for depth in range(len(parts), -1, -1)]
+    return [f if storage.is_remote(f) else Path(f) for f in folders]
+
+
+def _ip_named(text: str, folder: str | Path, source: str) -> IP:
+    """An IP file names an IP (manifests/<name>.yaml) or a manifest path relative to it."""
+    if not text:
+        raise ManifestError(f"{source}: empty; write the IP's name or its manifest's path")
+    if text.endswith((".yaml", ".yml")) and not storage.is_remote(folder):
+        return load_ip(Path(folder) / text)
+    return load_ip(text)
+
+
+def print_plan(plans: list) -> int:
+    """One line per film of a dry run; exit 1 when a film could not be probed."""
+    total_seconds = total_segments = 0.0
+    for plan in plans:
+        if plan.error:
+            print(f"error: {plan.error}")
+            continue
+        total_seconds += plan.duration
+        total_segments += len(plan.segments)
+        spans = ", ".join(f"[{a}, {b})" for a, b in plan.segments)
+        print(
+            f"{plan.path}: ip {plan.ip}, {plan.duration:.1f} s, {plan.frames} frames, "
+            f"{len(plan.segments)} segment(s) of frames {spans} -> {plan.film_dir}"
+            f"{' (complete: would be skipped)' if plan.complete else ''}"
+        )
+    films = sum(not p.error for p in plans)
+    print(
+        f"dry run: {films} film(s), {total_seconds / 3600:.2f} h of film, "
+        f"{int(total_segments)} segment(s); nothing was cut"
+    )
+    return 0 if all(not p.error for p in plans) else 1
 
 
 def _caption_hint(results, config, out: Path) -> None:

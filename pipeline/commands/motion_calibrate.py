@@ -43,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "datasets",
         nargs="+",
-        type=Path,
-        help="dataset or film folders (OUT or OUT/<film>) whose shards are read and rewritten",
+        help="dataset or film folders (OUT or OUT/<film>) whose shards are read and rewritten; "
+        "local or fsspec URLs (s3://...: rewritten in a local copy, published back)",
     )
     parser.add_argument(
         "--quantiles",
@@ -69,6 +69,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from core import storage
+    from core.film import SUMMARY_FILE
+
+    with storage.working_copies(args.datasets, SUMMARY_FILE) as local:
+        return _run(argparse.Namespace(**{**vars(args), "datasets": local}))
+
+
+def _run(args: argparse.Namespace) -> int:
     with input_errors(LevelsError, FileNotFoundError, ValueError):
         shards, manifests = find_tables(args.datasets)
         scopes, backends = read_scopes(shards)
