@@ -38,7 +38,7 @@ def source_film() -> Path:
     result = run_film(SAMPLE, SOURCE, config, load_ip(None))
     if result.film_dir is None:
         raise SystemExit(f"the sample film could not be cut: {result.message}")
-    return result.film_dir
+    return Path(result.film_dir)
 
 
 def make_film(source: Path, clips: int, target: Path) -> Path:

@@ -56,6 +56,8 @@ def make_long_film(minutes: float, path: Path, source: Path = SAMPLE) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(source)) as probe:
         stream = probe.streams.video[0]
+        if probe.duration is None or stream.time_base is None:
+            raise SystemExit(f"{source}: no duration or time base to repeat the film by")
         span = int(probe.duration / av.time_base / stream.time_base) + 1
         seconds = float(probe.duration / av.time_base)
     repeats = int(minutes * 60 / seconds) + 1
@@ -66,7 +68,7 @@ def make_long_film(minutes: float, path: Path, source: Path = SAMPLE) -> Path:
         for k in range(repeats):
             with av.open(str(source)) as film:
                 for packet in film.demux(film.streams.video[0]):
-                    if packet.dts is None:
+                    if packet.dts is None or packet.pts is None:
                         continue
                     packet.pts += k * span
                     packet.dts += k * span

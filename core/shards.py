@@ -103,6 +103,7 @@ class ShardWriter:
         if self._writer is None:
             return
         self._writer.close()
+        assert self._tmp is not None  # set together with the writer
         final = self.directory / f"{self.prefix}-{len(self.paths):05d}.parquet"
         publish(self._tmp, final)
         self.paths.append(final)
@@ -111,6 +112,7 @@ class ShardWriter:
     def _abort(self) -> None:
         if self._writer is not None:
             self._writer.close()
+        if self._tmp is not None:
             self._tmp.unlink(missing_ok=True)
         self._writer, self._tmp, self._pending = None, None, []
 

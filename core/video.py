@@ -55,7 +55,7 @@ def encode_mp4(
 
 def decode_mp4(data: bytes) -> np.ndarray:
     """Decode an in-memory video to N x H x W x 3 RGB uint8 frames."""
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), mode="r") as container:
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
     if not frames:
         raise ValueError("video bytes hold no decodable frame")
@@ -110,7 +110,8 @@ class FrameReader:
         self.unmatched_frames = 0  # decoded frames whose timestamp the probe did not list
 
     def frames(self, first: int, stop: int) -> Iterator[tuple[int, av.VideoFrame]]:
-        index_of = {pts: i for i, pts in enumerate(self.frame_pts)}
+        # keyed by int | None: a frame without a timestamp is simply not found (unmatched)
+        index_of: dict[int | None, int] = {pts: i for i, pts in enumerate(self.frame_pts)}
         with av.open(self.path) as container:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"

@@ -267,7 +267,7 @@ class StageActorPool:
 
     def take_stats(self) -> Counter:
         """Request counts since the last call, summed over the actors."""
-        total = Counter()
+        total: Counter[str] = Counter()
         for stats in self.ray.get([a.stats.remote() for a in self.actors]):
             total.update(stats)
         return total

@@ -232,7 +232,9 @@ def _crop_plot(
     return _plot_img(figure, "crop", "crop box drawn on a source frame")
 
 
-def _shown_region(summary: FilmSummary, box: tuple) -> tuple[int, int, int, int] | None:
+def _shown_region(
+    summary: FilmSummary, box: tuple[int, int, int, int]
+) -> tuple[int, int, int, int] | None:
     """The part of the crop box the clips show, by the clip stage's own rule (center_crop cuts
     the box to the clip's aspect); None when the run's clip settings cannot be read."""
     try:
@@ -242,7 +244,8 @@ def _shown_region(summary: FilmSummary, box: tuple) -> tuple[int, int, int, int]
         settings = (summary.config or {}).get("clips") or {}
         known = {f.name for f in fields(ClipConfig)}
         config = ClipConfig(**{k: v for k, v in settings.items() if k in known})
-        return tuple(output_region(CropBox(*box, source=""), config))
+        x, y, w, h = box
+        return output_region(CropBox(x, y, w, h, source=""), config)
     except (ImportError, TypeError, ValueError):
         return None
 
@@ -652,7 +655,7 @@ def _drop_counts(dataset: Dataset) -> tuple[pd.Series | None, pd.Series | None]:
     if not drops.empty:
         lost = (drops["end_time"] - drops["start_time"]).groupby(drops["reason"]).sum()
         return drops["reason"].value_counts(), lost
-    totals = Counter()
+    totals: Counter[str] = Counter()
     for summary in dataset.summaries.values():
         totals.update(summary.drops or {})
     return (pd.Series(dict(totals.most_common())), None) if totals else (None, None)
@@ -684,7 +687,7 @@ def _crop_box(summary: FilmSummary, manifest: pd.DataFrame) -> tuple[int, int, i
     if manifest.empty:
         return None
     row = manifest.iloc[0]
-    return tuple(int(row[k]) for k in ("crop_x", "crop_y", "crop_w", "crop_h"))
+    return int(row["crop_x"]), int(row["crop_y"]), int(row["crop_w"]), int(row["crop_h"])
 
 
 def _middle_clip(manifest: pd.DataFrame) -> pd.Series | None:
@@ -700,10 +703,13 @@ def source_frame_at(path: str, seconds: float) -> np.ndarray | None:
     try:
         with av.open(path) as container:
             stream = container.streams.video[0]
+            time_base = stream.time_base
+            if time_base is None:
+                return None
             # Clip times count from the first frame; a stream's timestamps may start later.
-            start = float(stream.start_time * stream.time_base) if stream.start_time else 0.0
+            start = float(stream.start_time * time_base) if stream.start_time else 0.0
             target = start + seconds
-            container.seek(int(target / stream.time_base), stream=stream, backward=True)
+            container.seek(int(target / time_base), stream=stream, backward=True)
             # the frame on screen at `target`: the last one starting at or before it, as the
             # pipeline samples (between frames at 23.976 fps, the nearest one would be the next)
             shown = None

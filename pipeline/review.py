@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core import storage
 from core.film import FilmFolder
 from core.io import write_table_atomic
 from prompts.game import instruction_text
@@ -193,11 +194,15 @@ def review_counts(reviews: dict[str, Review], clip_ids: Iterable[str]) -> dict[s
 
 def read_reviews(folder: FilmFolder) -> dict[str, Review]:
     """The decisions of a film folder by clip id ({} when nobody reviewed it yet)."""
-    path = folder.review
-    if not path.is_file():
+    return read_review_file(folder.review)
+
+
+def read_review_file(path: Path | str) -> dict[str, Review]:
+    """The decisions in a review.parquet, local or in object storage ({} when there is none)."""
+    if not storage.exists(path):
         return {}
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(storage.open_input(path))
     except (OSError, pa.ArrowInvalid) as exc:
         raise ValueError(f"{path}: not a readable review file ({exc})") from None
     missing = set(REVIEW_SCHEMA.names) - set(table.column_names)

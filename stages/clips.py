@@ -280,8 +280,10 @@ class ClipSplitter:
             out += self._close_window()
         return out
 
-    def _close_window(self) -> list:
+    def _close_window(self) -> list[Clip | Drop]:
         window = self.window
+        assert window is not None  # called only while a window is open
+        out: list[Clip | Drop]
         if len(window.samples) < self.config.num_frames:
             out = [
                 self._drop(

@@ -19,6 +19,7 @@ import io
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -222,13 +223,14 @@ class DisFlow:
         self.preset, self.size, self.patch_stride = preset, working_size(scale), patch_stride
         stride = f":stride{patch_stride}" if patch_stride else ""
         self.name = f"opencv-dis:{preset}{stride}@{self.size[0]}x{self.size[1]}"
-        self._dis = None
+        self._dis: Any = None  # cv2.DISOpticalFlow, built in load()
 
     def load(self) -> None:
-        self._dis = cv2.DISOpticalFlow_create(DIS_PRESETS[self.preset])
-        self._dis.setFinestScale(0)
+        dis = cv2.DISOpticalFlow.create(DIS_PRESETS[self.preset])
+        dis.setFinestScale(0)
         if self.patch_stride:
-            self._dis.setPatchStride(self.patch_stride)
+            dis.setPatchStride(self.patch_stride)
+        self._dis = dis
 
     def speeds(self, frames: ClipFrames | np.ndarray, pairs: list[int]):
         """Yield the speed map (480x720 pixel units) of each pair (i, i + 1) in `pairs`.
@@ -269,10 +271,10 @@ class MemFlowBackend:
                 f"MemFlow needs at least {MEMFLOW_MIN_SIDE} pixels a side (its 4-level "
                 f"correlation pyramid at 1/8 resolution degenerates below that)"
             )
-        weights = "random-weights-TEST-ONLY" if random_weights else Path(checkpoint).stem
+        weights = "random-weights-TEST-ONLY" if random_weights else Path(checkpoint or "").stem
         self.name = f"ptlflow-{model}:{weights}@{self.size[0]}x{self.size[1]}"
-        self._model = None
-        self._device = None
+        self._model: Any = None  # the ptlflow model, built in load()
+        self._device: Any = None  # its torch.device
 
     def load(self) -> None:
         from core.compat import ensure_torchvision_importable
@@ -402,11 +404,13 @@ class MotionScope(ClipStage):
             )
         if self.levels is None:
             self.setup()
+        levels = self.levels
+        assert levels is not None  # setup() loaded them or raised
         measured = self.measure(clip.frames)
         clip.motion_scope = measured.scope
-        clip.motion_level = self.levels.level(measured.scope)
+        clip.motion_level = levels.level(measured.scope)
         clip.motion_backend = self.backend_descriptor
-        clip.motion_levels_version = self.levels.version
+        clip.motion_levels_version = levels.version
         return clip
 
     def measure(self, frames: ClipFrames | np.ndarray) -> MotionMeasurement:

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from core import storage
-from core.film import SHARDS_DIR, SUMMARY_FILE, FilmFolder
+from core.film import REVIEW_FILE, SHARDS_DIR, SUMMARY_FILE
 from core.shards import (
     RowLocation,
     check_schema_version,
@@ -31,7 +31,7 @@ from core.shards import (
     shard_paths,
 )
 from core.video import decode_image, decode_mp4
-from pipeline.review import REJECT, Review, apply_review, read_reviews
+from pipeline.review import REJECT, Review, apply_review, read_review_file
 from prompts.game import action_text, instruction_text
 
 CATALOG_COLUMNS = [
@@ -74,7 +74,7 @@ class ClipCatalog:
         self.sources = [str(location) for location in locations]
         self.include_unusable = include_unusable
         self.rejected_in_review = 0
-        self._film_reviews: dict[Path, dict[str, Review]] = {}
+        self._film_reviews: dict[str, dict[str, Review]] = {}
         # resolved and deduplicated: a film named twice (data and data/film) would otherwise
         # interleave its clips with their copies and build sequences across the two
         paths = list(dict.fromkeys(p for location in locations for p in _clip_shards(location)))
@@ -106,13 +106,15 @@ class ClipCatalog:
             self.rows.append(row)
             self.media.append(where)
 
-    def _reviews_of(self, shard: Path) -> dict[str, Review]:
-        """The review decisions of the film folder a shard belongs to (OUT/<film>/shards/)."""
-        if shard.parent.name != SHARDS_DIR:
+    def _reviews_of(self, shard: Path | str) -> dict[str, Review]:
+        """The review decisions of the film folder a shard belongs to (OUT/<film>/shards/), on
+        a local disk or in object storage."""
+        parts = str(shard).rsplit("/", 2)
+        if len(parts) < 3 or parts[1] != SHARDS_DIR:
             return {}  # a shard file given on its own has no film folder to hold decisions
-        film_dir = shard.parent.parent
+        film_dir = parts[0]
         if film_dir not in self._film_reviews:
-            self._film_reviews[film_dir] = read_reviews(FilmFolder(film_dir))
+            self._film_reviews[film_dir] = read_review_file(storage.join(film_dir, REVIEW_FILE))
         return self._film_reviews[film_dir]
 
     def trainable(self, index: int) -> bool:
