@@ -89,6 +89,13 @@ def test_no_command_and_an_unknown_option_are_usage_errors():
             ["play", "--mllm", "m", "--out", "o", "--instructions", "/nonexistent/game.txt"],
             ["game"],
         ),
+        slow(
+            ["export", "/nonexistent/data", "--format", "webdataset", "--out", "{tmp}/x"],
+            ["/nonexistent/data"],
+        ),
+        slow(["export", "{tmp}", "--format", "cogvideox", "--out", "{tmp}/x"], ["{tmp}"]),
+        slow(["eval", "/nonexistent/shots"], ["/nonexistent/shots"]),
+        slow(["eval", "{tmp}", "--set", "no_such_setting=1"], ["no_such_setting"]),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else None,
 )

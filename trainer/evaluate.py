@@ -85,15 +85,14 @@ def run(args) -> int:
         for f in dataclasses.fields(config):
             print(f"{f.name} = {getattr(config, f.name)!r}\n    {docs.get(f.name, '')}")
         return 0
-    try:
+    from core.cli import input_errors
+
+    with input_errors(ConfigError, MissingCheckpoint, FileNotFoundError, ValueError):
         for item in args.overrides:
             set_setting(config, *parse_assignment(item), "--set")
         if args.generated is None:
             raise ValueError("give the folder of generated shots")
         result = evaluate(config, args.generated, args.references, args.texts, args.levels)
-    except (ConfigError, MissingCheckpoint, FileNotFoundError, ValueError) as exc:
-        print(f"animegamer eval: error: {exc}", file=sys.stderr)
-        return 2
     print(json.dumps({k: v for k, v in result.items() if k != "per_clip"}, indent=1))
     if args.json:
         from core.io import write_json_atomic
@@ -344,9 +343,11 @@ def _unit(x):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from core.cli import run_command
     from trainer.cli import module_parser
 
-    return run(module_parser("python -m trainer.evaluate", __doc__, add_arguments).parse_args(argv))
+    args = module_parser("python -m trainer.evaluate", __doc__, add_arguments).parse_args(argv)
+    return run_command("eval", run, args)
 
 
 if __name__ == "__main__":

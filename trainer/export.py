@@ -67,15 +67,15 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    try:
+    from core.cli import input_errors, work_errors
+
+    # input errors (exit 2) inside, failed writes (exit 1) outside: core/cli.py's one rule
+    with work_errors(OSError), input_errors(FileNotFoundError, ValueError):
         if args.samples_per_tar < 1:
             raise ValueError(f"--samples-per-tar {args.samples_per_tar}: must be at least 1")
         summary = export(
             args.shards, args.out, args.format, args.include_unusable, args.samples_per_tar
         )
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"animegamer export: error: {exc}", file=sys.stderr)
-        return 2
     skipped = ", ".join(f"{n} {why}" for why, n in sorted(summary["skipped"].items()))
     print(
         f"exported {summary['exported']} clip(s) to {args.out}"
@@ -228,9 +228,11 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from core.cli import run_command
     from trainer.cli import module_parser
 
-    return run(module_parser("python -m trainer.export", __doc__, add_arguments).parse_args(argv))
+    args = module_parser("python -m trainer.export", __doc__, add_arguments).parse_args(argv)
+    return run_command("export", run, args)
 
 
 if __name__ == "__main__":
