@@ -8,29 +8,13 @@ import pytest
 import torch
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
+
+# The released checkpoints' config.json values: one place, shared with the GPU benchmark.
+from bench.gpu_models import CLIP_VIT_B16, T5_V11_XXL
 from trainer.models.decoder import ShotDecoder
 from trainer.models.encoder import ShotEncoder
 from trainer.models.mllm import GameStateModel
 from trainer.tiny import mistral_tokenizer
-
-# The released checkpoints' config.json values (diffusers' CogVideoX defaults are CogVideoX-2B's).
-CLIP_VIT_B16 = dict(
-    hidden_size=768,
-    intermediate_size=3072,
-    num_hidden_layers=12,
-    num_attention_heads=12,
-    image_size=224,
-    patch_size=16,
-)
-T5_V11_XXL = dict(
-    vocab_size=32128,
-    d_model=4096,
-    d_kv=64,
-    d_ff=10240,
-    num_layers=24,
-    num_heads=64,
-    feed_forward_proj="gated-gelu",
-)
 
 
 @pytest.mark.slow
