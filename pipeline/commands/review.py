@@ -37,22 +37,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    from core.cli import UsageError, input_errors
     from pipeline.explore import DatasetError
     from pipeline.review_server import make_server
 
     if not 0 <= args.port <= 65535:
-        print(f"animegamer review: --port {args.port} is not a port (0-65535)", file=sys.stderr)
-        return 2
-    try:
-        server = make_server(args.path, args.port, args.ip)
-    except (DatasetError, FileNotFoundError, ValueError) as exc:
-        print(f"animegamer review: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # the port is taken
-        print(
-            f"animegamer review: cannot listen on port {args.port}: {exc.strerror}", file=sys.stderr
-        )
-        return 2
+        raise UsageError(f"--port {args.port} is not a port (0-65535)")
+    with input_errors(DatasetError, FileNotFoundError, ValueError):
+        try:
+            server = make_server(args.path, args.port, args.ip)
+        except OSError as exc:  # the port is taken: the user's choice of port, so exit 2 too
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise UsageError(f"cannot listen on port {args.port}: {exc.strerror}") from exc
     clips = len(server.app.snapshot().film_of)
     films = len(server.app.snapshot().rows)
     print(f"reviewing {clips} clips of {films} film(s) at {server.url} (Ctrl-C stops)", flush=True)
