@@ -8,6 +8,7 @@ through `apply_overrides`, so no option is ever declared a second time.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -127,6 +128,22 @@ def check_choices(config: PipelineConfig, source: str) -> None:
             settings.validate()
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--config FILE` and repeatable `--set section.field=value`, as the commands that read the
+    pipeline's settings (dataset, caption) take them; `load_config` reads both."""
+    parser.add_argument(
+        "--config", type=Path, help="YAML file of settings, {section: {field: value}}"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override one setting (repeatable)",
+    )
 
 
 def describe_fields() -> list[tuple[str, object, str]]:

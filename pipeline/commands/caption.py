@@ -17,7 +17,7 @@ from pipeline.caption_films import (
     protagonists_of,
 )
 from pipeline.commands.film_paths import add_dataset_dir_argument, folder_for
-from pipeline.config import ConfigError, describe_fields, load_config
+from pipeline.config import ConfigError, add_settings_arguments, describe_fields, load_config
 from pipeline.ip import GENERIC, ManifestError, load_ip
 
 __all__ = ["HELP", "add_arguments", "caption_film", "caption_films", "run"]
@@ -54,17 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="IP name (manifests/<ip>.yaml) or manifest path; default: the "
         "clips' own IP. 'generic': no character matching",
     )
-    parser.add_argument(
-        "--config", type=Path, help="YAML file of settings, {section: {field: value}}"
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="override one setting (repeatable)",
-    )
+    add_settings_arguments(parser)
     parser.epilog = "caption settings (--set caption.FIELD=VALUE):\n" + "\n".join(
         f"  {name} = {default!r}\n      {text}"
         for name, default, text in describe_fields()

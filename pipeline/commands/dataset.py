@@ -11,7 +11,7 @@ from pathlib import Path
 
 from core import storage
 from core.cli import WORK_FAILED, UsageError, input_errors, print_error, work_errors
-from pipeline.config import ConfigError, describe_fields, load_config
+from pipeline.config import ConfigError, add_settings_arguments, describe_fields, load_config
 from pipeline.ip import GENERIC, IP, ManifestError, load_ip
 from stages.base import build_clip_stages
 
@@ -40,17 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="data",
         help="output folder, local or an fsspec URL such as s3://bucket/dataset (default: data)",
     )
-    parser.add_argument(
-        "--config", type=Path, help="YAML file of settings, {section: {field: value}}"
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="override one setting (repeatable)",
-    )
+    add_settings_arguments(parser)
     parser.add_argument("--model", help="caption model: shorthand for --set caption.model=...")
     parser.add_argument(
         "--executor", choices=("ray", "local"), help="shorthand for --set run.executor=..."
