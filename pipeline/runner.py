@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from core import storage
+from core.cli import Interrupted
 from core.film import (
     DONE_FILE,
     SUMMARY_FILE,
@@ -130,7 +131,7 @@ def run_films(
         except ConfigError as exc:
             results[index] = FilmResult(str(path), None, False, str(exc))
     scheduler = _FilmScheduler(executor, out_dir, config.run.films_in_flight)
-    for index, outcome in scheduler.run(work).items():
+    for index, outcome in scheduler.run_resumable(work).items():
         results[index] = _as_result(paths[index], outcome)
     done = [r for r in results if r is not None]
     if any(r.ok for r in done):
@@ -267,13 +268,37 @@ class _FilmScheduler:
         self.running: dict[int, int] = {}  # film index -> its segments not finished yet
         self.outcomes: dict[int, object] = {}
         self.claimed: dict[str, PrepareJob] = {}  # film folder -> the film this run cuts into it
+        # for the line that Ctrl-C prints: segments of the films probed so far, those of the
+        # films finished (or complete before this run), the films being cut, those not probed yet
+        self.segments_planned = self.segments_finished = self.films_waiting = 0
+        self.cutting: dict[int, FilmPlan] = {}
+
+    def run_resumable(self, work: list[tuple[int, str | Path, PipelineConfig, IP]]) -> dict:
+        """`run`, where Ctrl-C becomes `Interrupted` saying how far the run got (what a rerun
+        of the same command skips)."""
+        try:
+            return self.run(work)
+        except KeyboardInterrupt:
+            raise Interrupted(self.interrupted_line()) from None
+
+    def interrupted_line(self) -> str:
+        """What a rerun will not redo: the finished films' segments and the committed segments
+        (DONE markers) of the films being cut."""
+        done = self.segments_finished + sum(map(_committed_segments, self.cutting.values()))
+        waiting = f", {self.films_waiting} film(s) not started" if self.films_waiting else ""
+        return (
+            "interrupted; run the same command again to resume "
+            f"({done} of {self.segments_planned} segments done{waiting})"
+        )
 
     def run(self, work: list[tuple[int, str | Path, PipelineConfig, IP]]) -> dict[int, object]:
         queue = list(reversed(work))
+        self.films_waiting = len(queue)
         with self.executor.progress_bar("films") as self.bar:
             while queue or self.tasks:
                 while queue and self._films_in_flight() < self.limit:
                     self._start(*queue.pop())
+                    self.films_waiting = len(queue)
                 for task in self.executor.wait(list(self.tasks)):
                     self._advance(task)
         return self.outcomes
@@ -294,11 +319,15 @@ class _FilmScheduler:
         elif step == "segment":
             self._segment_done(index, payload)
         else:
+            self.segments_finished += _segments_finished(value)
+            self.cutting.pop(index)
             self.outcomes[index] = value
             self.bar.set_postfix_str(f"{len(self.outcomes)} films done")
 
     def _prepared(self, index: int, value, job: PrepareJob, started: float) -> None:
         if not isinstance(value, FilmPlan):  # skipped (complete) or failed
+            self.segments_planned += _segments_finished(value)
+            self.segments_finished += _segments_finished(value)
             self.outcomes[index] = value
             return
         first = self.claimed.setdefault(str(value.film_dir), job)
@@ -315,6 +344,8 @@ class _FilmScheduler:
             self.outcomes[index] = FilmResult(str(job.path), None, False, message)
             return
         jobs = [_segment_job(value, config, ip, s) for s in value.segments]
+        self.segments_planned += len(jobs)
+        self.cutting[index] = value
         tasks = [self.executor.submit(run_stored_segment, seg, resources) for seg in jobs]
         self.segments[index], self.running[index] = tasks, len(tasks)
         for task in tasks:
@@ -328,6 +359,18 @@ class _FilmScheduler:
         results = [self.executor.result(t) for t in self.segments.pop(index)]
         job = FinalizeJob(plan, prepared.config, prepared.ip, results, started)
         self.tasks[self.executor.submit(finalize_film, job)] = (index, "finalize", None)
+
+
+def _segments_finished(outcome) -> int:
+    """Segments a film's result says are done: all of a complete film's, not the failed ones."""
+    summary = outcome.summary if isinstance(outcome, FilmResult) else None
+    return summary.segments - len(summary.failed_segments or {}) if summary else 0
+
+
+def _committed_segments(plan: FilmPlan) -> int:
+    """Segments of a film being cut whose DONE marker is written (a rerun reuses them)."""
+    markers = (FilmFolder(Path()).done_marker(seg.index).parts for seg in plan.segments)
+    return sum(storage.exists(storage.join(plan.film_dir, *parts)) for parts in markers)
 
 
 def _duplicate(job: PrepareJob, first: PrepareJob, plan: FilmPlan) -> FilmResult:
