@@ -31,19 +31,8 @@ import numpy as np
 from core.frames import as_clip_frames
 from core.record import STATUS_OK, Clip
 from core.settings import ConfigError, Settings
+from core.vocabulary import BLACK, DUPLICATE, ERROR, FADE, FLASH, STATIC, TEXT
 from stages.base import ClipStage, register_clip_stage
-
-# Reasons, in the order they are listed on a clip. A later pass may add its own (review).
-ERROR, BLACK, FADE, FLASH, TEXT, STATIC, DUPLICATE = (
-    "error",
-    "black",
-    "fade",
-    "flash",
-    "text",
-    "static",
-    "duplicate",
-)
-REASONS = (ERROR, BLACK, FADE, FLASH, TEXT, STATIC, DUPLICATE)
 
 LUMA_SIZE = (60, 90)  # (h, w) grey copy the brightness values are measured on
 HASH_INPUT_SIZE = (120, 180)  # (h, w) grey copy a hashed frame is shrunk from

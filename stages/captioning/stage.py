@@ -37,6 +37,7 @@ from core.record import (
     Clip,
 )
 from core.settings import Settings, check_choice
+from core.vocabulary import CAPTION_COLUMNS, STATE_NAMES
 from stages.base import ClipStage, Resources
 from stages.captioning.parsing import (
     CharacterAnswer,
@@ -333,33 +334,10 @@ class CaptionStage(ClipStage):
         characters = list(job.characters.names) if job.characters is not None else None
         clip.characters = characters
         clip.num_characters = len(characters) if characters is not None else None
-        clip.subject, clip.motion_description = state.subject, state.motion_description
-        clip.environment, clip.adverb = state.environment, state.adverb
-        clip.social, clip.entertainment, clip.stamina = (
-            state.social,
-            state.entertainment,
-            state.stamina,
-        )
+        for name in STATE_NAMES:
+            setattr(clip, name, getattr(state, name))
         clip.instruction = instruction_text(characters, state)
         clip.caption_status = CAPTION_OK
-
-
-CAPTION_FIELDS = (
-    "characters",
-    "num_characters",
-    "subject",
-    "motion_description",
-    "environment",
-    "adverb",
-    "social",
-    "entertainment",
-    "stamina",
-    "instruction",
-    "caption_model",
-    "prompt_version",
-    "caption_status",
-    "caption_raw",
-)  # the columns this stage owns
 
 
 def _resources(config: CaptionConfig) -> Resources:
@@ -372,7 +350,7 @@ def _resources(config: CaptionConfig) -> Resources:
 
 
 def _clear_caption(clip: Clip) -> None:
-    for name in CAPTION_FIELDS:
+    for name in CAPTION_COLUMNS:  # the columns this stage owns
         setattr(clip, name, None)
 
 
