@@ -49,7 +49,6 @@ from pipeline.segments import Segment, SegmentJob, limit_threads, plan_segments,
 from stages.base import build_clip_stages
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
-from stages.quality import clip_reasons, decision
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +194,10 @@ def run_film(
     outcome = _FilmScheduler(executor, out_dir, 1).run([(0, path, config, ip)])[0]
     if isinstance(outcome, FilmError):
         raise outcome
-    return _as_result(path, outcome)
+    result = _as_result(path, outcome)
+    if result.ok:
+        _quality_pass([result], out_dir, config)  # the one decision, as after `dataset`
+    return result
 
 
 @dataclass
@@ -554,10 +556,6 @@ def finalize(
                 for clip in read_clips(folder.segment_dir(seg) / part):
                     clip.clip_index = clip_index
                     clip.scene_index += scene_offset
-                    # a clip that failed after the quality stage is unusable too
-                    clip.usable, clip.reject_reasons = decision(
-                        clip_reasons(clip.to_row(), config.reject)
-                    )
                     clip_index += 1
                     writer.write(clip)
             scenes += stats.scenes
@@ -567,7 +565,6 @@ def finalize(
     write_manifest(folder)
     write_table_atomic(rows_to_table(drop_rows, DROP_SCHEMA), folder.drops)
     summary = _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seconds)
-    summary = summary.updated(quality=_quality_counts(folder, config))
     if summary.complete:
         shutil.rmtree(folder.work, ignore_errors=True)
     return summary
@@ -628,20 +625,10 @@ def _summary(
         motion_levels=_motion_levels(config),
         fingerprint=config.fingerprint(),
         config=config.to_dict(),
-        # set by run_film once the segments are gathered (quality by finalize); not written
-        # before that
+        # set by finalize_film once the segments are gathered, quality by the folder pass; not
+        # written before that
         absent=frozenset({"segment_boundaries", "wall_seconds", "caption", "quality"}),
     )
-
-
-def _quality_counts(folder: FilmFolder, config: PipelineConfig) -> dict:
-    """Clips per reject reason of one film, before the dataset pass adds duplicates."""
-    from pipeline.quality import quality_summary
-
-    columns = ["usable", "reject_reasons", "duplicate_of"]
-    clips = read_clips(folder.shards, columns)
-    decided = [(c.usable, c.reject_reasons, c.duplicate_of) for c in clips]
-    return quality_summary(decided, config.reject) | {"duplicates_checked": False}
 
 
 def _motion_levels(config: PipelineConfig) -> dict | None:

@@ -39,6 +39,7 @@ from core.record import (
 )
 from core.resources import Resources
 from core.settings import Settings, check_choice
+from core.vocabulary import CAPTION_COLUMNS, STATE_NAMES
 from stages.base import ClipStage
 from stages.captioning.parsing import (
     CharacterAnswer,
@@ -340,33 +341,10 @@ class CaptionStage(ClipStage):
         characters = list(job.characters.names) if job.characters is not None else None
         clip.characters = characters
         clip.num_characters = len(characters) if characters is not None else None
-        clip.subject, clip.motion_description = state.subject, state.motion_description
-        clip.environment, clip.adverb = state.environment, state.adverb
-        clip.social, clip.entertainment, clip.stamina = (
-            state.social,
-            state.entertainment,
-            state.stamina,
-        )
+        for name in STATE_NAMES:
+            setattr(clip, name, getattr(state, name))
         clip.instruction = instruction_text(characters, state)
         clip.caption_status = CAPTION_OK
-
-
-CAPTION_FIELDS = (
-    "characters",
-    "num_characters",
-    "subject",
-    "motion_description",
-    "environment",
-    "adverb",
-    "social",
-    "entertainment",
-    "stamina",
-    "instruction",
-    "caption_model",
-    "prompt_version",
-    "caption_status",
-    "caption_raw",
-)  # the columns this stage owns
 
 
 def _with_resolved_device(config: CaptionConfig) -> CaptionConfig:
@@ -388,7 +366,7 @@ def _resources(config: CaptionConfig) -> Resources:
 
 
 def _clear_caption(clip: Clip) -> None:
-    for name in CAPTION_FIELDS:
+    for name in CAPTION_COLUMNS:  # the columns this stage owns
         setattr(clip, name, None)
 
 
