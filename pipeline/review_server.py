@@ -182,7 +182,7 @@ class ReviewApp:
         with problems.collect():  # without the clip's film, names are checked against no sheet
             fields = check_fields(body.get("fields") or {}, self.sheet(slug) if slug else None)
         problems.raise_any()
-        assert slug is not None
+        assert slug is not None and isinstance(clip_id, str)  # raise_any refused the others
         rows, table = snapshot.rows[slug], snapshot.tables[slug]
         film = snapshot.dataset.film(slug)
         counts = {}
