@@ -26,6 +26,7 @@ from core.shards import ShardConfig, ShardWriter, read_clips, shard_paths
 from pipeline.executor import LocalStageRunner, StageActorPool, StageRunner
 from pipeline.manifest import write_manifest
 from pipeline.review import Review, effective_quality, read_reviews
+from stages.base import clip_schema
 from stages.captioning.cache import CaptionCache
 from stages.captioning.stage import CaptionConfig, CaptionStage
 
@@ -236,7 +237,7 @@ def _rewrite_shard(path: Path, clips: list[Clip], shard_config: ShardConfig) -> 
     for stale in aside.glob("*") if aside.is_dir() else []:
         stale.unlink()  # left by an interrupted rewrite; the shard itself was never touched
     one_file = replace(shard_config, max_bytes=2**62)  # the same rows must stay in one file
-    with ShardWriter(aside, path.stem, one_file) as writer:
+    with ShardWriter(aside, path.stem, one_file, clip_schema()) as writer:
         writer.write_all(clips)
     [written] = writer.paths
     os.replace(written, path)

@@ -46,7 +46,7 @@ from pipeline.executor import Executor, make_executor
 from pipeline.ip import IP
 from pipeline.manifest import write_manifest
 from pipeline.segments import Segment, SegmentJob, limit_threads, plan_segments, run_segment
-from stages.base import build_clip_stages
+from stages.base import build_clip_stages, clip_schema
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
 
@@ -549,7 +549,7 @@ def finalize(
     scenes: list[list[int]] = []
     drop_rows: list[dict[str, Any]] = []
     clip_index = scene_offset = 0
-    with ShardWriter(folder.shards_staging, "clips", config.shards) as writer:
+    with ShardWriter(folder.shards_staging, "clips", config.shards, clip_schema()) as writer:
         for stats in done:
             seg = stats.segment["index"]
             for part in stats.parts:

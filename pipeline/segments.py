@@ -37,7 +37,7 @@ from core.record import STATUS_OK, Clip
 from core.shards import ShardWriter
 from core.video import FrameReader
 from pipeline.config import PipelineConfig
-from stages.base import ClipStage, Frame, build_clip_stages
+from stages.base import ClipStage, Frame, build_clip_stages, clip_schema
 from stages.clips import ClipSplitter, Drop
 from stages.crop import CropBox
 from stages.probe import FilmInfo
@@ -152,7 +152,8 @@ class _SegmentRun:
         limit_threads(threads)
         film = self.job.film
         reader = FrameReader(str(storage.local_film(film.path)), film.frame_pts, threads)
-        with ShardWriter(self.job.directory, "part", self.job.config.shards) as writer:
+        shards = self.job.config.shards
+        with ShardWriter(self.job.directory, "part", shards, clip_schema()) as writer:
             self.lane = _ClipLane(self.stages, writer)
             try:
                 self._decode_and_cut(reader)

@@ -23,6 +23,7 @@ from typing import Any
 
 import cv2
 import numpy as np
+import pyarrow as pa
 
 from core.device import DeviceError, pick_device, resolve_device, uses_cuda
 from core.frames import ClipFrames
@@ -421,7 +422,16 @@ class MotionScope(ClipStage):
         return f"{self.backend.name};{rule_descriptor(self.config)}"
 
 
-@register_clip_stage("motion", section="motion", order=10)
+# What the stage fills (core/schema.py has the same fields; stages.base.clip_schema checks them).
+MOTION_COLUMNS = (
+    pa.field("motion_scope", pa.float64()),
+    pa.field("motion_level", pa.int8()),
+    pa.field("motion_backend", pa.string()),
+    pa.field("motion_levels_version", pa.string()),
+)
+
+
+@register_clip_stage("motion", settings=MotionConfig, columns=MOTION_COLUMNS, order=10)
 def motion_stage(settings: MotionConfig) -> ClipStage | None:
     """First: it measures the in-memory frames, which encoding releases."""
     return MotionScope(settings) if settings.enabled else None
