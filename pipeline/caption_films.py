@@ -25,7 +25,7 @@ from core.film import CAPTION_REWRITE_DIR, CaptionCounts, FilmFolder
 from core.record import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, Clip
 from core.shards import ShardConfig, ShardWriter, read_clips, shard_paths
 from pipeline.config import PipelineConfig
-from pipeline.executor import LocalStageRunner, StageActorPool
+from pipeline.executor import LocalStageRunner, StageActorPool, StageRunner
 from pipeline.ip import IP
 from pipeline.manifest import write_manifest
 from pipeline.review import Review, effective_quality, read_reviews
@@ -230,7 +230,7 @@ def _mark_pending(shards, stage: CaptionStage, shard_config) -> Counter[str | No
 # ---- executors: this process, or Ray actors -----------------------------------------------
 
 
-def _make_runner(stage: CaptionStage, config: CaptionConfig, engine):
+def _make_runner(stage: CaptionStage, config: CaptionConfig, engine) -> StageRunner:
     executor = config.executor
     if executor == "auto":
         executor = "ray" if config.engine == "lmdeploy" else "local"
