@@ -588,13 +588,13 @@ def caption_with(engine_name: str, checkpoint: Path, settings: Settings):
 
 
 def caption_copy(settings: Settings, name: str, config, engine, caption_film) -> dict:
-    """Caption a fresh copy of the sample film (nothing cached): the caption summary."""
+    """Caption a fresh copy of the sample film (nothing cached): the caption summary as JSON."""
     from pipeline.ip import load_ip
 
     film = settings.workdir / f"film-{name}"
     shutil.rmtree(film, ignore_errors=True)
     shutil.copytree(settings.film, film)
-    return caption_film(film, config, load_ip("sintel"), engine=engine)
+    return caption_film(film, config, load_ip("sintel"), engine=engine).to_dict()
 
 
 def caption_row(engine_name: str, batch: int, timed: dict, counted, settings: Settings) -> dict:

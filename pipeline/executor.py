@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from stages.base import ClipStage
 
 log = logging.getLogger(__name__)
+RAY_TOKEN_WARNING_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 # A job function: `fn(job, report)`, where `report(n)` advances the progress bar by n units.
 JobFn = Callable[[Any, Callable[[int], None]], Any]
@@ -253,6 +254,9 @@ def init_ray(num_cpus: int | None = None):
     import ray
 
     if not ray.is_initialized():
+        # Ray warns on every start that it enabled token authentication by default: nothing for
+        # the user to do (a cluster's own token is still used), so not worth a line in each run.
+        logging.getLogger(RAY_TOKEN_WARNING_LOGGER).setLevel(logging.ERROR)
         address = os.environ.get("RAY_ADDRESS")
         began = time.perf_counter()
         ray.init(

@@ -25,15 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from core import storage
+from core.cli import Interrupted
 from core.film import (
     DONE_FILE,
     SUMMARY_FILE,
     WORK_DIR,
     CropRecord,
+    Drop,
     FilmFacts,
     FilmFolder,
     FilmSummary,
     FolderError,
+    QualityCounts,
+    SegmentSpan,
     SegmentStats,
 )
 from core.io import write_table_atomic
@@ -45,7 +49,7 @@ from pipeline.corpus import write_dataset_summary
 from pipeline.executor import Executor, make_executor
 from pipeline.ip import IP
 from pipeline.manifest import write_manifest
-from pipeline.segments import Segment, SegmentJob, limit_threads, plan_segments, run_segment
+from pipeline.segments import SegmentJob, limit_threads, plan_segments, run_segment
 from stages.base import build_clip_stages, clip_schema
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
@@ -81,7 +85,7 @@ class FilmPlan:
     film: FilmInfo
     crop: CropBox
     film_dir: str | Path  # a local path or an fsspec URL
-    segments: list[Segment]
+    segments: list[SegmentSpan]
     seconds: dict[str, float]
 
 
@@ -130,7 +134,7 @@ def run_films(
         except ConfigError as exc:
             results[index] = FilmResult(str(path), None, False, str(exc))
     scheduler = _FilmScheduler(executor, out_dir, config.run.films_in_flight)
-    for index, outcome in scheduler.run(work).items():
+    for index, outcome in scheduler.run_resumable(work).items():
         results[index] = _as_result(paths[index], outcome)
     done = [r for r in results if r is not None]
     if any(r.ok for r in done):
@@ -165,11 +169,11 @@ def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> No
     for result in results:
         if result.ok and result.film_dir is not None:
             result.summary = FilmFolder(local / storage.name(result.film_dir)).read_summary()
-            quality = (result.summary.quality if result.summary else None) or {}
-            reasons = ", ".join(f"{k} {v}" for k, v in quality.get("by_reason", {}).items())
+            quality = (result.summary.quality if result.summary else None) or QualityCounts()
+            reasons = ", ".join(f"{k} {v}" for k, v in quality.by_reason.items())
             result.message += (
-                f"; quality: {quality.get('usable', 0)} usable, "
-                f"{quality.get('rejected', 0)} rejected ({reasons or 'none'})"
+                f"; quality: {quality.usable} usable, "
+                f"{quality.rejected} rejected ({reasons or 'none'})"
             )
     log.info(
         "quality: %d of %d clips usable in %d film(s) of %s",
@@ -308,13 +312,37 @@ class _FilmScheduler:
         self.running: dict[int, int] = {}  # film index -> its segments not finished yet
         self.outcomes: dict[int, object] = {}
         self.claimed: dict[str, PrepareJob] = {}  # film folder -> the film this run cuts into it
+        # for the line that Ctrl-C prints: segments of the films probed so far, those of the
+        # films finished (or complete before this run), the films being cut, those not probed yet
+        self.segments_planned = self.segments_finished = self.films_waiting = 0
+        self.cutting: dict[int, FilmPlan] = {}
+
+    def run_resumable(self, work: list[tuple[int, str | Path, PipelineConfig, IP]]) -> dict:
+        """`run`, where Ctrl-C becomes `Interrupted` saying how far the run got (what a rerun
+        of the same command skips)."""
+        try:
+            return self.run(work)
+        except KeyboardInterrupt:
+            raise Interrupted(self.interrupted_line()) from None
+
+    def interrupted_line(self) -> str:
+        """What a rerun will not redo: the finished films' segments and the committed segments
+        (DONE markers) of the films being cut."""
+        done = self.segments_finished + sum(map(_committed_segments, self.cutting.values()))
+        waiting = f", {self.films_waiting} film(s) not started" if self.films_waiting else ""
+        return (
+            "interrupted; run the same command again to resume "
+            f"({done} of {self.segments_planned} segments done{waiting})"
+        )
 
     def run(self, work: list[tuple[int, str | Path, PipelineConfig, IP]]) -> dict[int, object]:
         queue = list(reversed(work))
+        self.films_waiting = len(queue)
         with self.executor.progress_bar("films") as self.bar:
             while queue or self.tasks:
                 while queue and self._films_in_flight() < self.limit:
                     self._start(*queue.pop())
+                    self.films_waiting = len(queue)
                 for task in self.executor.wait(list(self.tasks)):
                     self._advance(task)
         return self.outcomes
@@ -334,12 +362,16 @@ class _FilmScheduler:
         elif isinstance(step, _Cutting):
             self._segment_done(step)
         else:
+            self.segments_finished += _segments_finished(value)
+            self.cutting.pop(step.index)
             self.outcomes[step.index] = value
             self.bar.set_postfix_str(f"{len(self.outcomes)} films done")
 
     def _prepared(self, step: _Preparing, value) -> None:
         index, job = step.index, step.job
         if not isinstance(value, FilmPlan):  # skipped (complete) or failed
+            self.segments_planned += _segments_finished(value)
+            self.segments_finished += _segments_finished(value)
             self.outcomes[index] = value
             return
         first = self.claimed.setdefault(str(value.film_dir), job)
@@ -359,6 +391,8 @@ class _FilmScheduler:
             self.outcomes[index] = FilmResult(str(job.path), None, False, message)
             return
         jobs = [_segment_job(value, config, ip, s) for s in value.segments]
+        self.segments_planned += len(jobs)
+        self.cutting[index] = value
         tasks = [self.executor.submit(run_stored_segment, seg, declared.resources) for seg in jobs]
         self.segments[index], self.running[index] = tasks, len(tasks)
         for task in tasks:
@@ -372,6 +406,18 @@ class _FilmScheduler:
         results = [self.executor.result(t) for t in self.segments.pop(index)]
         job = FinalizeJob(step.plan, step.job.config, step.job.ip, results, step.started)
         self.tasks[self.executor.submit(finalize_film, job)] = _Finalizing(index)
+
+
+def _segments_finished(outcome) -> int:
+    """Segments a film's result says are done: all of a complete film's, not the failed ones."""
+    summary = outcome.summary if isinstance(outcome, FilmResult) else None
+    return summary.segments - len(summary.failed_segments or {}) if summary else 0
+
+
+def _committed_segments(plan: FilmPlan) -> int:
+    """Segments of a film being cut whose DONE marker is written (a rerun reuses them)."""
+    markers = (FilmFolder(Path()).done_marker(seg.index).parts for seg in plan.segments)
+    return sum(storage.exists(storage.join(plan.film_dir, *parts)) for parts in markers)
 
 
 def _duplicate(job: PrepareJob, first: PrepareJob, plan: FilmPlan) -> FilmResult:
@@ -434,7 +480,9 @@ def _fetched_film(path: str | Path) -> Path:
         raise FilmError(f"{path}: cannot be read ({exc})") from None
 
 
-def _segment_job(plan: FilmPlan, config: PipelineConfig, ip: IP, segment: Segment) -> SegmentJob:
+def _segment_job(
+    plan: FilmPlan, config: PipelineConfig, ip: IP, segment: SegmentSpan
+) -> SegmentJob:
     """A segment's job: its folder is the film's, or for a film in object storage a local scratch
     folder standing in for it (`store` then names the real one)."""
     if not storage.is_remote(plan.film_dir):
@@ -503,7 +551,7 @@ def _fetch_parts(remote_dir: str | Path, folder: FilmFolder, segment_results: li
     for stats in segment_results:
         if isinstance(stats, Exception):
             continue
-        local = folder.segment_dir(stats.segment["index"])
+        local = folder.segment_dir(stats.segment.index)
         for part in stats.parts:
             storage.download(storage.join(remote_dir, WORK_DIR, local.name, part), local / part)
 
@@ -527,7 +575,7 @@ def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
     with storage.working_copies([r.film_dir for r in cut], SUMMARY_FILE) as film_dirs:
         for result, film_dir, stats in zip(cut, film_dirs, caption_films(film_dirs, config, ip)):
             result.summary = FilmFolder(film_dir).read_summary()
-            counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("by_status", {}).items()))
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_status.items()))
             result.message += f"; captions: {counts or 'none'}"
 
 
@@ -551,7 +599,7 @@ def finalize(
     clip_index = scene_offset = 0
     with ShardWriter(folder.shards_staging, "clips", config.shards, clip_schema()) as writer:
         for stats in done:
-            seg = stats.segment["index"]
+            seg = stats.segment.index
             for part in stats.parts:
                 for clip in read_clips(folder.segment_dir(seg) / part):
                     clip.clip_index = clip_index
@@ -570,16 +618,13 @@ def finalize(
     return summary
 
 
-def _drop_row(film: FilmInfo, segment: int, drop: dict) -> dict:
+def _drop_row(film: FilmInfo, segment: int, drop: Drop) -> dict:
+    """A row of drops.parquet (core/schema.py DROP_SCHEMA)."""
     return {
         "film_id": film.film_id,
         "segment_index": segment,
-        "reason": drop["reason"],
-        "start_frame": drop["start_frame"],
-        "end_frame": drop["end_frame"],
-        "start_time": drop["start_time"],
-        "end_time": drop["end_time"],
-        "detail": drop["detail"] or None,
+        **drop.to_dict(),
+        "detail": drop.detail or None,
     }
 
 
@@ -642,9 +687,9 @@ def _motion_levels(config: PipelineConfig) -> dict | None:
 def _segment_run(stats: SegmentStats) -> dict[str, Any]:
     """One segment's line in summary.json: its frames, where it ran, how long it took."""
     return {
-        "index": stats.segment["index"],
-        "start_frame": stats.segment["start"],
-        "stop_frame": stats.segment["stop"],
+        "index": stats.segment.index,
+        "start_frame": stats.segment.start,
+        "stop_frame": stats.segment.stop,
         "clips_written": stats.clips_written,
         "reused": stats.skipped,
         "ran_on": stats.ran_on,

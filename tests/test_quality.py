@@ -397,7 +397,7 @@ def test_captioning_skips_unusable_clips(sintel_out, tmp_path):
     summary = caption_film(film_dir, config, None, engine=engine)
     after = manifest_of(out)
     assert len(engine.requests) == int(before["usable"].sum())  # no characters: state only
-    assert summary["by_status"]["skipped_unusable"] == int((~before["usable"]).sum())
+    assert summary.by_status["skipped_unusable"] == int((~before["usable"]).sum())
     assert set(after[after["usable"]]["caption_status"]) == {"ok"}
     included = replace(config, include_unusable=True)
     engine = ScriptedEngine(answer_well)
