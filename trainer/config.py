@@ -12,9 +12,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from core.settings import ConfigError, field_docs, parse_assignment, set_setting
+from core.settings import (
+    ConfigError,
+    field_docs,
+    parse_assignment,
+    read_settings_file,
+    set_setting,
+)
 
 PHASES = ("encoder", "mllm", "adapt")
 
@@ -212,7 +216,7 @@ def load_config(phase: str, path: str | Path | None = None, overrides: list[str]
         raise ConfigError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
     config = CONFIG_CLASSES[phase]()
     if path:
-        apply_mapping(config, phase, read_yaml(path), source=str(path))
+        apply_mapping(config, phase, read_settings_file(path), source=str(path))
     apply_overrides(config, overrides or [])
     return check(config)
 
@@ -229,16 +233,6 @@ def config_from_dict(phase: str, data: dict):
     for name, value in data.items():
         set_field(config, name, value, "checkpoint")
     return config
-
-
-def read_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: configuration file not found")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
-    return data
 
 
 def apply_mapping(config, phase: str, data: dict, source: str) -> None:
