@@ -24,21 +24,21 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import av
 import cv2
 
 from core import storage
-from core.film import FilmFolder, SegmentStats
+from core.film import Drop, FilmFolder, SegmentSpan, SegmentStats
 from core.frames import PlaneSource
 from core.record import STATUS_OK, Clip
 from core.shards import ShardWriter
 from core.video import FrameReader
 from pipeline.config import PipelineConfig
-from stages.base import ClipStage, Frame, build_clip_stages
-from stages.clips import ClipSplitter, Drop
+from stages.base import ClipStage, Frame, build_clip_stages, clip_schema
+from stages.clips import ClipSplitter
 from stages.crop import CropBox
 from stages.probe import FilmInfo
 from stages.scenes import BlackRuns, SceneConfig, SceneCuts
@@ -47,21 +47,13 @@ from stages.transnet import TransNetSpans
 WARMUP_SECONDS = 1.0
 
 
-@dataclass(frozen=True)
-class Segment:
-    index: int
-    start: int  # first frame the segment owns
-    stop: int  # exclusive
-    is_last: bool
-
-
 @dataclass
 class SegmentJob:
     film: FilmInfo
     crop: CropBox
     config: PipelineConfig
     ip: str
-    segment: Segment
+    segment: SegmentSpan
     folder: FilmFolder  # always local: where the segment's parts and DONE.json are made
     store: str | None = None  # the film folder's URL when the outputs live in object storage
 
@@ -70,7 +62,7 @@ class SegmentJob:
         return self.folder.segment_dir(self.segment.index)
 
 
-def plan_segments(film: FilmInfo, seconds: float) -> list[Segment]:
+def plan_segments(film: FilmInfo, seconds: float) -> list[SegmentSpan]:
     """Cut the film into equal segments of about `seconds`.
 
     The plan depends on the film and the configuration only, never on the machine, so the same
@@ -79,7 +71,10 @@ def plan_segments(film: FilmInfo, seconds: float) -> list[Segment]:
     """
     count = max(1, round(film.duration / seconds))
     bounds = [round(i * film.num_frames / count) for i in range(count)] + [film.num_frames]
-    return [Segment(i, bounds[i], bounds[i + 1], i == count - 1) for i in range(count)]
+    return [
+        SegmentSpan(index=i, start=bounds[i], stop=bounds[i + 1], is_last=i == count - 1)
+        for i in range(count)
+    ]
 
 
 def completed(job: SegmentJob, fingerprint: str) -> SegmentStats | None:
@@ -87,11 +82,7 @@ def completed(job: SegmentJob, fingerprint: str) -> SegmentStats | None:
     stats = job.folder.read_segment_stats(job.segment.index)
     if stats is None:
         return None
-    same = (
-        stats.fingerprint == fingerprint
-        and stats.ip == job.ip
-        and stats.segment == asdict(job.segment)
-    )
+    same = stats.fingerprint == fingerprint and stats.ip == job.ip and stats.segment == job.segment
     return stats if same else None
 
 
@@ -154,7 +145,8 @@ class _SegmentRun:
         limit_threads(threads)
         film = self.job.film
         reader = FrameReader(str(storage.local_film(film.path)), film.frame_pts, threads)
-        with ShardWriter(self.job.directory, "part", self.job.config.shards) as writer:
+        shards = self.job.config.shards
+        with ShardWriter(self.job.directory, "part", shards, clip_schema()) as writer:
             self.lane = _ClipLane(self.stages, writer)
             try:
                 self._decode_and_cut(reader)
@@ -249,7 +241,7 @@ class _SegmentRun:
     def _stats(self, reader: FrameReader) -> SegmentStats:
         self.report(self.frames_decoded % 64)
         return SegmentStats(
-            segment=asdict(self.job.segment),
+            segment=self.job.segment,
             clips_written=self.lane.written,
             clips_failed=self.lane.failed,
             frames=self.frames_decoded,
@@ -259,7 +251,7 @@ class _SegmentRun:
             black_frames=self.black_runs.frames_within(
                 self.job.segment.start, self.job.segment.stop
             ),
-            drop_list=[asdict(d) for d in self.drops],
+            drop_list=list(self.drops),
             scenes=self.splitter.scenes,
             parts=sorted(p.name for p in self.lane.writer.paths),
             stage_seconds={k: round(v, 4) for k, v in self._stage_seconds().items()},

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
+from core.film import Drop
 from core.frames import ClipFrames, chroma_region, i420_planes
 from core.record import Clip, make_clip_id
 from core.settings import Settings, check_choice
@@ -62,18 +63,6 @@ class ClipConfig(Settings):
     @property
     def clip_fps(self) -> float:
         return self.num_frames / self.seconds
-
-
-@dataclass
-class Drop:
-    """A window (or a whole short scene) that did not become a clip, and why."""
-
-    reason: str
-    start_frame: int
-    end_frame: int
-    start_time: float
-    end_time: float
-    detail: str = ""
 
 
 @dataclass
@@ -327,12 +316,12 @@ class ClipSplitter:
 
     def _drop(self, window: _Window, reason: str, detail: str) -> Drop:
         return Drop(
-            reason,
-            window.start_frame,
-            window.end_frame,
-            window.start_time,
-            window.start_time + self.config.seconds,
-            detail,
+            reason=reason,
+            start_frame=window.start_frame,
+            end_frame=window.end_frame,
+            start_time=window.start_time,
+            end_time=window.start_time + self.config.seconds,
+            detail=detail,
         )
 
     def _make_clip(self, window: _Window) -> Clip:
