@@ -303,7 +303,15 @@ class ClipSplitter:
         if self.in_transition:
             start = self.scenes[-1][0]
             times = self.times
-            return [Drop("transition", start, stop_index, times[start], times[stop_index])]
+            return [
+                Drop(
+                    reason="transition",
+                    start_frame=start,
+                    end_frame=stop_index,
+                    start_time=times[start],
+                    end_time=times[stop_index],
+                )
+            ]
         window, self.window = self.window, None
         if window is None or window.start_frame >= stop_index:
             return []
