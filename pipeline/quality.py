@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from core.film import SHARDS_DIR, FilmFolder
+from core.film import SHARDS_DIR, FilmFolder, QualityCounts
 from core.io import write_json_atomic
 from core.record import CAPTION_PENDING, SKIPPED_UNUSABLE
 from core.shards import (
@@ -242,20 +242,21 @@ def _rewrite_film(film: Path, wanted: dict[str, tuple]) -> None:
         write_manifest(folder)
 
 
-def quality_summary(decided: list[tuple], thresholds: RejectConfig) -> dict:
+def quality_summary(decided: list[tuple], thresholds: RejectConfig) -> QualityCounts:
     """The `quality` section of a film's summary.json: clips per reason (a clip with two reasons
     counts under both), usable and rejected totals, and the thresholds that decided."""
     by_reason = Counter(reason for _, reasons, _ in decided for reason in reasons)
     usable = sum(ok for ok, _, _ in decided)
-    return {
-        "usable": usable,
-        "rejected": len(decided) - usable,
-        "by_reason": dict(sorted(by_reason.items())),
-        "duplicates": sum(dup is not None for _, _, dup in decided),
-        "thresholds": asdict(thresholds),
-    }
+    return QualityCounts(
+        usable=usable,
+        rejected=len(decided) - usable,
+        by_reason=dict(sorted(by_reason.items())),
+        duplicates=sum(dup is not None for _, _, dup in decided),
+        duplicates_checked=True,  # the folder pass compared every clip
+        thresholds=asdict(thresholds),
+    )
 
 
 def _update_summary(film: Path, decided: list[tuple], thresholds: RejectConfig) -> None:
-    counts = quality_summary(decided, thresholds) | {"duplicates_checked": True}
+    counts = quality_summary(decided, thresholds)
     FilmFolder(film).update_summary(lambda summary: summary.updated(quality=counts), create=False)

@@ -27,6 +27,7 @@ from typing import Any
 
 import cv2
 import numpy as np
+import pyarrow as pa
 
 from core.frames import as_clip_frames
 from core.record import STATUS_OK, Clip
@@ -77,6 +78,8 @@ class QualityConfig(Settings):
 class RejectConfig(Settings):
     """Thresholds that turn stored quality values into decisions. They change no stored value:
     `animegamer quality-calibrate` re-applies them to a dataset folder without recomputing."""
+
+    content_fields = ()  # not in the fingerprint: the folder pass re-applies them
 
     black_luma: float = 32.0
     """A frame is black when 99 % of its pixels are at most this grey level (0-255)."""
@@ -349,7 +352,18 @@ def _at(position: int, frames: np.ndarray) -> int:
     return min(position, len(frames) - 1)
 
 
-@register_clip_stage("quality", section="quality", order=50)
+# What the stage measures and stores (the decision's columns, usable and reject_reasons, are
+# the folder pass's).
+QUALITY_COLUMNS = (
+    pa.field("quality_luma_mean", pa.list_(pa.float32())),
+    pa.field("quality_luma_peak", pa.list_(pa.float32())),
+    pa.field("quality_text_area", pa.float32()),
+    pa.field("quality_hashes", pa.list_(pa.int64())),
+    pa.field("quality_version", pa.string()),
+)
+
+
+@register_clip_stage("quality", settings=QualityConfig, columns=QUALITY_COLUMNS, order=50)
 def quality_stage(settings: QualityConfig) -> ClipStage | None:
     """After motion (the static reason reads its scope), before encode (which releases the
     frames)."""
