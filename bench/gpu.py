@@ -37,6 +37,7 @@ import torch
 
 from bench import flops
 from bench import gpu_models as models
+from core.device import resolve_device
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -587,13 +588,13 @@ def caption_with(engine_name: str, checkpoint: Path, settings: Settings):
 
 
 def caption_copy(settings: Settings, name: str, config, engine, caption_film) -> dict:
-    """Caption a fresh copy of the sample film (nothing cached): the caption summary."""
+    """Caption a fresh copy of the sample film (nothing cached): the caption summary as JSON."""
     from pipeline.ip import load_ip
 
     film = settings.workdir / f"film-{name}"
     shutil.rmtree(film, ignore_errors=True)
     shutil.copytree(settings.film, film)
-    return caption_film(film, config, load_ip("sintel"), engine=engine)
+    return caption_film(film, config, load_ip("sintel"), engine=engine).to_dict()
 
 
 def caption_row(engine_name: str, batch: int, timed: dict, counted, settings: Settings) -> dict:
@@ -744,12 +745,10 @@ def numbers(text: str) -> tuple[int, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = args.device
-    if device == "auto":
-        if not torch.cuda.is_available():
-            print(NO_CUDA)
-            return 0
-        device = "cuda"
+    device = resolve_device(args.device)
+    if args.device == "auto" and not device.startswith("cuda"):
+        print(NO_CUDA)  # auto here means CUDA or nothing: CPU timings would mislead
+        return 0
     settings = Settings(
         device=device,
         tiny=args.tiny,

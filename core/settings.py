@@ -10,6 +10,7 @@ import textwrap
 import types
 import typing
 from collections.abc import Iterable
+from typing import ClassVar
 
 import yaml
 
@@ -20,7 +21,13 @@ class ConfigError(ValueError):
 
 class Settings:
     """Base of every settings section: `validate` checks the section's own values, so a bad
-    setting is reported before any work starts, by the section that knows the rule."""
+    setting is reported before any work starts, by the section that knows the rule.
+
+    `content_fields` declares which fields change what a run stores (the pipeline's
+    fingerprint: work done under another fingerprint is redone): None, every field; a tuple,
+    those fields only (enter the fingerprint by their own names); (), none."""
+
+    content_fields: ClassVar[tuple[str, ...] | None] = None
 
     def validate(self) -> None:
         """Raise ConfigError naming the setting; the default has nothing to check."""
@@ -53,7 +60,7 @@ def set_setting(obj, name: str, value, source: str, label: str | None = None) ->
 
     label = label or name
     hints = typing.get_type_hints(type(obj))
-    if name not in hints:
+    if name not in {f.name for f in dataclasses.fields(obj)}:  # a ClassVar is no setting
         known = ", ".join(f.name for f in dataclasses.fields(obj))
         raise ConfigError(f"{source}: unknown setting '{label}' (known: {known})")
     try:
