@@ -69,13 +69,15 @@ class Frame:
     PySceneDetect expects); `planes()` is the whole upright picture as its Y, U, V planes (yuv420p,
     8-bit, limited range; views of the decoder's own buffers where the source allows), which clip
     splitting crops and scales into I420 without going through RGB (core/frames.py). Each is
-    computed when called, so a stage that never asks never pays. `starts_scene` is known once
+    computed when called, so a stage that never asks never pays. `starts_scene` and
+    `in_transition` (the frame is part of a fade or dissolve: no clip may hold it) are known once
     scene detection has settled the frame (its lag has passed)."""
 
     index: int
     small: Callable[[], np.ndarray]
     planes: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]
     starts_scene: bool = False
+    in_transition: bool = False
 
 
 Found = TypeVar("Found")

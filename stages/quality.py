@@ -143,8 +143,10 @@ def perceptual_hash(frame: np.ndarray) -> int:
 
 
 def hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Bitwise distance of int64 hashes (broadcasting)."""
-    return np.bitwise_count(np.bitwise_xor(a, b))
+    """Bitwise distance of int64 hashes (broadcasting). Counted on the unsigned view: numpy's
+    bitwise_count counts the bits of a signed value's absolute value, which for hashes that
+    differ in their top bit is not the number of differing bits."""
+    return np.bitwise_count(np.asarray(np.bitwise_xor(a, b)).view(np.uint64))
 
 
 class TextDetector:
