@@ -300,13 +300,13 @@ def time_steps(model, config, batch: dict, settings: Settings) -> dict:
     env = distributed.setup(config.device)
     dtype = distributed.pick_dtype(config.dtype, env.device)
     trainable, optimizer = make_optimizer(model, config)
-    _step(model, model, optimizer, trainable, batch, 0, config, env, dtype)
+    _step(model, model, optimizer, trainable, [batch], 0, config, env, dtype)
     synchronise(settings.device)
     release_memory()
     times = []
     for step in range(1, 1 + settings.steps):
         began = time.perf_counter()
-        _step(model, model, optimizer, trainable, batch, step, config, env, dtype)
+        _step(model, model, optimizer, trainable, [batch], step, config, env, dtype)
         synchronise(settings.device)
         times.append(time.perf_counter() - began)
     seconds = statistics.median(times)
@@ -588,13 +588,13 @@ def caption_with(engine_name: str, checkpoint: Path, settings: Settings):
 
 
 def caption_copy(settings: Settings, name: str, config, engine, caption_film) -> dict:
-    """Caption a fresh copy of the sample film (nothing cached): the caption summary."""
+    """Caption a fresh copy of the sample film (nothing cached): the caption summary as JSON."""
     from pipeline.ip import load_ip
 
     film = settings.workdir / f"film-{name}"
     shutil.rmtree(film, ignore_errors=True)
     shutil.copytree(settings.film, film)
-    return caption_film(film, config, load_ip("sintel"), engine=engine)
+    return caption_film(film, config, load_ip("sintel"), engine=engine).to_dict()
 
 
 def caption_row(engine_name: str, batch: int, timed: dict, counted, settings: Settings) -> dict:

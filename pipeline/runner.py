@@ -31,10 +31,13 @@ from core.film import (
     SUMMARY_FILE,
     WORK_DIR,
     CropRecord,
+    Drop,
     FilmFacts,
     FilmFolder,
     FilmSummary,
     FolderError,
+    QualityCounts,
+    SegmentSpan,
     SegmentStats,
 )
 from core.io import write_table_atomic
@@ -46,8 +49,8 @@ from pipeline.corpus import write_dataset_summary
 from pipeline.executor import Executor, make_executor
 from pipeline.ip import IP
 from pipeline.manifest import write_manifest
-from pipeline.segments import Segment, SegmentJob, limit_threads, plan_segments, run_segment
-from stages.base import build_clip_stages
+from pipeline.segments import SegmentJob, limit_threads, plan_segments, run_segment
+from stages.base import build_clip_stages, clip_schema
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
 
@@ -82,7 +85,7 @@ class FilmPlan:
     film: FilmInfo
     crop: CropBox
     film_dir: str | Path  # a local path or an fsspec URL
-    segments: list[Segment]
+    segments: list[SegmentSpan]
     seconds: dict[str, float]
 
 
@@ -147,7 +150,22 @@ def _quality_pass(results: list[FilmResult], out_dir: str | Path, config: Pipeli
     """Decide every clip of the output folder, duplicates across its films included, with the
     folder's thresholds (written from this run's settings the first time)."""
     with storage.working_copy(out_dir, SUMMARY_FILE) as local:  # s3://: a copy, published back
+        _fetch_folder_files(out_dir, local)
         _decide_quality(results, out_dir, local, config)
+
+
+def _fetch_folder_files(out_dir: str | Path, local: Path) -> None:
+    """The folder's thresholds and duplicate index, which a copy of its films leaves out (each
+    one object, written whole; the pass's new versions are uploaded with the films)."""
+    from pipeline.duplicates import INDEX_FILE
+    from pipeline.quality import THRESHOLDS_FILE
+
+    if not storage.is_remote(out_dir):
+        return
+    for name in (THRESHOLDS_FILE, INDEX_FILE):
+        remote = storage.join(out_dir, name)
+        if storage.exists(remote):
+            storage.download(remote, local / name)
 
 
 def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> None:
@@ -166,11 +184,11 @@ def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> No
     for result in results:
         if result.ok and result.film_dir is not None:
             result.summary = FilmFolder(local / storage.name(result.film_dir)).read_summary()
-            quality = (result.summary.quality if result.summary else None) or {}
-            reasons = ", ".join(f"{k} {v}" for k, v in quality.get("by_reason", {}).items())
+            quality = (result.summary.quality if result.summary else None) or QualityCounts()
+            reasons = ", ".join(f"{k} {v}" for k, v in quality.by_reason.items())
             result.message += (
-                f"; quality: {quality.get('usable', 0)} usable, "
-                f"{quality.get('rejected', 0)} rejected ({reasons or 'none'})"
+                f"; quality: {quality.usable} usable, "
+                f"{quality.rejected} rejected ({reasons or 'none'})"
             )
     log.info(
         "quality: %d of %d clips usable in %d film(s) of %s",
@@ -477,7 +495,9 @@ def _fetched_film(path: str | Path) -> Path:
         raise FilmError(f"{path}: cannot be read ({exc})") from None
 
 
-def _segment_job(plan: FilmPlan, config: PipelineConfig, ip: IP, segment: Segment) -> SegmentJob:
+def _segment_job(
+    plan: FilmPlan, config: PipelineConfig, ip: IP, segment: SegmentSpan
+) -> SegmentJob:
     """A segment's job: its folder is the film's, or for a film in object storage a local scratch
     folder standing in for it (`store` then names the real one)."""
     if not storage.is_remote(plan.film_dir):
@@ -546,7 +566,7 @@ def _fetch_parts(remote_dir: str | Path, folder: FilmFolder, segment_results: li
     for stats in segment_results:
         if isinstance(stats, Exception):
             continue
-        local = folder.segment_dir(stats.segment["index"])
+        local = folder.segment_dir(stats.segment.index)
         for part in stats.parts:
             storage.download(storage.join(remote_dir, WORK_DIR, local.name, part), local / part)
 
@@ -570,7 +590,7 @@ def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
     with storage.working_copies([r.film_dir for r in cut], SUMMARY_FILE) as film_dirs:
         for result, film_dir, stats in zip(cut, film_dirs, caption_films(film_dirs, config, ip)):
             result.summary = FilmFolder(film_dir).read_summary()
-            counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("by_status", {}).items()))
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_status.items()))
             result.message += f"; captions: {counts or 'none'}"
 
 
@@ -592,9 +612,9 @@ def finalize(
     scenes: list[list[int]] = []
     drop_rows: list[dict[str, Any]] = []
     clip_index = scene_offset = 0
-    with ShardWriter(folder.shards_staging, "clips", config.shards) as writer:
+    with ShardWriter(folder.shards_staging, "clips", config.shards, clip_schema()) as writer:
         for stats in done:
-            seg = stats.segment["index"]
+            seg = stats.segment.index
             for part in stats.parts:
                 for clip in read_clips(folder.segment_dir(seg) / part):
                     clip.clip_index = clip_index
@@ -613,16 +633,13 @@ def finalize(
     return summary
 
 
-def _drop_row(film: FilmInfo, segment: int, drop: dict) -> dict:
+def _drop_row(film: FilmInfo, segment: int, drop: Drop) -> dict:
+    """A row of drops.parquet (core/schema.py DROP_SCHEMA)."""
     return {
         "film_id": film.film_id,
         "segment_index": segment,
-        "reason": drop["reason"],
-        "start_frame": drop["start_frame"],
-        "end_frame": drop["end_frame"],
-        "start_time": drop["start_time"],
-        "end_time": drop["end_time"],
-        "detail": drop["detail"] or None,
+        **drop.to_dict(),
+        "detail": drop.detail or None,
     }
 
 
@@ -685,9 +702,9 @@ def _motion_levels(config: PipelineConfig) -> dict | None:
 def _segment_run(stats: SegmentStats) -> dict[str, Any]:
     """One segment's line in summary.json: its frames, where it ran, how long it took."""
     return {
-        "index": stats.segment["index"],
-        "start_frame": stats.segment["start"],
-        "stop_frame": stats.segment["stop"],
+        "index": stats.segment.index,
+        "start_frame": stats.segment.start,
+        "stop_frame": stats.segment.stop,
         "clips_written": stats.clips_written,
         "reused": stats.skipped,
         "ran_on": stats.ran_on,

@@ -181,9 +181,9 @@ def test_stage_end_to_end_on_the_tiny_checkpoint(tiny_internvl, film):
     ends caption_failed with the model's raw text kept, and is counted."""
     summary = caption_film(film, tiny_config(tiny_internvl), SINTEL_REFERENCES)
     clips = list(read_clips(film / "shards"))
-    assert summary["by_status"] == {"caption_failed": 5}
-    assert summary["requests"] == 5 * 2 * 2  # clips x prompts x (1 + max_retries)
-    assert summary["retried_requests"] == 10
+    assert summary.by_status == {"caption_failed": 5}
+    assert summary.requests == 5 * 2 * 2  # clips x prompts x (1 + max_retries)
+    assert summary.retried_requests == 10
     for clip in clips:
         raw = read_raw(clip)
         assert isinstance(raw["state"], str) and isinstance(raw["characters"], str)
@@ -535,7 +535,7 @@ def test_ray_actor_pool_captions_a_film_like_the_local_run(tiny_internvl, film, 
         if started_here:
             ray.shutdown()
     on_ray = {c.clip_id: c.caption_raw for c in read_clips(film / "shards")}
-    assert summary["requests"] == 10 and summary["by_status"] == {"caption_failed": 5}
+    assert summary.requests == 10 and summary.by_status == {"caption_failed": 5}
 
     local = tmp_path / "local"
     import shutil

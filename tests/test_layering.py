@@ -88,3 +88,27 @@ def test_the_import_reader_sees_function_level_imports(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("import os\n\ndef f():\n    from pipeline.runner import run_film\n")
     assert imported_packages(module) == {"pipeline"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module named by an import in the file, at any depth."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_only_the_cli_imports_a_command_module():
+    """A command module is the CLI's shell around code that lives in a library module; code
+    that needs that code imports the library module (trainer eval: pipeline.motion_eval)."""
+    importers = sorted(
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if "commands" not in path.parts
+        and any(m.startswith("pipeline.commands") for m in imported_modules(path))
+    )
+    assert importers == []

@@ -92,10 +92,10 @@ def _run(args: argparse.Namespace) -> int:
             continue
         for film_dir, summary in zip(group, summaries):
             print(
-                f"{film_dir}: {json.dumps(summary['by_status'])} "
-                f"({summary['from_cache']} from cache, {summary['seconds']} s)"
+                f"{film_dir}: {json.dumps(summary.by_status)} "
+                f"({summary.from_cache} from cache, {summary.seconds} s)"
             )
-            if summary.get("hint"):
+            if summary.hint:
                 print(caption_later_hint(film_dir))
     return WORK_FAILED if failed else 0
 
