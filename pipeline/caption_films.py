@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from pipeline.executor import LocalStageRunner, StageActorPool, StageRunner
 from pipeline.ip import IP
 from pipeline.manifest import write_manifest
 from pipeline.review import Review, effective_quality, read_reviews
+from stages.base import clip_schema
 from stages.captioning.cache import CaptionCache
 from stages.captioning.stage import CaptionConfig, CaptionStage
 
@@ -126,10 +128,13 @@ def protagonists_of(ip: Protagonists) -> list[tuple[str, list[Path]]]:
 
 
 def caption_later_hint(film_dir: Path) -> str:
+    """The commands to caption `film_dir` later, ready to paste: the folder is shell-quoted
+    (film names hold spaces and quotes)."""
+    folder = shlex.quote(str(film_dir))
     return (
         f"captions pending for {film_dir}: caption later with "
-        f"`make caption FILM={film_dir} MODEL=<InternVL checkpoint>` or "
-        f"`animegamer caption {film_dir} --model <InternVL checkpoint> --ip manifests/<ip>.yaml`"
+        f"`make caption FILM={folder} MODEL=<InternVL checkpoint>` or "
+        f"`animegamer caption {folder} --model <InternVL checkpoint> --ip manifests/<ip>.yaml`"
     )
 
 
@@ -258,7 +263,7 @@ def _rewrite_shard(path: Path, clips: list[Clip], shard_config: ShardConfig) -> 
     for stale in aside.glob("*") if aside.is_dir() else []:
         stale.unlink()  # left by an interrupted rewrite; the shard itself was never touched
     one_file = replace(shard_config, max_bytes=2**62)  # the same rows must stay in one file
-    with ShardWriter(aside, path.stem, one_file) as writer:
+    with ShardWriter(aside, path.stem, one_file, clip_schema()) as writer:
         writer.write_all(clips)
     [written] = writer.paths
     os.replace(written, path)

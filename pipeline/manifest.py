@@ -37,13 +37,14 @@ def build_manifest(folder: FilmFolder) -> pa.Table:
 
 
 def shard_table(folder: FilmFolder) -> pa.Table:
-    """The film's clip rows without media: SHARD_COLUMNS, and the quality flags where a shard
-    has them."""
+    """The film's clip rows without media: SHARD_COLUMNS, the quality flags where a shard has
+    them, and the columns registered stages added (stages/base.py clip_schema)."""
     tables = []
     for path in shard_paths(folder.shards):
         present = pq.read_schema(path).names
         flags = [c for c in QUALITY_COLUMNS if c in present and c not in SHARD_COLUMNS]
-        tables.append(read_table(path, columns=SHARD_COLUMNS + flags))
+        added = [c for c in present if c not in CLIP_SCHEMA.names]  # registered stages' columns
+        tables.append(read_table(path, columns=SHARD_COLUMNS + flags + added))
     if not tables:
         return MANIFEST_SCHEMA.empty_table().select(SHARD_COLUMNS)
     return pa.concat_tables(tables, promote_options="default")
@@ -68,11 +69,20 @@ def reviewed_manifest(table: pa.Table, reviews: dict[str, Review]) -> pa.Table:
         seen = apply_review(row, reviews[row["clip_id"]])
         for name in _REVIEWED:
             columns[name][index] = seen[name]
+    schema = _with_added_columns(table.schema)
     arrays = [
         pa.array(columns[f.name], f.type) if f.name in columns else table.column(f.name)
-        for f in MANIFEST_SCHEMA
+        for f in schema
     ]
-    return pa.Table.from_arrays(arrays, schema=MANIFEST_SCHEMA)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _with_added_columns(shards: pa.Schema) -> pa.Schema:
+    """MANIFEST_SCHEMA, followed by the shards' columns that registered stages added."""
+    added = [f for f in shards if f.name not in CLIP_SCHEMA.names and f.name not in _REVIEWED]
+    if not added:
+        return MANIFEST_SCHEMA
+    return pa.schema(list(MANIFEST_SCHEMA) + added, metadata=MANIFEST_SCHEMA.metadata)
 
 
 # The columns a review decision can change (apply_review)

@@ -37,11 +37,12 @@ from core.record import STATUS_OK, Clip
 from core.shards import ShardWriter
 from core.video import FrameReader
 from pipeline.config import PipelineConfig
-from stages.base import ClipStage, Frame, build_clip_stages
+from stages.base import ClipStage, Frame, build_clip_stages, clip_schema
 from stages.clips import ClipSplitter
 from stages.crop import CropBox
 from stages.probe import FilmInfo
-from stages.scenes import BlackRuns, SceneCuts
+from stages.scenes import BlackRuns, SceneConfig, SceneCuts
+from stages.transnet import TransNetSpans
 
 WARMUP_SECONDS = 1.0
 
@@ -115,6 +116,7 @@ class _SegmentRun:
         film, config, seg = job.film, job.config, job.segment
         self.detector = SceneCuts(config.scenes, film.fps)
         self.black_runs = BlackRuns(config.scenes, film.fps)
+        self.gradual = _gradual_detector(config.scenes)
         small_size = _small_size(film, config.scenes.width)
         self.pictures = PlaneSource(
             film.rotation, small_size, _detect_box(film, job.crop, small_size)
@@ -143,7 +145,8 @@ class _SegmentRun:
         limit_threads(threads)
         film = self.job.film
         reader = FrameReader(str(storage.local_film(film.path)), film.frame_pts, threads)
-        with ShardWriter(self.job.directory, "part", self.job.config.shards) as writer:
+        shards = self.job.config.shards
+        with ShardWriter(self.job.directory, "part", shards, clip_schema()) as writer:
             self.lane = _ClipLane(self.stages, writer)
             try:
                 self._decode_and_cut(reader)
@@ -154,9 +157,10 @@ class _SegmentRun:
 
     def _decode_and_cut(self, reader: FrameReader) -> None:
         film, seg = self.job.film, self.job.segment
-        lag = max(self.detector.lag, self.black_runs.lag)
+        lag = max(self.detector.lag, self.black_runs.lag, self.gradual.lag if self.gradual else 0)
         warmup = int(WARMUP_SECONDS * film.fps) + lag
         cuts: set[int] = set()
+        self.transition_frames: set[int] = set()
         waiting: deque[tuple[int, Frame]] = deque()
         last = seg.start
         frames = reader.frames(max(0, seg.start - warmup), min(film.num_frames, seg.stop + lag))
@@ -169,6 +173,10 @@ class _SegmentRun:
                 self._add_cut(cut, cuts)
             for cut in _timed(self.seconds, "black", self.black_runs.process, frame):
                 self._add_cut(cut, cuts)
+            self.transition_frames.update(self.black_runs.take_transition_frames())
+            if self.gradual is not None:
+                found = _timed(self.seconds, "transitions", self.gradual.process, frame)
+                self.transition_frames.update(found)
             if seg.start <= index < seg.stop:
                 waiting.append((decoded, frame))
             while waiting and waiting[0][0] <= decoded - lag:
@@ -176,6 +184,9 @@ class _SegmentRun:
         for cut in self.detector.finish(last + 1):
             self._add_cut(cut, cuts)
         self.black_runs.finish(last + 1)
+        if self.gradual is not None:
+            found = _timed(self.seconds, "transitions", self.gradual.finish, last + 1)
+            self.transition_frames.update(found)
         while waiting:
             self._settle(waiting.popleft()[1], cuts)
         self._handle(self.splitter.finish(seg.stop))
@@ -192,6 +203,7 @@ class _SegmentRun:
     def _settle(self, frame: Frame, cuts: set[int]) -> None:
         self.settled = frame.index
         frame.starts_scene = frame.index == self.job.segment.start or frame.index in cuts
+        frame.in_transition = frame.index in self.transition_frames
         self.frames_decoded += 1
         if self.frames_decoded % 64 == 0:
             self.report(64)
@@ -296,6 +308,12 @@ def _timed(seconds: dict[str, float], name: str, fn, *args):
         return fn(*args)
     finally:
         seconds[name] += time.thread_time() - began
+
+
+def _gradual_detector(config: SceneConfig) -> TransNetSpans | None:
+    if config.gradual == "off":
+        return None
+    return TransNetSpans(config.gradual_threshold, config.gradual_min_frames, config.gradual_device)
 
 
 def _detect_box(film: FilmInfo, crop: CropBox, small_size: tuple[int, int]) -> tuple[int, ...]:

@@ -7,6 +7,10 @@ time is not after that instant. Times come from the probe's timeline, so this is
 source frame rate, variable ones included. A window is emitted only once its last frame arrived
 with no scene start inside it, so a clip never holds frames from both sides of a cut. Windows cut
 short (a scene's tail under 2 s, the end of a segment or film) are dropped and reported.
+
+Frames flagged `in_transition` (a fade or dissolve between shots, stages/scenes.py) form a scene of
+their own in which no window opens: the shot before ends where the transition starts, the shot
+after starts where it ends, and each transition is reported once as a `transition` drop.
 """
 
 from __future__ import annotations
@@ -201,6 +205,7 @@ class ClipSplitter:
         # with the film still fits
         self.times = film.frame_times() + [film.duration]
         self.scene_index = -1
+        self.in_transition = False  # the open scene is a transition span: no windows in it
         self.scene_start_time = 0.0
         self.scene_clips = 0
         self.clip_count = 0
@@ -210,9 +215,9 @@ class ClipSplitter:
     def process(self, frame: Frame) -> list[Clip | Drop]:
         index = frame.index
         out: list[Clip | Drop] = []
-        if frame.starts_scene or self.scene_index < 0:
+        if frame.starts_scene or self.scene_index < 0 or frame.in_transition != self.in_transition:
             out += self._close_scene(index)
-            self._open_scene(index)
+            self._open_scene(index, frame.in_transition)
         out += self._close_passed_windows(index)
         fitted = _Once(lambda: self.to_bt601(fit_i420(frame.planes(), self.region, self.config)))
         self._take_samples(index, fitted)
@@ -239,12 +244,16 @@ class ClipSplitter:
 
     # -- windows -------------------------------------------------------------------------------
 
-    def _open_scene(self, index: int) -> None:
+    def _open_scene(self, index: int, transition: bool = False) -> None:
         self.scene_index += 1
         self.scene_clips = 0
         self.scene_start_time = self.times[index]
         self.scenes.append([index, index])
-        self._open_window(self.scene_start_time)
+        self.in_transition = transition
+        if transition:
+            self.window = None
+        else:
+            self._open_window(self.scene_start_time)
 
     def _open_window(self, start_time: float) -> None:
         end_time = start_time + self.config.seconds
@@ -291,6 +300,18 @@ class ClipSplitter:
         if self.scene_index < 0:
             return []
         self.scenes[-1][1] = stop_index
+        if self.in_transition:
+            start = self.scenes[-1][0]
+            times = self.times
+            return [
+                Drop(
+                    reason="transition",
+                    start_frame=start,
+                    end_frame=stop_index,
+                    start_time=times[start],
+                    end_time=times[stop_index],
+                )
+            ]
         window, self.window = self.window, None
         if window is None or window.start_frame >= stop_index:
             return []

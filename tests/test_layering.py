@@ -90,6 +90,30 @@ def test_the_import_reader_sees_function_level_imports(tmp_path):
     assert imported_packages(module) == {"pipeline"}
 
 
+def imported_modules(path: Path) -> set[str]:
+    """Every module named by an import in the file, at any depth."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_only_the_cli_imports_a_command_module():
+    """A command module is the CLI's shell around code that lives in a library module; code
+    that needs that code imports the library module (trainer eval: pipeline.motion_eval)."""
+    importers = sorted(
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if "commands" not in path.parts
+        and any(m.startswith("pipeline.commands") for m in imported_modules(path))
+    )
+    assert importers == []
+
+
 # ---------------------------------------------------------------- declared dependencies
 
 # Declared packages whose import name differs from the distribution's.
@@ -97,6 +121,7 @@ IMPORT_NAMES = {
     "opencv-python": "cv2",
     "pyyaml": "yaml",
     "pillow": "PIL",
+    "faiss-cpu": "faiss",
 }
 # Declared and used, but never named by an `import` of this project: each with where it is used.
 USED_WITHOUT_IMPORT = {
@@ -122,20 +147,13 @@ def declared_dependencies() -> list[str]:
     return sorted({re.split(r"[\[<>=!~ ]", spec, maxsplit=1)[0].lower() for spec in specs})
 
 
-def imported_modules() -> set[str]:
-    """Top-level module names imported anywhere in the project, tests included."""
-    found = set()
-    for path in (p for package in (*PACKAGES, "tests") for p in (ROOT / package).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                found |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                found.add(node.module.split(".")[0])
-    return found
-
-
 def test_every_declared_dependency_is_used():
-    imported = imported_modules()
+    imported = {
+        module.split(".")[0]
+        for package in (*PACKAGES, "tests")
+        for path in (ROOT / package).rglob("*.py")
+        for module in imported_modules(path)
+    }
     unused = [
         name
         for name in declared_dependencies()
