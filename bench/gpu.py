@@ -303,13 +303,13 @@ def time_steps(model, config, batch: dict, settings: Settings) -> dict:
     env = distributed.setup(config.device)
     dtype = distributed.pick_dtype(config.dtype, env.device)
     trainable, optimizer = make_optimizer(model, config)
-    _step(model, model, optimizer, trainable, batch, 0, config, env, dtype)
+    _step(model, model, optimizer, trainable, [batch], 0, config, env, dtype)
     synchronise(settings.device)
     release_memory()
     times = []
     for step in range(1, 1 + settings.steps):
         began = time.perf_counter()
-        _step(model, model, optimizer, trainable, batch, step, config, env, dtype)
+        _step(model, model, optimizer, trainable, [batch], step, config, env, dtype)
         synchronise(settings.device)
         times.append(time.perf_counter() - began)
     seconds = statistics.median(times)

@@ -150,7 +150,22 @@ def _quality_pass(results: list[FilmResult], out_dir: str | Path, config: Pipeli
     """Decide every clip of the output folder, duplicates across its films included, with the
     folder's thresholds (written from this run's settings the first time)."""
     with storage.working_copy(out_dir, SUMMARY_FILE) as local:  # s3://: a copy, published back
+        _fetch_folder_files(out_dir, local)
         _decide_quality(results, out_dir, local, config)
+
+
+def _fetch_folder_files(out_dir: str | Path, local: Path) -> None:
+    """The folder's thresholds and duplicate index, which a copy of its films leaves out (each
+    one object, written whole; the pass's new versions are uploaded with the films)."""
+    from pipeline.duplicates import INDEX_FILE
+    from pipeline.quality import THRESHOLDS_FILE
+
+    if not storage.is_remote(out_dir):
+        return
+    for name in (THRESHOLDS_FILE, INDEX_FILE):
+        remote = storage.join(out_dir, name)
+        if storage.exists(remote):
+            storage.download(remote, local / name)
 
 
 def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> None:

@@ -146,7 +146,8 @@ def bikes_dataset(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def film_dir(bikes_dataset) -> Path:
-    """The film folder `animegamer dataset` writes for tests/media/bikes.mp4."""
+    """bikes_dataset as a Path: the film folder run_film (the local executor, then the folder's
+    quality pass) makes from tests/media/bikes.mp4."""
     return Path(bikes_dataset)
 
 
@@ -478,13 +479,37 @@ def _trainer_clip(film: str, index: int, frames: np.ndarray, source_fps: float) 
     )
 
 
+# One game turn with its states, as trainer.data makes them.
+GAME_TURN = {
+    "instruction": "Character: girl; Motion: quickly riding; Background: road.",
+    "motion_level": 3,
+    "stamina": -1,
+    "social": 0,
+    "entertainment": 1,
+}
+
+
+@pytest.fixture(scope="session")
+def backbones(tmp_path_factory) -> dict:
+    """Tiny random-weight CLIP, T5, CogVideoX and Mistral folders (trainer.tiny), once a run."""
+    from trainer.tiny import write_tiny_backbones
+
+    return write_tiny_backbones(tmp_path_factory.mktemp("backbones"))
+
+
+@pytest.fixture(scope="session")
+def shards(tmp_path_factory) -> Path:
+    """Two captioned films of real frames (write_bikes_dataset), once a run; tests copy it
+    before changing it."""
+    return write_bikes_dataset(tmp_path_factory.mktemp("shards"))
+
+
 def tiny_settings(backbones: dict) -> dict:
     """Settings that point a config at tiny backbones and shrink every trained part."""
     return {
         **backbones,
         "num_workers": 0,
         "decoder_lora_rank": 4,
-        "decoder_lora_alpha": 4,
         "motion_hidden": 16,
         "lora_rank": 4,
         "lora_alpha": 4,

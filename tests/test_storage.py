@@ -56,7 +56,8 @@ def put_films(bucket: str) -> list[str]:
 
 def assert_same_outputs(remote_out: str, local_out) -> None:
     folders = sorted(p.name for p in local_out.iterdir() if p.is_dir())
-    assert storage.list_names(remote_out) == sorted([*folders, "dataset.json", "quality.json"])
+    besides = ["dataset.json", "quality.json", "quality_index.parquet"]
+    assert storage.list_names(remote_out) == sorted([*folders, *besides])
     fs, _ = storage.filesystem(remote_out)
     for folder in folders:
         for name in OUTPUTS:
@@ -80,6 +81,14 @@ def test_films_in_s3_to_a_dataset_in_s3(bucket, local_reference):
     # a second run finds both films committed and cuts nothing
     again = run_films(films, out, local_config(), load_ip(None))
     assert all("already complete" in r.message for r in again)
+    # the folder's thresholds are read from the bucket: a threshold changed there decides
+    thresholds = json.loads(storage.read_text(f"{out}/quality.json"))
+    thresholds["thresholds"]["text_max_area"] = -1.0  # every clip shows text
+    changed = local_reference.parent / "quality.json"
+    changed.write_text(json.dumps(thresholds))
+    storage.upload(changed, f"{out}/quality.json")
+    run_films(films, out, local_config(), load_ip(None))
+    assert not open_dataset(out).manifest["usable"].any()
 
 
 def test_uncommitted_leftovers_are_never_trusted(bucket, local_reference):

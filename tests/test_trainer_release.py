@@ -11,22 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config, write_bikes_dataset
+from conftest import GAME_TURN, tiny_config, write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from prompts.game import action_text, instruction_text
 from trainer import build, checkpoint
-from trainer.tiny import write_tiny_backbones
-
-
-@pytest.fixture(scope="module")
-def backbones(tmp_path_factory) -> dict:
-    return write_tiny_backbones(tmp_path_factory.mktemp("backbones"))
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    return write_bikes_dataset(tmp_path_factory.mktemp("shards"))
 
 
 def _encoder_config(backbones, shards, tmp_path, **settings):
@@ -179,13 +168,7 @@ def test_release_layout_writes_turns_as_the_released_model_reads_them():
     tokenizer = mistral_tokenizer()
     add_game_tokens(tokenizer, 3, "release")
     prompts = PromptBuilder(tokenizer, 3, "release")
-    turn = {
-        "instruction": "Character: girl; Motion: quickly riding; Background: road.",
-        "motion_level": 3,
-        "stamina": -1,
-        "social": 0,
-        "entertainment": 1,
-    }
+    turn = GAME_TURN
     seq = prompts.sequence([turn, turn])
     text = tokenizer.decode(seq.input_ids)
     assert "<TURN>" in text and "<frame_00002>" in text and "</TURN>" in text

@@ -4,7 +4,7 @@
   CLIP-T   mean cosine similarity of a generated frame's CLIP image embedding with its text
   DreamSim mean DreamSim distance, generated frame vs reference frame (lower is closer)
   ACC-F, MAE-F  the motion level measured on the generated shot vs the requested level
-           (pipeline/commands/motion_eval.py's code: the rule that labelled the training clips)
+           (pipeline/motion_eval.py: the rule that labelled the training clips)
 
 Frames: `frames` evenly spaced frames of each clip, paired by position. DreamSim (Fu et al. 2023)
 is computed as its reference code does, over backbones given as local transformers folders: each
@@ -201,13 +201,13 @@ def read_texts(path: Path) -> dict[str, str]:
 
 def motion_levels(generated: Path, levels: Path, fps: float) -> dict:
     """ACC-F and MAE-F with motion-eval's own code and the pipeline's motion settings."""
-    from pipeline.commands.motion_eval import (
+    from pipeline.config import load_config
+    from pipeline.motion_eval import (
         match_clips,
         measure_clip,
         read_requested_levels,
         summarise,
     )
-    from pipeline.config import load_config
     from stages.motion import MotionScope
 
     requested = read_requested_levels(levels)
