@@ -146,7 +146,8 @@ def bikes_dataset(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def film_dir(bikes_dataset) -> Path:
-    """The film folder `animegamer dataset` writes for tests/media/bikes.mp4."""
+    """bikes_dataset as a Path: the film folder run_film (the local executor, then the folder's
+    quality pass) makes from tests/media/bikes.mp4."""
     return Path(bikes_dataset)
 
 

@@ -12,9 +12,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from core.settings import ConfigError, field_docs, parse_assignment, set_setting
+from core.settings import (
+    ConfigError,
+    field_docs,
+    parse_assignment,
+    read_settings_file,
+    set_setting,
+)
 
 PHASES = ("encoder", "mllm", "adapt")
 
@@ -251,7 +255,7 @@ def load_config(phase: str, path: str | Path | None = None, overrides: list[str]
         raise ConfigError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
     config = CONFIG_CLASSES[phase]()
     if path:
-        apply_mapping(config, phase, read_yaml(path), source=str(path))
+        apply_mapping(config, phase, read_settings_file(path), source=str(path))
     apply_overrides(config, overrides or [])
     return check(config)
 
@@ -275,16 +279,6 @@ def saved_settings(data: dict, config) -> dict:
     when it was made."""
     legacy = {k: v for k, v in LEGACY_VALUES.items() if hasattr(config, k)}
     return {**legacy, **data}
-
-
-def read_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: configuration file not found")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
-    return data
 
 
 def apply_mapping(config, phase: str, data: dict, source: str) -> None:

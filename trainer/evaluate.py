@@ -6,7 +6,7 @@
            closer, as the paper reports it (0.740 for AnimeGamer); `dreamsim_distance` is the
            distance itself
   ACC-F, MAE-F  the motion level measured on the generated shot vs the requested level
-           (pipeline/commands/motion_eval.py's code: the rule that labelled the training clips)
+           (pipeline/motion_eval.py: the rule that labelled the training clips)
   judge    the MLLM-as-judge scores (1-10, six criteria) of a local InternVL (trainer/judge.py)
 
 Generated shots are the .mp4 files under the generated folder, named by their path in it
@@ -284,13 +284,13 @@ def read_texts(path: Path) -> dict[str, str]:
 
 def motion_levels(generated: Path, levels: Path, fps: float) -> dict:
     """ACC-F and MAE-F with motion-eval's own code and the pipeline's motion settings."""
-    from pipeline.commands.motion_eval import (
+    from pipeline.config import load_config
+    from pipeline.motion_eval import (
         match_clips,
         measure_clip,
         read_requested_levels,
         summarise,
     )
-    from pipeline.config import load_config
     from stages.motion import MotionScope
 
     requested = read_requested_levels(levels)
