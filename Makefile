@@ -35,7 +35,7 @@ help:
 	@echo "make quality-calibrate SHARDS=<dataset folder> ARGS='--set reject.X=Y'  re-decide usable clips"
 	@echo "make train PHASE=encoder|mllm|adapt SHARDS=<folder> [CONFIG=yaml]      train AnimeGamer"
 	@echo "make export SHARDS=<folder> FORMAT=webdataset|cogvideox EXPORT=<out>   other trainers' layouts"
-	@echo "make eval GENERATED=<mp4 folder> REFERENCES=<mp4 folder> [TEXTS=..] [LEVELS=..]  CLIP-I/T, DreamSim, ACC-F"
+	@echo "make eval GENERATED=<mp4 folder> REFERENCES=<character pictures or clips> [TEXTS=..] [LEVELS=..]  CLIP-I/T, DreamSim, ACC-F"
 	@echo "make lint | make test | make test-fast (no slow tests) | make bench | make bench-gpu (CUDA)"
 
 venv: $(STAMP)

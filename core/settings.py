@@ -10,6 +10,7 @@ import textwrap
 import types
 import typing
 from collections.abc import Iterable
+from pathlib import Path
 from typing import ClassVar
 
 import yaml
@@ -31,6 +32,21 @@ class Settings:
 
     def validate(self) -> None:
         """Raise ConfigError naming the setting; the default has nothing to check."""
+
+
+def read_settings_file(path: str | Path, expected: str = "a mapping of settings") -> dict:
+    """A YAML file of settings, as a mapping: the one reader of the pipeline's and the trainer's
+    --config files. A missing file, bad YAML or another shape is a ConfigError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: configuration file not found")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected {expected}, got {type(data).__name__}")
+    return data
 
 
 def check_choice(section: str, name: str, value: object, allowed: Iterable[object]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -127,10 +128,13 @@ def protagonists_of(ip: Protagonists) -> list[tuple[str, list[Path]]]:
 
 
 def caption_later_hint(film_dir: Path) -> str:
+    """The commands to caption `film_dir` later, ready to paste: the folder is shell-quoted
+    (film names hold spaces and quotes)."""
+    folder = shlex.quote(str(film_dir))
     return (
         f"captions pending for {film_dir}: caption later with "
-        f"`make caption FILM={film_dir} MODEL=<InternVL checkpoint>` or "
-        f"`animegamer caption {film_dir} --model <InternVL checkpoint> --ip manifests/<ip>.yaml`"
+        f"`make caption FILM={folder} MODEL=<InternVL checkpoint>` or "
+        f"`animegamer caption {folder} --model <InternVL checkpoint> --ip manifests/<ip>.yaml`"
     )
 
 

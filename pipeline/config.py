@@ -17,14 +17,13 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from core.settings import (
     ConfigError,
     Settings,
     check_choice,
     field_docs,
     parse_assignment,
+    read_settings_file,
     set_setting,
 )
 from core.shards import ShardConfig
@@ -127,15 +126,7 @@ def load_config(
 ) -> PipelineConfig:
     config = PipelineConfig()
     if path:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: configuration file not found")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping of sections, got {type(data).__name__}")
+        data = read_settings_file(path, expected="a mapping of sections")
         apply_mapping(config, data, source=str(path))
     apply_overrides(config, overrides or [])
     check_choices(config, "settings")

@@ -303,26 +303,20 @@ class QualityStage(ClipStage):
 
     def __init__(self, config: QualityConfig | None = None):
         self.config = config or QualityConfig()
-        self.detector: TextDetector | None = None
-        if self.config.enabled:
-            self.config.validate()
-            self.detector = TextDetector(
-                self.config.text_model, self.config.text_width, self.config.text_pixel_probability
-            )  # cheap: finds the model file, loads nothing
+        self.config.validate()
+        self.detector = TextDetector(
+            self.config.text_model, self.config.text_width, self.config.text_pixel_probability
+        )  # cheap: finds the model file, loads nothing
 
     def setup(self) -> None:
         cv2.setNumThreads(1)  # one worker per core already: OpenCV's threads would oversubscribe
-        if self.detector is not None:
-            self.detector.load()
+        self.detector.load()
 
     def process(self, clip: Clip) -> Clip:
-        if not self.config.enabled:
-            return clip
         if clip.frames is None:
             raise QualityError(
                 f"clip {clip.clip_id}: quality needs the in-memory frames (clip.frames is None)"
             )
-        assert self.detector is not None  # built whenever the stage is enabled
         # Its thresholds were measured on RGB frames, so it reads RGB (one conversion of the 16
         # frames, about 6 ms; the luma series could come from `grey()` without it, once the
         # thresholds are checked on luma-made grey).
@@ -344,7 +338,7 @@ class QualityStage(ClipStage):
         """What quality_version stores: how the values were measured."""
         hashes = ",".join(map(str, self.config.hash_frames))
         texts = ",".join(map(str, self.config.text_frames))
-        detector = self.detector.name if self.detector else "no-text-detector"
+        detector = self.detector.name
         return f"luma{LUMA_SIZE[0]}x{LUMA_SIZE[1]};{detector}:f{texts};phash64:f{hashes}"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -419,3 +420,17 @@ def test_the_stage_hands_its_counts_to_the_executor_once(clip_videos):
     taken = runner.take_stats()
     assert taken["ok"] == 2 and taken["requests"] == 4
     assert runner.take_stats() == {}
+
+
+def test_the_caption_later_hint_pastes_as_one_argument_per_path():
+    """A film folder named after its film holds spaces and quotes: both commands of the hint
+    must give the shell the folder as one argument."""
+    import shlex
+
+    from pipeline.caption_films import caption_later_hint
+
+    folder = Path("/data/Kiki's Delivery Service (1989)-1a2b")
+    hint = caption_later_hint(folder)
+    make, animegamer = [part for part in hint.split("`")[1::2]]
+    assert f"FILM={folder}" in shlex.split(make)
+    assert shlex.split(animegamer)[:3] == ["animegamer", "caption", str(folder)]
