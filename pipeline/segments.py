@@ -171,7 +171,7 @@ class _SegmentRun:
             frame = self._frame(index, picture)
             for cut in _timed(self.seconds, "scenes", self.detector.process, frame):
                 self._add_cut(cut, cuts)
-            for cut in _timed(self.seconds, "black", self.black_runs.process, frame):
+            for cut in _timed(self.seconds, "boundaries", self.black_runs.process, frame):
                 self._add_cut(cut, cuts)
             self.transition_frames.update(self.black_runs.take_transition_frames())
             if self.gradual is not None:

@@ -157,10 +157,14 @@ class SceneConfig(Settings):
     black_min_seconds: float = 0.2
     """A run of black frames at least this long starts a scene where it starts and where it ends
     (fades to and from black). Negative: black is no boundary."""
+    flat_std: float = 5.0
+    """A frame of one flat colour (white, the fog of a fade through white) counts as black does:
+    its grey level's standard deviation (0-255) is at most this. Negative: only black does."""
     fade_step: float = 1.0
-    """Frames next to a sustained black run belong to its fade (no clip holds them) while their
-    mean grey level (0-255) changes by at least this much a frame towards the black. Negative:
-    fades are left in the shots."""
+    """Frames next to a sustained black or flat run belong to its fade (no clip holds them) while
+    their distance to the run's colour (grey levels: |mean - run's mean| + standard deviation,
+    which a fade changes linearly) changes by at least this much a frame. Negative: fades are
+    left in the shots."""
     fade_max_seconds: float = 1.0
     """The longest fade that is trimmed; frames wait this much longer before clips are cut."""
 
@@ -251,25 +255,29 @@ class SceneCuts:
 class BlackRuns:
     """A frame-level stage: `process(frame)` returns the scene starts this frame confirms.
 
-    A run of at least `min_frames` black frames starts a scene at its first frame (reported once
-    the run is long enough, hence `lag`) and at the first frame after it. The fade into such a run
-    and the fade out of it are transition frames, collected by `take_transition_frames()`: the
-    frames before the run that each get darker by `fade_step` (the fade-out), and the frames after
-    it whose successor is brighter by `fade_step` (the fade-in), at most `max_fade` of each.
+    A run of at least `min_frames` blank frames (black, or one flat colour such as white) starts
+    a scene at its first frame (reported once the run is long enough, hence `lag`) and at the
+    first frame after it. The fade into such a run and the fade out of it are transition frames,
+    collected by `take_transition_frames()`: the frames before the run that each come closer to
+    its colour by `fade_step` (the fade-out), and the frames after it whose successor is further
+    from it by `fade_step` (the fade-in), at most `max_fade` of each.
     """
 
     def __init__(self, config: SceneConfig, fps: float):
-        self.luma = config.black_luma
+        self.luma, self.flat_std = config.black_luma, config.flat_std
         self.enabled = config.black_min_seconds >= 0
         self.min_frames = max(1, int(round(config.black_min_seconds * fps)))
         self.fade_step = config.fade_step
-        self.max_fade = max(0, int(round(config.fade_max_seconds * fps))) if self.enabled else 0
-        if config.fade_step < 0:
-            self.max_fade = 0
+        trimmed = self.enabled and config.fade_step >= 0
+        self.max_fade = max(0, int(round(config.fade_max_seconds * fps))) if trimmed else 0
         self.run_start: int | None = None
         self.run_length = 0
+        self.run_colour = 0.0  # mean grey level of the run's latest frame
         self.runs: list[tuple[int, int]] = []  # sustained runs seen: [start, stop)
-        self.means: deque[tuple[int, float]] = deque(maxlen=self.min_frames + self.max_fade + 1)
+        # (index, mean, standard deviation) of the latest frames
+        self.history: deque[tuple[int, float, float]] = deque(
+            maxlen=self.min_frames + self.max_fade + 1
+        )
         self.fading_in = False  # the frames after a sustained run may still be its fade-in
         self.transition_frames: list[int] = []
 
@@ -287,13 +295,15 @@ class BlackRuns:
             return []
         index = frame.index
         grey = cv2.cvtColor(frame.small(), cv2.COLOR_BGR2GRAY)
-        self._follow_fade_in(index, float(grey.mean()))
-        if _is_black_grey(grey, self.luma):
+        mean, std = (float(v[0][0]) for v in cv2.meanStdDev(grey))
+        self._follow_fade_in(index, mean, std)
+        if _is_black_grey(grey, self.luma) or std <= self.flat_std:
             if self.run_start is None:
                 self.run_start, self.run_length = index, 0
             self.run_length += 1
+            self.run_colour = mean
             if self.run_length == self.min_frames:
-                self._mark_fade_out(self.run_start)
+                self._mark_fade_out(self.run_start, mean)
                 return [self.run_start]
             return []
         sustained = self.run_start is not None and self.run_length >= self.min_frames
@@ -303,24 +313,27 @@ class BlackRuns:
         self.run_start, self.run_length = None, 0
         return [index] if sustained else []
 
-    def _follow_fade_in(self, index: int, mean: float) -> None:
-        """The previous frame is part of a fade-in when this one is brighter by fade_step."""
-        previous = self.means[-1] if self.means else None
-        self.means.append((index, mean))
+    def _follow_fade_in(self, index: int, mean: float, std: float) -> None:
+        """The previous frame is part of a fade-in when this one is further from the run's
+        colour by fade_step."""
+        previous = self.history[-1] if self.history else None
+        self.history.append((index, mean, std))
         if not self.fading_in or previous is None:
             return
         run_end = self.runs[-1][1]
-        if mean >= previous[1] + self.fade_step and previous[0] - run_end < self.max_fade:
+        away = _distance(mean, std, self.run_colour) - _distance(*previous[1:], self.run_colour)
+        if away >= self.fade_step and previous[0] - run_end < self.max_fade:
             self.transition_frames.append(previous[0])
         elif previous[0] >= run_end:
             self.fading_in = False
 
-    def _mark_fade_out(self, run_start: int) -> None:
-        """Frames before the run, back from its start, while each is darker than the one before."""
-        later = [(i, m) for i, m in self.means if i <= run_start][::-1]  # run start first
-        pairs = zip(later[1 : self.max_fade + 1], later)
-        for (index, mean), (_, later_mean) in pairs:
-            if mean < later_mean + self.fade_step:
+    def _mark_fade_out(self, run_start: int, colour: float) -> None:
+        """Frames before the run, back from its start, while each is further from its colour
+        than the one after it by fade_step."""
+        later = [(i, _distance(m, s, colour)) for i, m, s in self.history if i <= run_start]
+        later.reverse()  # the run's start first
+        for (index, distance), (_, later_distance) in zip(later[1 : self.max_fade + 1], later):
+            if distance < later_distance + self.fade_step:
                 break
             self.transition_frames.append(index)
 
@@ -333,8 +346,14 @@ class BlackRuns:
         return []
 
     def frames_within(self, start: int, stop: int) -> int:
-        """Frames of sustained black runs inside [start, stop)."""
+        """Frames of sustained black or flat runs inside [start, stop)."""
         return sum(max(0, min(b, stop) - max(a, start)) for a, b in self.runs)
+
+
+def _distance(mean: float, std: float, colour: float) -> float:
+    """How far a frame is from a flat picture of grey level `colour`: along a fade between a
+    picture and that colour both terms change linearly, so their sum does."""
+    return abs(mean - colour) + std
 
 
 def _is_black_grey(grey: np.ndarray, luma: float) -> bool:

@@ -154,12 +154,15 @@ def test_sample_film_keeps_real_shots_and_rejects_black_title_logo_and_credits(s
     opening = at[1.5]  # the opening shot fading in from black over 4 s
     assert "fade" in opening.reject_reasons
     kept = m[m["usable"]]
-    assert len(kept) >= 8  # the fog, the city, the flight, the dragon and the desert shots
+    assert len(kept) >= 6  # the city, the hand, the flight, the dragon and the desert shots
     assert (kept["quality_text_area"] == 0.0).all()
-    assert {131, 571, 888, 936} <= set(kept["start_frame"])
+    assert {571, 888} <= set(kept["start_frame"])
     # the shots of the hand and of the dragon fade in from black: trimmed (the fade is a
     # transition span, stages/scenes.py), so their clips start where the picture is whole
-    assert {701, 792} <= set(kept["start_frame"])
+    assert any(682 < r.start_frame < 710 for r in kept.itertuples())
+    assert any(775 < r.start_frame < 800 for r in kept.itertuples())
+    # the mountain gives way to white fog over frames 117-128: no kept clip holds any of it
+    assert not [r.start_frame for r in kept.itertuples() if r.start_frame < 129 < r.end_frame]
     # a kept clip never starts on (or holds more than two) black frames
     for row in kept.itertuples():
         black = [p <= THRESHOLDS.black_luma for p in row.quality_luma_peak]

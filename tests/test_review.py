@@ -249,6 +249,26 @@ def test_decisions_are_written_to_review_parquet_and_the_manifest(film, server):
     assert _manifest(film)[ids[1]]["adverb"] == "quickly"
 
 
+def test_clips_come_a_page_at_a_time_and_follow_new_decisions(film, server):
+    every = [c["clip_id"] for c in _clips(server)["clips"]]
+    assert len(every) >= 3
+    page = _clips(server, "offset=1&limit=2")
+    assert [c["clip_id"] for c in page["clips"]] == every[1:3]
+    assert (page["matched"], page["total"], page["offset"], page["limit"]) == (
+        len(every),
+        len(every),
+        1,
+        2,
+    )
+    assert _clips(server, f"offset={len(every)}&limit=5")["clips"] == []
+    # the listing is built once and kept, but a decision shows in the next page asked for
+    _post(server, {"clip_id": every[0], "decision": "reject"})
+    rejected = _clips(server, "decision=reject&limit=1")
+    assert [c["clip_id"] for c in rejected["clips"]] == [every[0]] and rejected["matched"] == 1
+    status, answer = _request(server, "GET", "/api/clips?limit=-1")
+    assert status == 400 and "limit must be a whole number" in answer["error"]
+
+
 def test_filters_select_clips_by_every_field(film, server):
     ids = [c["clip_id"] for c in _clips(server)["clips"]]
     _post(server, {"clip_id": ids[0], "decision": "reject"})

@@ -180,15 +180,15 @@ def test_labelled_film_is_what_its_labels_say(labelled):
 
 
 def test_fades_through_black_are_trimmed_and_cuts_and_flashes_kept(labelled, tmp_path):
-    """CPU default (no learned detector): the fade-in and the fade through black are spans no
-    usable clip reaches into, the hard cut splits, the flash costs no shot."""
+    """CPU default (no learned detector): the fade-in and the fades through black and through
+    white are spans no usable clip reaches into, the hard cut splits, the flash splits nothing."""
     path, film = labelled
     manifest, summary = _run(path, tmp_path / "out")
-    fades = [t for t in film.transitions if t[0] in ("fadein", "fadeblack")]
+    fades = [t for t in film.transitions if t[0] in ("fadein", "fadeblack", "fadewhite")]
     assert _reaching_into(manifest, fades) == []
     starts = {s for s, _ in summary["scenes"]}
     assert set(film.cuts) <= starts
-    assert summary["drops"].get("transition", 0) >= 2
+    assert summary["drops"].get("transition", 0) >= 4
     opening = manifest[manifest["start_frame"] < film.shots[1][0]]
     # the opening shot fades in: it is trimmed, not rejected
     assert opening["usable"].any(), opening[["start_frame", "reject_reasons"]]
