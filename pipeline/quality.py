@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from core.film import SHARDS_DIR, FilmFolder, QualityCounts
 from core.io import write_json_atomic
-from core.record import CAPTION_PENDING, SKIPPED_UNUSABLE
+from core.record import caption_status_for
 from core.shards import (
     check_schema_version,
     replace_column,
@@ -219,12 +219,7 @@ def _wanted(row: dict, decided: tuple) -> tuple:
     """(usable, reasons, duplicate_of, caption_status): an uncaptioned clip that is not usable
     says captioning will skip it; one that became usable is pending again."""
     usable, reasons, duplicate_of = decided
-    status = row["caption_status"]
-    if not usable and status == CAPTION_PENDING:
-        status = SKIPPED_UNUSABLE
-    elif usable and status == SKIPPED_UNUSABLE:
-        status = CAPTION_PENDING
-    return usable, reasons, duplicate_of, status
+    return usable, reasons, duplicate_of, caption_status_for(usable, row["caption_status"])
 
 
 def _rewrite_film(film: Path, wanted: dict[str, tuple]) -> None:

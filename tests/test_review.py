@@ -644,6 +644,30 @@ def test_captioning_follows_the_review_and_leaves_the_automatic_flags_in_the_sha
     assert [manifest[i]["usable"] for i in ids] == [True, False, False]
 
 
+def test_an_accept_makes_an_uncaptioned_rejected_clip_pending(film, server):
+    """An accepted clip that the quality stage had rejected will be captioned: the manifest and
+    the page say `pending`, as re-thresholding does; a rejected uncaptioned clip says skipped."""
+    from core.record import CAPTION_PENDING, SKIPPED_UNUSABLE
+
+    ids = [c["clip_id"] for c in _clips(server)["clips"]]
+    statuses = {ids[0]: SKIPPED_UNUSABLE, ids[1]: CAPTION_PENDING, ids[2]: CAPTION_PENDING}
+    for shard in (film / "shards").glob("*.parquet"):
+        table = pq.read_table(shard)
+        clip_ids = table.column("clip_id").to_pylist()
+        table = replace_column(table, "usable", [i != ids[0] for i in clip_ids])
+        table = replace_column(table, "caption_status", [statuses[i] for i in clip_ids])
+        pq.write_table(table, shard)
+    status, answer = _post(server, {"clip_id": ids[0], "decision": "accept"})
+    assert (status, answer["clip"]["caption_status"]) == (200, CAPTION_PENDING)
+    assert _post(server, {"clip_id": ids[1], "decision": "reject"})[0] == 200
+    manifest = _manifest(film)
+    assert [manifest[i]["caption_status"] for i in ids] == [
+        CAPTION_PENDING,
+        SKIPPED_UNUSABLE,
+        CAPTION_PENDING,
+    ]
+
+
 @pytest.mark.slow
 def test_a_rerun_a_recaption_and_a_recalibration_keep_every_decision(bikes_dataset, tmp_path):
     """The real pipeline's film folder: decisions and corrections survive the three rewrites."""
