@@ -36,7 +36,6 @@ from core.film import (
     FilmFolder,
     FilmSummary,
     FolderError,
-    QualityCounts,
     SegmentSpan,
     SegmentStats,
 )
@@ -48,7 +47,7 @@ from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_ch
 from pipeline.corpus import write_dataset_summary
 from pipeline.executor import Executor, make_executor
 from pipeline.ip import IP
-from pipeline.manifest import write_manifest
+from pipeline.manifest import ReviewedCounts, reviewed_counts, write_manifest
 from pipeline.segments import (
     SegmentJob,
     frame_stage_resources,
@@ -175,7 +174,7 @@ def _fetch_folder_files(out_dir: str | Path, local: Path) -> None:
 
 
 def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> None:
-    from pipeline.quality import apply_quality, load_thresholds, save_thresholds
+    from pipeline.quality import apply_quality, film_folders, load_thresholds, save_thresholds
 
     thresholds, saved = load_thresholds(local, config.reject)
     if saved and thresholds != config.reject:
@@ -189,17 +188,14 @@ def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> No
     outcome = apply_quality(local, thresholds)
     for result in results:
         if result.ok and result.film_dir is not None:
-            result.summary = FilmFolder(local / storage.name(result.film_dir)).read_summary()
-            quality = (result.summary.quality if result.summary else None) or QualityCounts()
-            reasons = ", ".join(f"{k} {v}" for k, v in quality.by_reason.items())
-            result.message += (
-                f"; quality: {quality.usable} usable, "
-                f"{quality.rejected} rejected ({reasons or 'none'})"
-            )
+            folder = FilmFolder(local / storage.name(result.film_dir))
+            result.summary = folder.read_summary()
+            result.message += "; " + reviewed_counts(folder).line()  # as the manifest says
+    every = sum(map(reviewed_counts, map(FilmFolder, film_folders(local))), ReviewedCounts())
     log.info(
         "quality: %d of %d clips usable in %d film(s) of %s",
-        outcome.usable,
-        outcome.clips,
+        every.usable,
+        every.clips,
         outcome.films,
         out_dir,
     )
