@@ -5,6 +5,7 @@ media by clip id (`/media/<id>.mp4`, the H.264 bytes stored in the shard; `/medi
 stored first frame), and a small JSON API that the page uses and scripts can use:
 
     GET  /api/clips?film=&usable=&reason=&caption_status=&motion_level=&character=&decision=
+         &offset=&limit=   (a page of the matching clips; no limit: all of them)
     POST /api/review  {"clip_id": "...", "decision": "accept"|"reject", "note": "...",
                        "fields": {"subject": "girl", "characters": ["Sintel"], ...}}
 
@@ -66,6 +67,7 @@ PAGE = Path(__file__).with_name("review_page.html")
 MAX_BODY = 1 << 20  # a decision is a few hundred bytes
 MAX_NOTE = 2000
 FILTERS = ("film", "usable", "reason", "caption_status", "motion_level", "character", "decision")
+PAGING = ("offset", "limit")
 UNREVIEWED = "none"  # decision=none lists the clips nobody decided on yet
 _MEDIA = re.compile(r"^/media/(?P<clip_id>[0-9a-f]{32})\.(?P<kind>mp4|jpg)$")
 
@@ -86,6 +88,40 @@ class _Snapshot:
     position: dict[str, int]  # clip id -> its index in its film's rows
 
 
+@dataclass
+class _Listing:
+    """What GET /api/clips filters and pages, for one state of the shards and review files."""
+
+    key: tuple
+    clips: list[dict]
+    counts: dict[str, dict]
+    facets: dict
+
+
+def _review_stamps(snapshot: _Snapshot) -> tuple:
+    """Each film's review.parquet as (size, mtime): a decision, here or elsewhere, changes it."""
+    stamps = []
+    for slug in snapshot.rows:
+        path = FilmFolder(snapshot.dataset.film(slug).path).review
+        stat = path.stat() if path.is_file() else None
+        stamps.append((slug, stat and (stat.st_size, stat.st_mtime_ns)))
+    return tuple(stamps)
+
+
+def _paging(query: dict[str, str]) -> tuple[int, int | None]:
+    """(offset, limit) of a request; no limit means every matching clip."""
+    limit = query.get("limit")
+    return _whole(query.get("offset", "0"), "offset"), None if limit is None else _whole(
+        limit, "limit"
+    )
+
+
+def _whole(text: str, name: str) -> int:
+    if not text.isdigit():
+        raise ReviewError(f"{name} must be a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 class ReviewApp:
     """The clips under one film or dataset folder, their decisions, and the API's answers."""
 
@@ -96,6 +132,7 @@ class ReviewApp:
         self._snapshot = self._read(open_dataset(self.root))
         self._sheets: dict[str, list[str]] = {}
         self._stores: dict[str, ReviewStore] = {}
+        self._listed: _Listing | None = None
 
     # ---- reading
 
@@ -122,7 +159,7 @@ class ReviewApp:
 
     def clips(self, query: dict[str, str]) -> dict:
         """GET /api/clips: the clips passing the filters, with facets and review counts."""
-        unknown = sorted(set(query) - set(FILTERS))
+        unknown = sorted(set(query) - set(FILTERS) - set(PAGING))
         if unknown:
             raise ReviewError(f"unknown filters {unknown} (filters: {', '.join(FILTERS)})")
         snapshot = self.snapshot()
@@ -131,22 +168,39 @@ class ReviewApp:
                 f"film {query['film']!r} is not under {self.root} "
                 f"(films: {', '.join(snapshot.rows)})"
             )
-        match = _clip_filter(query)
+        offset, limit = _paging(query)
+        match = _clip_filter({k: v for k, v in query.items() if k in FILTERS})
+        listing = self._listing(snapshot)
+        chosen = [clip for clip in listing.clips if match(clip)]
+        return {
+            "root": str(self.root),
+            "total": len(listing.clips),
+            "matched": len(chosen),
+            "offset": offset,
+            "limit": limit,
+            "clips": chosen[offset : None if limit is None else offset + limit],
+            "counts": listing.counts,
+            "facets": listing.facets,
+            "editable": list(EDITABLE_FIELDS),
+            "sheets": {slug: self.sheet(slug) for slug in snapshot.rows},
+        }
+
+    def _listing(self, snapshot: _Snapshot) -> _Listing:
+        """Every clip's JSON, the review counts and the facets: built once per state of the shards
+        and the review files, so a request filters and pages a list instead of rebuilding it."""
+        key = (snapshot.signature, _review_stamps(snapshot))
+        with self._lock:
+            if self._listed is not None and self._listed.key == key:
+                return self._listed
         everything, counts = [], {}
         for slug, rows in snapshot.rows.items():
             reviews = self.store(slug).load()
             counts[slug] = review_counts(reviews, (r["clip_id"] for r in rows))
             everything += [_clip_json(slug, row, reviews.get(row["clip_id"])) for row in rows]
-        chosen = [clip for clip in everything if match(clip)]
-        return {
-            "root": str(self.root),
-            "total": len(everything),
-            "clips": chosen,
-            "counts": counts,
-            "facets": _facets(everything),
-            "editable": list(EDITABLE_FIELDS),
-            "sheets": {slug: self.sheet(slug) for slug in snapshot.rows},
-        }
+        listing = _Listing(key, everything, counts, _facets(everything))
+        with self._lock:
+            self._listed = listing
+        return listing
 
     def media(self, clip_id: str, kind: str) -> bytes:
         snapshot = self.snapshot()

@@ -249,6 +249,26 @@ def test_decisions_are_written_to_review_parquet_and_the_manifest(film, server):
     assert _manifest(film)[ids[1]]["adverb"] == "quickly"
 
 
+def test_clips_come_a_page_at_a_time_and_follow_new_decisions(film, server):
+    every = [c["clip_id"] for c in _clips(server)["clips"]]
+    assert len(every) >= 3
+    page = _clips(server, "offset=1&limit=2")
+    assert [c["clip_id"] for c in page["clips"]] == every[1:3]
+    assert (page["matched"], page["total"], page["offset"], page["limit"]) == (
+        len(every),
+        len(every),
+        1,
+        2,
+    )
+    assert _clips(server, f"offset={len(every)}&limit=5")["clips"] == []
+    # the listing is built once and kept, but a decision shows in the next page asked for
+    _post(server, {"clip_id": every[0], "decision": "reject"})
+    rejected = _clips(server, "decision=reject&limit=1")
+    assert [c["clip_id"] for c in rejected["clips"]] == [every[0]] and rejected["matched"] == 1
+    status, answer = _request(server, "GET", "/api/clips?limit=-1")
+    assert status == 400 and "limit must be a whole number" in answer["error"]
+
+
 def test_filters_select_clips_by_every_field(film, server):
     ids = [c["clip_id"] for c in _clips(server)["clips"]]
     _post(server, {"clip_id": ids[0], "decision": "reject"})
@@ -538,6 +558,7 @@ def test_decisions_survive_a_server_restart_and_show_in_the_notebook_api(film):
     assert manifest.loc[ids[1], "environment"] == "road"
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_review_state(film, server):
     from pipeline.report import ReportOptions, build_report
 
@@ -684,6 +705,35 @@ def test_a_rerun_a_recaption_and_a_recalibration_keep_every_decision(bikes_datas
     result = run_film(BIKES, out, local_config(), load_ip(None))
     assert result.ok and result.film_dir == film
     check("rerun of the pipeline")
+
+
+def test_the_runs_console_counts_follow_the_review(bikes_dataset, tmp_path, caplog):
+    """A rerun's `quality:` line and total count usable clips as the manifest does, decisions
+    included, and say how many were accepted and rejected by hand."""
+    from conftest import BIKES, local_config
+
+    from pipeline.ip import load_ip
+    from pipeline.runner import run_films
+
+    out = tmp_path / "data"
+    film = Path(shutil.copytree(bikes_dataset, out / bikes_dataset.name))
+    server = _start(film)
+    clips = _clips(server)["clips"]
+    rejected = [c["clip_id"] for c in clips if c["usable"]][:2]
+    for clip_id in rejected:
+        _post(server, {"clip_id": clip_id, "decision": "reject"})
+    accepted = next(c["clip_id"] for c in clips if c["clip_id"] not in rejected)
+    _post(server, {"clip_id": accepted, "decision": "accept"})
+    _stop(server)
+    usable = sum(row["usable"] for row in _manifest(film).values())
+    assert usable == len(clips) - 2
+
+    with caplog.at_level("INFO", logger="pipeline.runner"):
+        [result] = run_films([BIKES], out, local_config(), load_ip(None))
+    assert "already complete" in result.message  # nothing cut again: the decisions stand
+    assert f"quality: {usable} usable, 2 rejected (review 2)" in result.message
+    assert result.message.endswith("; review: 1 accepted, 2 rejected")
+    assert f"quality: {usable} of {len(clips)} clips usable in 1 film(s)" in caplog.text
 
 
 # ---------------------------------------------------------------- the command line
