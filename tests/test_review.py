@@ -558,6 +558,7 @@ def test_decisions_survive_a_server_restart_and_show_in_the_notebook_api(film):
     assert manifest.loc[ids[1], "environment"] == "road"
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_review_state(film, server):
     from pipeline.report import ReportOptions, build_report
 
