@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from core.film import SHARDS_DIR, FilmFolder, QualityCounts
+from core.film import SHARDS_DIR, FilmFolder, FilmSummary, QualityCounts
 from core.io import write_json_atomic
 from core.record import caption_status_for
 from core.shards import (
@@ -101,6 +101,14 @@ def load_thresholds(location: Path, default: RejectConfig) -> tuple[RejectConfig
         return RejectConfig(**{k: v for k, v in data.items() if k in known}), True
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a quality thresholds file ({exc})") from None
+
+
+def film_thresholds(summary: FilmSummary | None) -> RejectConfig:
+    """The thresholds that decided a film's clips (its summary.json's `quality`), else the
+    defaults: what the report and the review page show each value against."""
+    saved = summary.quality.thresholds if summary and summary.quality else {}
+    known = {f.name for f in fields(RejectConfig)}
+    return RejectConfig(**{k: v for k, v in saved.items() if k in known})
 
 
 def save_thresholds(location: Path, thresholds: RejectConfig) -> Path:

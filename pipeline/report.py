@@ -39,6 +39,7 @@ from core.video import rotate_frame
 from core.vocabulary import REJECT_REASONS
 from pipeline import __version__
 from pipeline.explore import Dataset, DatasetError, Film, animated_preview, open_dataset
+from pipeline.quality import film_thresholds
 from stages.quality import RejectConfig, quality_measures
 
 NOT_AVAILABLE = "not available"
@@ -130,7 +131,7 @@ def _film_section(dataset: Dataset, film: Film, options: ReportOptions) -> str:
         "<h3>Clips</h3>",
         _preview_grid(dataset, manifest, options),
         "<h3>Rejected clips</h3>",
-        _rejected_clips(dataset, manifest, options, _thresholds(film)),
+        _rejected_clips(dataset, manifest, options, film_thresholds(film.summary)),
         "<h3>Failed clips</h3>",
         _failed_clips(manifest),
         "<h3>Stage timings</h3>",
@@ -374,14 +375,6 @@ def _rejection_line(row: pd.Series, note: str) -> str:
     return f'<br><span class="na">{text}</span>' + (
         f'<br><span class="measures">{note}</span>' if note else ""
     )
-
-
-def _thresholds(film: Film) -> RejectConfig:
-    """The thresholds that decided the film's clips (summary.json), else the defaults."""
-    quality = film.summary.quality
-    saved = quality.thresholds if quality else {}
-    known = {name for name in RejectConfig.__dataclass_fields__}
-    return RejectConfig(**{k: v for k, v in saved.items() if k in known})
 
 
 def _rejected_clips(

@@ -842,3 +842,88 @@ def test_the_page_rejects_with_the_keyboard_and_saves_a_corrected_field(film, se
     ]
     shot = Image.open(ARTIFACTS / "review-page.png")
     assert shot.width == 1280 and shot.height >= 900
+
+
+@pytest.mark.slow
+def test_the_page_takes_filters_from_its_address_shows_measures_and_keeps_connections_clean(
+    film_dir, tmp_path, chromium
+):
+    """An uncaptioned film with one clip rejected for text: the address's filters select it, the
+    automatic flags show each value beside its threshold (the deciding one in bold), the caption
+    fields are locked, and a request refused early leaves the browser's kept-alive connection
+    usable for the next one."""
+    first = {}
+
+    def plant_text(row: dict) -> dict:
+        if not first:
+            first["id"] = row["clip_id"]
+            row.update(usable=False, reject_reasons=["text"], quality_text_area=0.02)
+        return row
+
+    film = rewrite_film(film_dir, tmp_path / "data" / "bikes", plant_text)
+    server = _start(film)
+    try:
+        session = chromium.open(server.url + "?usable=false&decision=none", width=1280, height=900)
+        chromium.call("Network.enable", session=session)
+        chromium.wait_until("document.body.dataset.state === 'ready'", session)
+        listed = chromium.evaluate(
+            "[...document.querySelectorAll('#list li')].map(li => li.dataset.clip)", session
+        )
+        assert listed == [first["id"]]
+        chosen = chromium.evaluate(
+            "({usable: document.querySelector('#filters').elements.usable.value, "
+            "decision: document.querySelector('#filters').elements.decision.value})",
+            session,
+        )
+        assert chosen == {"usable": "false", "decision": "none"}
+        flags = chromium.evaluate(
+            "(() => { const dd = [...document.querySelectorAll('#facts dt')]"
+            ".find(dt => dt.textContent === 'automatic flags').nextElementSibling;"
+            " return {text: dd.innerText, bold: [...dd.querySelectorAll('b')]"
+            ".map(b => b.textContent)}; })()",
+            session,
+        )
+        assert flags["bold"] == ["text area 0.0200 (text: over 0.004)"]
+        assert "brightness" in flags["text"] and "(fade: at least 1.6x" in flags["text"]
+        locked = chromium.evaluate(
+            "({subject: document.querySelector('#edit').elements.subject.disabled, "
+            "note: document.querySelector('#edit').elements.note.disabled, "
+            "said: !document.querySelector('#uncaptioned').hidden})",
+            session,
+        )
+        assert locked == {"subject": True, "note": False, "said": True}
+        chromium.screenshot(session, ARTIFACTS / "review-page-filtered.png")
+
+        # a refused POST (wrong content type), then a GET, as the page's fetches send them
+        answers = chromium.evaluate(
+            f"""(async () => {{
+              const refused = await fetch('/api/review', {{method: 'POST',
+                headers: {{'Content-Type': 'text/plain'}},
+                body: JSON.stringify({{clip_id: '{first["id"]}', decision: 'reject'}})}});
+              await refused.text();
+              const next = await fetch('/api/clips?limit=1');
+              return [refused.status, next.status, (await next.json()).total];
+            }})()""",
+            session,
+        )
+        assert answers == [415, 200, 3]
+        connections = [
+            e["params"]["response"]["connectionId"]
+            for e in chromium.events
+            if e.get("sessionId") == session
+            and e.get("method") == "Network.responseReceived"
+            and "/api/" in e["params"]["response"]["url"]
+        ]
+        assert len(connections) >= 2 and connections[-1] == connections[-2]  # one connection
+
+        # choosing a filter on the page puts it in the address
+        chromium.evaluate(
+            "(() => { const s = document.querySelector('#filters').elements.decision;"
+            " s.value = ''; s.dispatchEvent(new Event('change', {bubbles: true})); })()",
+            session,
+        )
+        chromium.wait_until("document.body.dataset.state === 'ready'", session)
+        assert chromium.evaluate("location.search", session) == "?usable=false"
+    finally:
+        _stop(server)
+    assert not (film / REVIEW_FILE).exists()
