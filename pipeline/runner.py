@@ -48,7 +48,13 @@ from pipeline.corpus import write_dataset_summary
 from pipeline.executor import Executor, make_executor
 from pipeline.ip import IP
 from pipeline.manifest import ReviewedCounts, reviewed_counts, write_manifest
-from pipeline.segments import SegmentJob, limit_threads, plan_segments, run_segment
+from pipeline.segments import (
+    SegmentJob,
+    frame_stage_resources,
+    limit_threads,
+    plan_segments,
+    run_segment,
+)
 from stages.base import build_clip_stages, clip_schema
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
@@ -272,18 +278,20 @@ def _as_result(path: str | Path, outcome) -> FilmResult:
 
 @dataclass(frozen=True)
 class SegmentResources:
-    """What each segment task of a film reserves, and the clip stages that asked for a GPU."""
+    """What each segment task of a film reserves, and the stages that asked for a GPU."""
 
     resources: Resources
     gpu_stages: tuple[str, ...]
 
 
 def segment_resources(config: PipelineConfig) -> SegmentResources:
-    """One CPU, and the most GPU any clip stage declares (MemFlow on CUDA): Ray then never puts
-    two segments' models on one GPU."""
-    stages = build_clip_stages(config)
-    gpus = max((stage.resources.gpus for stage in stages), default=0.0)
-    gpu_stages = tuple(stage.name for stage in stages if stage.resources.needs_gpu())
+    """One CPU, and the most GPU any stage of the segment declares (MemFlow or TransNetV2 on
+    CUDA): Ray then never puts two segments' models on one GPU, and a task that reserved no GPU
+    sees none (Ray hides the others), so 'auto' resolves to the CPU inside it too."""
+    declared = {stage.name: stage.resources for stage in build_clip_stages(config)}
+    declared |= frame_stage_resources(config)
+    gpus = max((resources.gpus for resources in declared.values()), default=0.0)
+    gpu_stages = tuple(name for name, resources in declared.items() if resources.needs_gpu())
     return SegmentResources(Resources(cpus=1.0, gpus=gpus), gpu_stages)
 
 
@@ -397,7 +405,7 @@ class _FilmScheduler:
         if shortfall:
             stages = ", ".join(declared.gpu_stages)
             message = (
-                f"{job.path}: a segment task {shortfall} (clip stages that declare a GPU: {stages})"
+                f"{job.path}: a segment task {shortfall} (stages that declare a GPU: {stages})"
             )
             self.outcomes[index] = FilmResult(str(job.path), None, False, message)
             return

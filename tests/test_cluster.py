@@ -195,5 +195,5 @@ def test_a_segment_running_memflow_on_cuda_asks_ray_for_a_gpu(tmp_path):
     assert not result.ok
     assert result.message == (
         f"{BIKES}: a segment task needs 1 GPU(s); the Ray cluster has 0 "
-        "(clip stages that declare a GPU: motion)"
+        "(stages that declare a GPU: motion)"
     )
