@@ -36,7 +36,6 @@ from core.film import (
     FilmFolder,
     FilmSummary,
     FolderError,
-    QualityCounts,
     SegmentSpan,
     SegmentStats,
 )
@@ -48,8 +47,14 @@ from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_ch
 from pipeline.corpus import write_dataset_summary
 from pipeline.executor import Executor, make_executor
 from pipeline.ip import IP
-from pipeline.manifest import write_manifest
-from pipeline.segments import SegmentJob, limit_threads, plan_segments, run_segment
+from pipeline.manifest import ReviewedCounts, reviewed_counts, write_manifest
+from pipeline.segments import (
+    SegmentJob,
+    frame_stage_resources,
+    limit_threads,
+    plan_segments,
+    run_segment,
+)
 from stages.base import build_clip_stages, clip_schema
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
@@ -169,7 +174,7 @@ def _fetch_folder_files(out_dir: str | Path, local: Path) -> None:
 
 
 def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> None:
-    from pipeline.quality import apply_quality, load_thresholds, save_thresholds
+    from pipeline.quality import apply_quality, film_folders, load_thresholds, save_thresholds
 
     thresholds, saved = load_thresholds(local, config.reject)
     if saved and thresholds != config.reject:
@@ -183,17 +188,14 @@ def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> No
     outcome = apply_quality(local, thresholds)
     for result in results:
         if result.ok and result.film_dir is not None:
-            result.summary = FilmFolder(local / storage.name(result.film_dir)).read_summary()
-            quality = (result.summary.quality if result.summary else None) or QualityCounts()
-            reasons = ", ".join(f"{k} {v}" for k, v in quality.by_reason.items())
-            result.message += (
-                f"; quality: {quality.usable} usable, "
-                f"{quality.rejected} rejected ({reasons or 'none'})"
-            )
+            folder = FilmFolder(local / storage.name(result.film_dir))
+            result.summary = folder.read_summary()
+            result.message += "; " + reviewed_counts(folder).line()  # as the manifest says
+    every = sum(map(reviewed_counts, map(FilmFolder, film_folders(local))), ReviewedCounts())
     log.info(
         "quality: %d of %d clips usable in %d film(s) of %s",
-        outcome.usable,
-        outcome.clips,
+        every.usable,
+        every.clips,
         outcome.films,
         out_dir,
     )
@@ -276,18 +278,20 @@ def _as_result(path: str | Path, outcome) -> FilmResult:
 
 @dataclass(frozen=True)
 class SegmentResources:
-    """What each segment task of a film reserves, and the clip stages that asked for a GPU."""
+    """What each segment task of a film reserves, and the stages that asked for a GPU."""
 
     resources: Resources
     gpu_stages: tuple[str, ...]
 
 
 def segment_resources(config: PipelineConfig) -> SegmentResources:
-    """One CPU, and the most GPU any clip stage declares (MemFlow on CUDA): Ray then never puts
-    two segments' models on one GPU."""
-    stages = build_clip_stages(config)
-    gpus = max((stage.resources.gpus for stage in stages), default=0.0)
-    gpu_stages = tuple(stage.name for stage in stages if stage.resources.needs_gpu())
+    """One CPU, and the most GPU any stage of the segment declares (MemFlow or TransNetV2 on
+    CUDA): Ray then never puts two segments' models on one GPU, and a task that reserved no GPU
+    sees none (Ray hides the others), so 'auto' resolves to the CPU inside it too."""
+    declared = {stage.name: stage.resources for stage in build_clip_stages(config)}
+    declared |= frame_stage_resources(config)
+    gpus = max((resources.gpus for resources in declared.values()), default=0.0)
+    gpu_stages = tuple(name for name, resources in declared.items() if resources.needs_gpu())
     return SegmentResources(Resources(cpus=1.0, gpus=gpus), gpu_stages)
 
 
@@ -401,7 +405,7 @@ class _FilmScheduler:
         if shortfall:
             stages = ", ".join(declared.gpu_stages)
             message = (
-                f"{job.path}: a segment task {shortfall} (clip stages that declare a GPU: {stages})"
+                f"{job.path}: a segment task {shortfall} (stages that declare a GPU: {stages})"
             )
             self.outcomes[index] = FilmResult(str(job.path), None, False, message)
             return

@@ -34,6 +34,7 @@ from core import storage
 from core.film import Drop, FilmFolder, SegmentSpan, SegmentStats
 from core.frames import PlaneSource
 from core.record import STATUS_OK, Clip
+from core.resources import Resources
 from core.shards import ShardWriter
 from core.video import FrameReader
 from pipeline.config import PipelineConfig
@@ -308,6 +309,14 @@ def _timed(seconds: dict[str, float], name: str, fn, *args):
         return fn(*args)
     finally:
         seconds[name] += time.thread_time() - began
+
+
+def frame_stage_resources(config: PipelineConfig) -> dict[str, Resources]:
+    """What the frame-level stages a segment runs with `config` reserve, by name (those that
+    reserve nothing beyond the task's CPU are left out): the learned transition detector when it
+    runs on a GPU."""
+    gradual = _gradual_detector(config.scenes)  # cheap: loads nothing
+    return {"transitions": gradual.resources} if gradual is not None else {}
 
 
 def _gradual_detector(config: SceneConfig) -> TransNetSpans | None:

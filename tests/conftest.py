@@ -663,3 +663,50 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu"):  # the marker, not a name: test_bench_gpu.py runs
             item.add_marker(skip)
+
+
+# ---------------------------------------------------------------- CPU seconds per test
+
+# Wall-clock durations (`--durations`) on a shared machine measure the neighbours as much as the
+# tests. `--cpu-durations=N` also counts CPU seconds per test (setup, call and teardown; this
+# process and the children it waited for, such as FFmpeg or a moto server, but not Ray's
+# workers, which are not its children) and prints the N costliest and the session's total.
+_cpu_seconds: dict[str, float] = {}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cpu-durations",
+        type=int,
+        default=None,
+        metavar="N",
+        help="print the N tests that took the most CPU seconds (0: all) and the total",
+    )
+
+
+def _cpu_now() -> float:
+    import resource
+
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    started = _cpu_now()
+    yield
+    _cpu_seconds[item.nodeid] = _cpu_now() - started
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = config.getoption("--cpu-durations")
+    if count is None or not _cpu_seconds:
+        return
+    ranked = sorted(_cpu_seconds.items(), key=lambda item: -item[1])
+    terminalreporter.section(f"CPU seconds per test ({len(ranked)} tests)")
+    for nodeid, seconds in ranked[: count or None]:
+        terminalreporter.write_line(f"{seconds:7.2f}s  {nodeid}")
+    terminalreporter.write_line(f"{sum(_cpu_seconds.values()):7.2f}s  in all tests")
+    terminalreporter.write_line(f"{_cpu_now():7.2f}s  the whole session (imports, collection)")

@@ -45,6 +45,7 @@ def test_transformer_formula_by_hand():
     assert flops.peak_tflops("Tesla T4") is None
 
 
+@pytest.mark.slow
 def test_lora_step_flops_match_pytorchs_counter():
     """A frozen Mistral with LoRA, forward + backward: the formula agrees with what torch's FLOP
     counter sees (matrix products and attention)."""
@@ -112,6 +113,7 @@ def test_internvl_2_5_8b_configuration_has_its_published_size():
     assert text.architectures == ["LlamaForCausalLM"]  # lmdeploy's PyTorch engine reads it
 
 
+@pytest.mark.slow
 def test_trainer_backbones_have_their_published_sizes():
     with torch.device("meta"):
         transformer, _vae, _ = models.cogvideox(models.REAL)

@@ -238,6 +238,7 @@ def test_http_engine_binds_out_of_order_answers_to_their_clips(clip_videos):
     assert [p["type"] for p in body["messages"][0]["content"]][:2] in (["text", "image_url"],)
 
 
+@pytest.mark.slow
 def test_http_engine_retries_server_errors_and_bad_answers(clip_videos):
     def answer(body, count):
         request = _as_request(body)
@@ -257,6 +258,7 @@ def test_http_engine_retries_server_errors_and_bad_answers(clip_videos):
     ]
 
 
+@pytest.mark.slow
 def test_http_engine_names_an_unserved_model_and_a_dead_endpoint():
     with ScriptedServer(lambda body, count: (200, "")) as server:
         engine = OpenAIEngine(http_config(server.url, model="InternVL-26B"))

@@ -558,6 +558,7 @@ def test_decisions_survive_a_server_restart_and_show_in_the_notebook_api(film):
     assert manifest.loc[ids[1], "environment"] == "road"
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_review_state(film, server):
     from pipeline.report import ReportOptions, build_report
 
@@ -704,6 +705,35 @@ def test_a_rerun_a_recaption_and_a_recalibration_keep_every_decision(bikes_datas
     result = run_film(BIKES, out, local_config(), load_ip(None))
     assert result.ok and result.film_dir == film
     check("rerun of the pipeline")
+
+
+def test_the_runs_console_counts_follow_the_review(bikes_dataset, tmp_path, caplog):
+    """A rerun's `quality:` line and total count usable clips as the manifest does, decisions
+    included, and say how many were accepted and rejected by hand."""
+    from conftest import BIKES, local_config
+
+    from pipeline.ip import load_ip
+    from pipeline.runner import run_films
+
+    out = tmp_path / "data"
+    film = Path(shutil.copytree(bikes_dataset, out / bikes_dataset.name))
+    server = _start(film)
+    clips = _clips(server)["clips"]
+    rejected = [c["clip_id"] for c in clips if c["usable"]][:2]
+    for clip_id in rejected:
+        _post(server, {"clip_id": clip_id, "decision": "reject"})
+    accepted = next(c["clip_id"] for c in clips if c["clip_id"] not in rejected)
+    _post(server, {"clip_id": accepted, "decision": "accept"})
+    _stop(server)
+    usable = sum(row["usable"] for row in _manifest(film).values())
+    assert usable == len(clips) - 2
+
+    with caplog.at_level("INFO", logger="pipeline.runner"):
+        [result] = run_films([BIKES], out, local_config(), load_ip(None))
+    assert "already complete" in result.message  # nothing cut again: the decisions stand
+    assert f"quality: {usable} usable, 2 rejected (review 2)" in result.message
+    assert result.message.endswith("; review: 1 accepted, 2 rejected")
+    assert f"quality: {usable} of {len(clips)} clips usable in 1 film(s)" in caplog.text
 
 
 # ---------------------------------------------------------------- the command line

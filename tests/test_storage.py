@@ -15,6 +15,9 @@ from pipeline.explore import open_dataset
 from pipeline.ip import load_ip
 from pipeline.runner import run_films, run_stored_segment
 
+# Each test runs the pipeline against a real S3 server (moto): seconds each.
+pytestmark = pytest.mark.slow
+
 OUTPUTS = ["manifest.parquet", "drops.parquet", "shards/clips-00000.parquet"]
 
 

@@ -135,6 +135,12 @@ def test_mllm_trains_lora_embeddings_lm_head_and_every_rmsnorm(backbones, shards
     ours = {n for n in names if n.split(".")[0] in ("queries", "input_proj", "output_proj")}
     assert set(names) == set(whole) | set(lora) | ours
     assert "embedding" in describe_trainable(model) and "RMSNorm" in describe_trainable(model)
+    # the exported peft adapter carries them (modules_to_save), so it is complete on its own
+    from peft import get_peft_model_state_dict
+
+    exported = get_peft_model_state_dict(model.llm, save_embedding_layers=False)
+    for part in ("embed_tokens.weight", "lm_head.weight", "model.norm.weight", "input_layernorm"):
+        assert any(part in key for key in exported), part
     # narrowed: only the new tokens' rows of the embedding and lm_head, no norm
     narrow = build.game_state_model(
         tiny_config("mllm", backbones, shards, tmp_path, train_embeddings=False, train_norms=False),

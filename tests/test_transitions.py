@@ -163,6 +163,7 @@ def _shots_with_a_usable_clip(manifest, shots) -> int:
     )
 
 
+@pytest.mark.slow
 def test_labelled_film_is_what_its_labels_say(labelled):
     path, film = labelled
     assert len(film.shots) == 7 and [k for k, _, _ in film.transitions] == [
@@ -179,6 +180,7 @@ def test_labelled_film_is_what_its_labels_say(labelled):
         assert container.streams.video[0].frames == len(film.frames)
 
 
+@pytest.mark.slow
 def test_fades_through_black_are_trimmed_and_cuts_and_flashes_kept(labelled, tmp_path):
     """CPU default (no learned detector): the fade-in and the fades through black and through
     white are spans no usable clip reaches into, the hard cut splits, the flash splits nothing."""
@@ -214,6 +216,7 @@ def test_transnetv2_spans_keep_clips_out_of_a_dissolve(labelled, tmp_path):
     assert summary["stage_seconds"]["transitions"] > 0
 
 
+@pytest.mark.slow
 def test_transnetv2_loads_without_touching_global_state():
     """The package's constructor seeds every global generator and turns on torch's deterministic
     mode for the whole process; loading it here must do neither, and read tensors only."""
