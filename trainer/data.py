@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from core import storage
-from core.film import REVIEW_FILE, SHARDS_DIR, SUMMARY_FILE
+from core.film import REVIEW_FILE, SHARDS_DIR, FilmFolder
 from core.shards import (
     RowLocation,
     check_schema_version,
@@ -162,7 +162,7 @@ def _clip_shards(location: str | Path) -> list[Path | str]:
             return [str(location)]
         return [
             str(storage.join(film, SHARDS_DIR, shard))
-            for film in storage.committed_film_dirs(location, SUMMARY_FILE)
+            for film in FilmFolder.discover(location)
             for shard in storage.list_names(storage.join(film, SHARDS_DIR))
             if shard.startswith("clips") and shard.endswith(".parquet")
         ]
