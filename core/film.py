@@ -310,6 +310,28 @@ class FilmFolder:
     def has_shards(self) -> bool:
         return self.shards.is_dir()
 
+    @staticmethod
+    def discover(location: str | Path) -> list:
+        """The film folders at or under `location`, at any depth (a series folder of episode
+        folders is found whole), sorted by path; a film folder's own sub-folders are not
+        searched. On a local disk a film folder holds shards/; in object storage (an fsspec URL)
+        one holds a committed summary.json, found with one listing of the prefix. The one
+        answer to "which films are under here", for every command and the trainer."""
+        from core import storage
+
+        if storage.is_remote(location):
+            return _remote_film_folders(str(location))
+        root = Path(location)
+        if (root / SHARDS_DIR).is_dir():
+            return [root]
+        if not root.is_dir():
+            return []
+        found = []
+        for child in sorted(root.iterdir()):
+            if child.is_dir() and not child.name.startswith(".") and child.name != WORK_DIR:
+                found += FilmFolder.discover(child)
+        return found
+
     # --- summary.json
 
     def read_summary(self) -> FilmSummary | None:
@@ -364,3 +386,19 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise FolderError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def _remote_film_folders(location: str) -> list[str]:
+    from core import storage
+
+    fs, path = storage.filesystem(location)
+    base = path.rstrip("/")
+    if fs.exists(f"{base}/{SUMMARY_FILE}"):
+        return [location]
+    folders = set()
+    for name in fs.find(base):
+        relative = name[len(base) + 1 :].split("/")
+        if relative[-1] == SUMMARY_FILE and len(relative) > 1 and WORK_DIR not in relative:
+            folders.add("/".join(relative[:-1]))
+    nested = {f for f in folders if any(f.startswith(o + "/") for o in folders)}
+    return [str(storage.join(location, *f.split("/"))) for f in sorted(folders - nested)]

@@ -83,11 +83,8 @@ class PassResult:
 
 
 def film_folders(location: Path) -> list[Path]:
-    """Film folders (holding shards/) at or directly under `location`, sorted."""
-    location = Path(location)
-    if (location / SHARDS_DIR).is_dir():
-        return [location]
-    return sorted(p for p in location.iterdir() if (p / SHARDS_DIR).is_dir())
+    """Film folders at or under `location`, at any depth (core/film.py `FilmFolder.discover`)."""
+    return FilmFolder.discover(Path(location))
 
 
 def load_thresholds(location: Path, default: RejectConfig) -> tuple[RejectConfig, bool]:
@@ -129,14 +126,13 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
     root = location.parent if (location / SHARDS_DIR).is_dir() else location
     films = film_folders(location)
     index = QualityIndex.load(root, thresholds)
-    stamps = {film.name: film_stamp(film) for film in films}
-    reused = sorted(
-        f.name for f in films if stamps[f.name] and index.stamp(f.name) == stamps[f.name]
-    )
-    read = [f for f in films if f.name not in reused or not index.same_thresholds(thresholds)]
+    key = {film: _key(film, root) for film in films}
+    stamps = {key[film]: film_stamp(film) for film in films}
+    reused = sorted(k for k, stamp in stamps.items() if stamp and index.stamp(k) == stamp)
+    read = [f for f in films if key[f] not in reused or not index.same_thresholds(thresholds)]
     clips = pa.concat_tables(
-        [index.clips_of(sorted({f.name for f in films} - {f.name for f in read}))]
-        + [_index_part(film, thresholds) for film in read]
+        [index.clips_of(sorted(set(stamps) - {key[f] for f in read}))]
+        + [_index_part(film, key[film], thresholds) for film in read]
     )
     pairs = stored_pairs(index.rows_of(reused), clips)
     pairs = pairs + near_pairs(clips, _not_in(clips, reused), thresholds)
@@ -148,11 +144,11 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
         for folder, was, now in zip(clips.column("folder").to_pylist(), before, duplicate_of)
         if was != now
     }
-    to_decide = [f for f in films if f in read or f.name in changed]
+    to_decide = [f for f in films if f in read or key[f] in changed]
     found = {i: d for i, d in zip(clips.column("clip_id").to_pylist(), duplicate_of) if d}
-    outcomes = [_decide_film(film, found, thresholds) for film in to_decide]
+    outcomes = [_decide_film(film, key[film], found, thresholds) for film in to_decide]
     final = pa.concat_tables(
-        [clips.filter(_not_in(clips, [f.name for f in to_decide]))] + [t for t, _ in outcomes]
+        [clips.filter(_not_in(clips, [key[f] for f in to_decide]))] + [t for t, _ in outcomes]
     )
     index.save(root, final, PairIds.of(pairs, clips), thresholds, stamps)
     counts = pc.value_counts(pc.list_flatten(final.column("reject_reasons"))).to_pylist()
@@ -162,7 +158,7 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
         rewritten_films=sum(rewritten for _, rewritten in outcomes),
         by_reason={c["values"]: c["counts"] for c in sorted(counts, key=lambda c: c["values"])},
         usable=int(pc.sum(final.column("usable")).as_py() or 0),
-        read_films=len({f.name for f in read} | {f.name for f in to_decide}),
+        read_films=len(set(read) | set(to_decide)),
     )
 
 
@@ -171,15 +167,20 @@ def _not_in(clips: pa.Table, folders: list[str]) -> np.ndarray:
     return ~inside.to_numpy(zero_copy_only=False)
 
 
-def _index_part(film: Path, thresholds: RejectConfig) -> pa.Table:
+def _key(film: Path, root: Path) -> str:
+    """A film's name in the index: its path under the dataset folder (films may be nested)."""
+    return film.relative_to(root).as_posix() if film != root else film.name
+
+
+def _index_part(film: Path, key: str, thresholds: RejectConfig) -> pa.Table:
     """A film's rows for the index, from its shards: whether each clip is fit on its own under
     `thresholds`, and the decision its shards hold now."""
     rows = read_pass_rows(film)
     fit = [decide({**row, "duplicate_of": None}, thresholds)[0] for row in rows]
-    return _index_rows(film, rows, fit)
+    return _index_rows(key, rows, fit)
 
 
-def _decide_film(film: Path, found: dict[str, str], thresholds: RejectConfig):
+def _decide_film(film: Path, key: str, found: dict[str, str], thresholds: RejectConfig):
     """Decide a film's clips with the duplicates `found` (clip_id -> the kept clip's), rewrite its
     shards if a decision changed, and update its summary. Its index rows, and whether its shards
     were rewritten."""
@@ -201,12 +202,12 @@ def _decide_film(film: Path, found: dict[str, str], thresholds: RejectConfig):
         {**row, "usable": usable, "reject_reasons": reasons, "duplicate_of": duplicate_of}
         for row, (usable, reasons, duplicate_of) in zip(rows, decided)
     ]
-    return _index_rows(film, stored, fit), rewrite
+    return _index_rows(key, stored, fit), rewrite
 
 
-def _index_rows(film: Path, rows: list[dict], fit: list[bool]) -> pa.Table:
+def _index_rows(key: str, rows: list[dict], fit: list[bool]) -> pa.Table:
     columns: dict[str, list] = {name: [row.get(name) for row in rows] for name in CLIP_COLUMNS}
-    columns["folder"], columns["fit"] = [film.name] * len(rows), fit
+    columns["folder"], columns["fit"] = [key] * len(rows), fit
     return pa.table(columns, schema=pa.schema([INDEX_SCHEMA.field(n) for n in CLIP_COLUMNS]))
 
 

@@ -131,7 +131,7 @@ def _folder(root: Path, rng, names: list[str]) -> dict[str, list]:
 def _decisions(root: Path) -> dict[str, tuple]:
     table = pa.concat_tables(
         pq.read_table(p, columns=["clip_id", "usable", "duplicate_of"])
-        for p in sorted(root.glob("*/shards/*.parquet"))
+        for p in sorted(root.glob("**/shards/*.parquet"))
     )
     return {r["clip_id"]: (r["usable"], r["duplicate_of"]) for r in table.to_pylist()}
 
@@ -181,3 +181,23 @@ def test_hashes_that_differ_in_their_top_bit_are_counted_bit_by_bit():
     copy = np.array([1, 4], np.int64)
     assert hamming(near, copy).tolist() == [1, 1]
     assert hamming(np.int64(-(2**63)), np.int64(1)) == 2
+
+
+def test_films_nested_at_any_depth_are_one_folder(tmp_path):
+    """A franchise folder of series folders of episodes: one pass, one duplicate rule."""
+    from core.film import FilmFolder
+
+    rng = np.random.default_rng(6)
+    flat = tmp_path / "flat"
+    _folder(flat, rng, ["ep00", "ep01"])
+    nested = tmp_path / "nested"
+    for name, series in (("ep00", "series-a"), ("ep01", "series-b/season-1")):
+        shutil.copytree(flat / name, nested / series / name)
+    assert [p.relative_to(nested).as_posix() for p in FilmFolder.discover(nested)] == [
+        "series-a/ep00",
+        "series-b/season-1/ep01",
+    ]
+    apply_quality(flat, RejectConfig())
+    apply_quality(nested, RejectConfig())
+    assert _decisions(nested) == _decisions(flat)
+    assert sum(d is not None for _, d in _decisions(nested).values()) == 4

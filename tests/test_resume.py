@@ -7,20 +7,17 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-from conftest import ROOT, make_video
+from conftest import CLI, ROOT, make_video
 
 from core.shards import read_clips
 
 
 def _cli(film, out, *extra):
     return [
-        sys.executable,
-        "-m",
-        "pipeline.cli",
+        *CLI,
         "dataset",
         str(film),
         "--out",

@@ -192,3 +192,18 @@ def test_the_report_of_an_s3_dataset_lands_beside_it(bucket):
     assert written == f"{out}/report.html"
     page = storage.read_text(written)
     assert page.index('<section id="corpus">') < page.index('<section id="overview">')
+
+
+def test_film_folders_are_found_at_any_depth_in_a_bucket(bucket, tmp_path):
+    from core.film import FilmFolder
+
+    marker = tmp_path / "summary.json"
+    marker.write_text("{}")
+    for folder in ["out/film-a", "out/series/ep01", "out/series/ep01/work/segment-00000"]:
+        storage.upload(marker, f"{bucket}/{folder}/summary.json")
+    storage.upload(marker, f"{bucket}/out/series/ep02/shards/clips-00000.parquet")  # uncommitted
+    assert FilmFolder.discover(f"{bucket}/out") == [
+        f"{bucket}/out/film-a",
+        f"{bucket}/out/series/ep01",
+    ]
+    assert FilmFolder.discover(f"{bucket}/out/film-a") == [f"{bucket}/out/film-a"]

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from core import storage
-from core.film import REVIEW_FILE, SHARDS_DIR, SUMMARY_FILE
+from core.film import REVIEW_FILE, SHARDS_DIR, FilmFolder
 from core.shards import (
     RowLocation,
     check_schema_version,
@@ -33,7 +33,7 @@ from core.shards import (
 from core.video import decode_image, decode_mp4
 from core.vocabulary import GAME_STATES, STATE_NAMES
 from pipeline.review import REJECT, Review, apply_review, read_review_file
-from prompts.game import action_text, instruction_text
+from prompts.game import action_text, row_instruction
 
 CATALOG_COLUMNS = [
     "clip_id",
@@ -162,7 +162,7 @@ def _clip_shards(location: str | Path) -> list[Path | str]:
             return [str(location)]
         return [
             str(storage.join(film, SHARDS_DIR, shard))
-            for film in storage.committed_film_dirs(location, SUMMARY_FILE)
+            for film in FilmFolder.discover(location)
             for shard in storage.list_names(storage.join(film, SHARDS_DIR))
             if shard.startswith("clips") and shard.endswith(".parquet")
         ]
@@ -175,13 +175,7 @@ def _clip_shards(location: str | Path) -> list[Path | str]:
 def instruction_of(row: dict) -> str | None:
     """The clip's game instruction; composed from the caption fields by the captioning side's
     own rule (prompts.game) when the shard has none."""
-    return row["instruction"] or instruction_text(
-        row["characters"],
-        row["subject"],
-        row["adverb"],
-        row["motion_description"],
-        row["environment"],
-    )
+    return row.get("instruction") or row_instruction(row)
 
 
 def is_captioned(row: dict) -> bool:
