@@ -80,25 +80,23 @@ def _warm_up(job, report) -> None:
 def run_corpus(films: Sequence[str | Path], out: Path, num_cpus: int | None) -> tuple[float, float]:
     """Seconds to cut every film with an embedded Ray of `num_cpus` CPUs (None: every core), and
     the mean number of tasks at work (worker seconds of every stage over the wall time)."""
-    import ray
-
     from pipeline.config import load_config
-    from pipeline.executor import RayExecutor, init_ray
+    from pipeline.executor import make_executor
     from pipeline.ip import load_ip
     from pipeline.runner import run_films
 
     shutil.rmtree(out, ignore_errors=True)
     config = load_config(None, ["run.progress=false"])
-    ray_ = init_ray(num_cpus)
-    executor = RayExecutor(num_cpus, False)
+    executor = make_executor("ray", num_cpus, progress=False)
     try:
-        cpus = int(ray_.cluster_resources()["CPU"])
-        ray_.get([executor.submit(_warm_up, None) for _ in range(cpus)])
+        executor.start()
+        warm = [None] * executor.slots()
+        executor.map(_warm_up, warm, total=len(warm), desc="warm-up")
         began = time.perf_counter()
         results = run_films(films, out, config, load_ip(None), executor)
         seconds = time.perf_counter() - began
     finally:
-        ray.shutdown()
+        executor.close()
     failed = [r.message for r in results if not r.ok]
     if failed:
         raise RuntimeError(f"corpus bench: films failed: {failed}")

@@ -37,6 +37,7 @@ import torch
 
 from bench import flops
 from bench import gpu_models as models
+from core.device import resolve_device
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -744,12 +745,10 @@ def numbers(text: str) -> tuple[int, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = args.device
-    if device == "auto":
-        if not torch.cuda.is_available():
-            print(NO_CUDA)
-            return 0
-        device = "cuda"
+    device = resolve_device(args.device)
+    if args.device == "auto" and not device.startswith("cuda"):
+        print(NO_CUDA)  # auto here means CUDA or nothing: CPU timings would mislead
+        return 0
     settings = Settings(
         device=device,
         tiny=args.tiny,

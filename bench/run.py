@@ -186,8 +186,7 @@ def run_pipeline(
 
     config = load_config(None, [f"run.executor={executor}", *overrides])
     runner = make_executor(executor, None, progress=True)
-    if executor == "ray":
-        runner._ray()  # start Ray before the clock: its start-up is reported on its own
+    runner.start()  # before the clock: Ray's start-up is reported on its own
     began = time.perf_counter()
     result = run_film(path, out, config, load_ip(None), runner)
     if result.summary is None:
@@ -349,15 +348,16 @@ def main(argv=None) -> int:
     if args.profile:
         profile(films[0][1])
         return 0
-    ray_began = time.perf_counter()
-    if args.executor == "ray":
-        from pipeline.executor import init_ray
+    from pipeline.executor import make_executor
 
+    ray_began = time.perf_counter()
+    executor = make_executor(args.executor, None, progress=False)
+    if args.executor == "ray":
         # Ray runs its workers at niceness 15 unless told otherwise (its job manager says 0 too):
         # on a machine shared with other work they would lose the CPUs the bare decode, at 0,
         # keeps, and the ratio would measure the neighbours.
         os.environ.setdefault("RAY_worker_niceness", "0")
-        init_ray()
+    executor.start()
     report = {
         "executor": args.executor,
         "ray_start_seconds": round(time.perf_counter() - ray_began, 1),
@@ -371,10 +371,7 @@ def main(argv=None) -> int:
         print(json.dumps(run, indent=2), flush=True)
     report["motion"] = motion_figures()
     print(json.dumps(report["motion"], indent=2), flush=True)
-    if args.executor == "ray":
-        import ray
-
-        ray.shutdown()  # the corpus figure starts Ray of its own sizes
+    executor.close()  # the corpus figure starts Ray of its own sizes
     _print_corpus(report)
     print()
     for run in report["runs"]:

@@ -3,6 +3,8 @@ or setting and the problem, and an exit status that says whose move it is.
 
   2  usage or input error: bad arguments, settings, or input files; nothing was done
   1  failed work: the command ran and some of its work failed (a film, a clip, a phase)
+130  interrupted (Ctrl-C): one line saying so (and how to resume, where the command can), no
+     traceback
 
 Commands raise `UsageError` or `WorkFailed` (or wrap expected exception types with
 `input_errors` / `work_errors`); `run_command` turns them into the line and the status, so no
@@ -19,6 +21,7 @@ from typing import NoReturn
 
 USAGE_ERROR = 2
 WORK_FAILED = 1
+INTERRUPTED = 130  # the shell's status for a process ended by SIGINT (128 + 2)
 
 
 class CommandError(Exception):
@@ -37,6 +40,15 @@ class WorkFailed(CommandError):
     """The command ran, and (some of) its work failed."""
 
     status = WORK_FAILED
+
+
+class Interrupted(CommandError):
+    """Ctrl-C: the message (what was done, how to resume) is the whole output, not an error."""
+
+    status = INTERRUPTED
+
+    def __init__(self, message: str = "interrupted"):
+        super().__init__(message)
 
 
 def one_line(message: object) -> str:
@@ -70,9 +82,16 @@ def work_errors(*types: type[BaseException]) -> Iterator[None]:
 def run_command(
     command: str, handler: Callable[[argparse.Namespace], int | None], args: argparse.Namespace
 ) -> int:
-    """Run a command's handler; a CommandError becomes its one line and its exit status."""
+    """Run a command's handler; a CommandError becomes its one line and its exit status, and
+    Ctrl-C ends it with one line and 130."""
     try:
         return int(handler(args) or 0)
+    except Interrupted as exc:
+        print(one_line(exc), file=sys.stderr, flush=True)
+        return exc.status
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        return INTERRUPTED
     except CommandError as exc:
         print_error(command, exc)
         return exc.status

@@ -1,5 +1,10 @@
 """Which torch device a setting names: the one rule for 'auto' and for a missing CUDA device,
-shared by motion (MemFlow), the caption engine and the trainer."""
+shared by motion (MemFlow), the caption engine, the trainer, evaluation and the benchmarks.
+
+'auto' is resolved once, where the work's resources are declared (`resolve_device`), and the
+resolved name is what the work then runs on: a stage that reserved no GPU never takes one, and a
+stage that takes one has reserved it (on a Ray cluster the reservation is what places it).
+"""
 
 from __future__ import annotations
 
@@ -8,16 +13,31 @@ class DeviceError(ValueError):
     pass
 
 
-def pick_device(setting: str, setting_name: str, local_rank: int | None = None) -> str:
-    """'auto' is CUDA where torch sees it (device `local_rank` when given), else the CPU; a CUDA
-    setting on a machine without CUDA is an error naming the setting, not a crash later."""
+def cuda_available() -> bool:
     import torch  # here, so that importing core never loads torch
 
-    has_cuda = torch.cuda.is_available()
-    if setting == "auto":
-        if not has_cuda:
-            return "cpu"
-        return "cuda" if local_rank is None else f"cuda:{local_rank}"
-    if setting.startswith("cuda") and not has_cuda:
+    return bool(torch.cuda.is_available())
+
+
+def resolve_device(setting: str, local_rank: int | None = None) -> str:
+    """'auto' is CUDA where torch sees it (device `local_rank` when given), else the CPU; any other
+    setting is returned as it is (checked when the device is taken, by `pick_device`)."""
+    if setting != "auto":
+        return setting
+    if not cuda_available():
+        return "cpu"
+    return "cuda" if local_rank is None else f"cuda:{local_rank}"
+
+
+def uses_cuda(setting: str) -> bool:
+    """Whether work set to `setting` runs on a GPU, so its resources must reserve one."""
+    return resolve_device(setting).startswith("cuda")
+
+
+def pick_device(setting: str, setting_name: str, local_rank: int | None = None) -> str:
+    """The device to take now: `resolve_device`, and a CUDA setting on a machine without CUDA is
+    an error naming the setting, not a crash later."""
+    device = resolve_device(setting, local_rank)
+    if device.startswith("cuda") and not cuda_available():
         raise DeviceError(f"{setting_name}={setting!r}: torch sees no CUDA device on this machine")
-    return setting
+    return device

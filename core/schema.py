@@ -10,7 +10,24 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from core.vocabulary import CAPTION_FIELDS, CaptionField
+
 SCHEMA_VERSION = "2.0"
+
+_ARROW_TYPES = {
+    "string": pa.string(),
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "list<string>": pa.list_(pa.string()),
+}
+
+
+def caption_arrow_field(field: CaptionField) -> pa.Field:
+    """The nullable Arrow field of a caption column (core/vocabulary.py names its type)."""
+    return pa.field(field.name, _ARROW_TYPES[field.arrow])
+
+
+CAPTION_SCHEMA_FIELDS = [caption_arrow_field(f) for f in CAPTION_FIELDS]
 
 _MEDIA_COLUMNS = ("video", "first_frame")
 
@@ -43,20 +60,7 @@ CLIP_SCHEMA = pa.schema(
         pa.field("motion_level", pa.int8()),
         pa.field("motion_backend", pa.string()),
         pa.field("motion_levels_version", pa.string()),
-        pa.field("characters", pa.list_(pa.string())),
-        pa.field("num_characters", pa.int16()),
-        pa.field("subject", pa.string()),
-        pa.field("motion_description", pa.string()),
-        pa.field("environment", pa.string()),
-        pa.field("adverb", pa.string()),
-        pa.field("social", pa.int8()),
-        pa.field("entertainment", pa.int8()),
-        pa.field("stamina", pa.int8()),
-        pa.field("instruction", pa.string()),
-        pa.field("caption_model", pa.string()),
-        pa.field("prompt_version", pa.string()),
-        pa.field("caption_status", pa.string()),
-        pa.field("caption_raw", pa.string()),
+        *CAPTION_SCHEMA_FIELDS,
         pa.field("usable", pa.bool_(), nullable=False),
         pa.field("reject_reasons", pa.list_(pa.string()), nullable=False),
         pa.field("duplicate_of", pa.string()),

@@ -23,7 +23,7 @@ from pathlib import Path
 from core.film import CAPTION_REWRITE_DIR, FilmFolder
 from core.record import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, Clip
 from core.shards import ShardConfig, ShardWriter, read_clips, shard_paths
-from pipeline.executor import LocalStageRunner, StageActorPool
+from pipeline.executor import LocalStageRunner, StageActorPool, StageRunner
 from pipeline.manifest import write_manifest
 from pipeline.review import Review, effective_quality, read_reviews
 from stages.captioning.cache import CaptionCache
@@ -208,7 +208,7 @@ def _mark_pending(shards, stage: CaptionStage, shard_config) -> Counter[str | No
 # ---- executors: this process, or Ray actors -----------------------------------------------
 
 
-def _make_runner(stage: CaptionStage, config: CaptionConfig, engine):
+def _make_runner(stage: CaptionStage, config: CaptionConfig, engine) -> StageRunner:
     executor = config.executor
     if executor == "auto":
         executor = "ray" if config.engine == "lmdeploy" else "local"

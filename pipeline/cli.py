@@ -9,7 +9,9 @@ says (one line on stderr; exit 2 for usage or input errors, 1 for failed work).
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import signal
 import sys
 
 from core.cli import USAGE_ERROR, OneLineParser, run_command
@@ -59,7 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return USAGE_ERROR
-    return run_command(args.command, args.handler, args)
+    status = run_command(args.command, args.handler, args)
+    # The command has said its last word: a Ctrl-C now would only interrupt the interpreter's
+    # exit handlers (Ray's shutdown among them, registered after this module's) with a traceback.
+    # atexit runs handlers last-registered first, so this one runs before Ray's.
+    atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
+    return status
 
 
 if __name__ == "__main__":

@@ -1,5 +1,10 @@
 """Where work runs: in this process, as Ray tasks, or on Ray actors. The only module that uses Ray.
 
+`Executor` is the one contract the runner schedules through; `LocalExecutor` and `RayExecutor`
+implement it. `StageRunner` is the contract of a batched clip stage's replicas (the caption
+pass): `LocalStageRunner` in this process, `StageActorPool` on Ray actors. What a task or replica
+reserves is a `core.resources.Resources`, declared by the stage.
+
 `map(fn, jobs, total, desc)` calls `fn(job, report)` for each job and returns the results in job
 order; `report(n)` advances a progress bar by n units of work from wherever the job runs. A job
 that raises does not stop the others: its result is the exception, for the caller to record. A
@@ -15,25 +20,83 @@ import socket
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tqdm import tqdm
 
+from core.resources import Resources
+
 if TYPE_CHECKING:
+    from core.record import Clip
     from stages.base import ClipStage
 
 log = logging.getLogger(__name__)
+RAY_TOKEN_WARNING_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+# A job function: `fn(job, report)`, where `report(n)` advances the progress bar by n units.
+JobFn = Callable[[Any, Callable[[int], None]], Any]
+ONE_CPU = Resources()
 
 
-@dataclass(frozen=True)
-class TaskResources:
-    """What one task asks the scheduler for: Ray places it only where these are free."""
+class Executor(Protocol):
+    """Runs jobs as tasks. A task is an opaque handle: submit it, wait for it, take its result
+    (the job's return value, or the exception it raised: one failed job never stops the others)."""
 
-    cpus: float = 1.0
-    gpus: float = 0.0
+    name: str
+
+    def start(self) -> None:
+        """Bring the executor up now (Ray: start or join the cluster) rather than on first use,
+        so that a caller can time its start-up apart."""
+        ...
+
+    def close(self) -> None:
+        """Release what `start` (or first use) brought up in this process."""
+        ...
+
+    def slots(self) -> int:
+        """How many one-CPU tasks can run at once."""
+        ...
+
+    def shortfall(self, resources: Resources) -> str | None:
+        """Why a task asking `resources` could never be placed here, said of the task ("needs 1
+        GPU(s); the Ray cluster has 0"), or None: it can."""
+        ...
+
+    def submit(self, fn: JobFn, job: Any, resources: Resources = ONE_CPU) -> Hashable:
+        """Start `fn(job, report)` where `resources` are free."""
+        ...
+
+    def wait(self, tasks: list[Hashable]) -> list[Hashable]:
+        """The tasks of `tasks` that have finished (soon after one does)."""
+        ...
+
+    def result(self, task: Hashable) -> Any:
+        """A finished task's return value, or the exception its job raised."""
+        ...
+
+    def progress_bar(self, desc: str) -> AbstractContextManager[tqdm]:
+        """A progress bar that jobs submitted inside it advance through `report`."""
+        ...
+
+    def map(self, fn: JobFn, jobs: list, total: int, desc: str) -> list:
+        """`fn(job, report)` for every job; results (or exceptions) in job order."""
+        ...
+
+
+class StageRunner(Protocol):
+    """A batched clip stage's loaded replicas."""
+
+    def map(self, batches: list[list[Clip]]) -> Iterator[tuple[list[Clip], list[Clip]]]:
+        """Each batch with the stage's answer to it, in batch order."""
+        ...
+
+    def take_stats(self) -> Counter[str]:
+        """The stage's counts since the last call, summed over replicas."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class _LocalTask:
@@ -51,15 +114,20 @@ class LocalExecutor:
         self.num_cpus = num_cpus
         self._bar: tqdm | None = None
 
+    def start(self) -> None:
+        """Nothing to bring up: this process is the worker."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
     def slots(self) -> int:
         return 1
 
-    def shortfall(self, resources: TaskResources) -> str | None:
-        """Why a task asking `resources` could never run here (None: it can). In this process
-        a stage finds its own device."""
+    def shortfall(self, resources: Resources) -> str | None:
+        """In this process a stage takes the device it resolved (core/device.py) itself."""
         return None
 
-    def submit(self, fn: Callable, job, resources: TaskResources = TaskResources()) -> _LocalTask:
+    def submit(self, fn: JobFn, job: Any, resources: Resources = ONE_CPU) -> _LocalTask:
         report = self._bar.update if self._bar is not None else _ignore
         try:
             with cpu_cap(self.num_cpus):  # the job's threads (its clip lane) inherit the cap
@@ -67,10 +135,11 @@ class LocalExecutor:
         except Exception as exc:  # recorded by the caller; other jobs go on
             return _LocalTask(exc)
 
-    def wait(self, tasks: list) -> list:
+    def wait(self, tasks: list[Hashable]) -> list[Hashable]:
         return list(tasks)
 
-    def result(self, task: _LocalTask):
+    def result(self, task: Hashable) -> Any:
+        assert isinstance(task, _LocalTask), "a task of this executor"
         return task.value
 
     @contextmanager
@@ -82,7 +151,7 @@ class LocalExecutor:
             finally:
                 self._bar = None
 
-    def map(self, fn: Callable, jobs: list, total: int, desc: str) -> list:
+    def map(self, fn: JobFn, jobs: list, total: int, desc: str) -> list:
         return map_jobs(self, fn, jobs, total, desc)
 
 
@@ -97,24 +166,31 @@ class RayExecutor:
         self.progress = progress
         self._counter: Any = None  # the progress counter actor of the current run
         self._bar: tqdm | None = None
-        self._remote: dict[TaskResources, Any] = {}
+        self._remote: dict[Resources, Any] = {}
+
+    def start(self) -> None:
+        self._ray()
+
+    def close(self) -> None:
+        """Shut down this process's Ray connection (and the embedded Ray it started)."""
+        import ray
+
+        ray.shutdown()
+        self._remote.clear()  # remote functions belong to the connection that made them
 
     def slots(self) -> int:
         """CPUs of the whole cluster: how many one-CPU tasks can run at once."""
         return max(1, int(self._ray().cluster_resources().get("CPU", 1)))
 
-    def shortfall(self, resources: TaskResources) -> str | None:
+    def shortfall(self, resources: Resources) -> str | None:
         """Why a task asking `resources` could never be placed on this cluster (Ray would wait
         for it forever), or None."""
         cluster = self._ray().cluster_resources()
         if resources.gpus > cluster.get("GPU", 0):
-            return (
-                f"a segment task needs {resources.gpus:g} GPU(s); the Ray cluster has "
-                f"{cluster.get('GPU', 0):g}"
-            )
+            return f"needs {resources.gpus:g} GPU(s); the Ray cluster has {cluster.get('GPU', 0):g}"
         return None
 
-    def submit(self, fn: Callable, job, resources: TaskResources = TaskResources()):
+    def submit(self, fn: JobFn, job: Any, resources: Resources = ONE_CPU) -> Hashable:
         ray = self._ray()
         if resources not in self._remote:
             # A task rewrites its own outputs from scratch, so re-running it after a lost worker
@@ -124,7 +200,7 @@ class RayExecutor:
             )(_run_with_counter)
         return self._remote[resources].remote(fn, job, self._counter)
 
-    def wait(self, tasks: list) -> list:
+    def wait(self, tasks: list[Hashable]) -> list[Hashable]:
         """The tasks that finished: back as soon as one does (its film's next step is submitted
         at once), at the latest after half a second (the progress bar's tick)."""
         ray = self._ray()
@@ -135,7 +211,7 @@ class RayExecutor:
             self._bar.update(ray.get(self._counter.take.remote()))
         return done
 
-    def result(self, task):
+    def result(self, task: Hashable) -> Any:
         return _result(self._ray(), task)
 
     @contextmanager
@@ -154,14 +230,14 @@ class RayExecutor:
                     ray.kill(self._counter)  # one per run: never leave it idling in a worker
                 self._counter, self._bar = None, None
 
-    def map(self, fn: Callable, jobs: list, total: int, desc: str) -> list:
+    def map(self, fn: JobFn, jobs: list, total: int, desc: str) -> list:
         return map_jobs(self, fn, jobs, total, desc)
 
     def _ray(self):
         return init_ray(self.num_cpus)
 
 
-def map_jobs(executor, fn: Callable, jobs: list, total: int, desc: str) -> list:
+def map_jobs(executor: Executor, fn: JobFn, jobs: list, total: int, desc: str) -> list:
     """`fn(job, report)` for every job, all submitted at once; results (or exceptions) in job
     order."""
     with executor.progress_bar(desc) as bar:
@@ -183,6 +259,9 @@ def init_ray(num_cpus: int | None = None):
     import ray
 
     if not ray.is_initialized():
+        # Ray warns on every start that it enabled token authentication by default: nothing for
+        # the user to do (a cluster's own token is still used), so not worth a line in each run.
+        logging.getLogger(RAY_TOKEN_WARNING_LOGGER).setLevel(logging.ERROR)
         address = os.environ.get("RAY_ADDRESS")
         began = time.perf_counter()
         if address:
@@ -271,11 +350,9 @@ class LocalStageRunner:
         for batch in batches:
             yield batch, self.stage.process_batch(list(batch))
 
-    def take_stats(self) -> Counter:
-        """Request counts since the last call (one film's)."""
-        stats = Counter(getattr(self.stage, "stats", {}))
-        getattr(self.stage, "stats", {}).clear()
-        return stats
+    def take_stats(self) -> Counter[str]:
+        """The stage's counts since the last call (one film's)."""
+        return self.stage.take_stats()
 
     def close(self) -> None:
         pass
@@ -326,8 +403,8 @@ class StageActorPool:
             next_out += 1
         return next_out
 
-    def take_stats(self) -> Counter:
-        """Request counts since the last call, summed over the actors."""
+    def take_stats(self) -> Counter[str]:
+        """The stage's counts since the last call, summed over the actors."""
         total: Counter[str] = Counter()
         for stats in self.ray.get([a.stats.remote() for a in self.actors]):
             total.update(stats)
@@ -349,10 +426,8 @@ class _StageActor:
     def process_batch(self, clips: list) -> list:
         return self.stage.process_batch(clips)
 
-    def stats(self) -> Counter:
-        counts = Counter(getattr(self.stage, "stats", {}))
-        getattr(self.stage, "stats", {}).clear()
-        return counts
+    def stats(self) -> Counter[str]:
+        return self.stage.take_stats()
 
 
 def _replicas_that_fit(ray, resources) -> int:
@@ -368,7 +443,7 @@ def _replicas_that_fit(ray, resources) -> int:
     return 1
 
 
-def make_executor(name: str, num_cpus: int | None = None, progress: bool = True):
+def make_executor(name: str, num_cpus: int | None = None, progress: bool = True) -> Executor:
     if name == "local":
         return LocalExecutor(progress, num_cpus)
     if name == "ray":

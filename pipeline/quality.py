@@ -1,12 +1,13 @@
 """The dataset-level quality pass: decisions for every clip of an output folder, duplicates included.
 
 It reads only stored values (the quality_* columns, status, motion_scope) of every film under the
-folder, takes each clip's own reasons (`stages.quality.clip_reasons`), finds near-duplicates across
-all of them, and rewrites `usable`, `reject_reasons` and `duplicate_of` in the shards of the films
-whose decisions changed (row group by row group, each file replaced atomically), then rebuilds
+folder, finds near-duplicates among the clips fit on their own, decides every clip with the one
+rule (`stages.quality.decide`), and rewrites `usable`, `reject_reasons` and `duplicate_of` in the
+shards of the films whose decisions changed (row group by row group, each file replaced atomically), then rebuilds
 their manifest and the `quality` section of their summary.json.
 
-The pass runs after every `animegamer dataset` run over the whole output folder, so a film added
+It is the only place where clips are decided: the quality stage only measures, finalize only
+gathers. The pass runs after every `animegamer dataset` run (and `run_film`) over the output folder, so a film added
 later is compared with what is there, and by `animegamer quality-calibrate` with new thresholds.
 The folder's thresholds live in OUT/quality.json (written on the first run; calibrate changes
 them), so every film of a folder is decided by the same thresholds.
@@ -38,7 +39,7 @@ from core.shards import (
     shard_paths,
 )
 from pipeline.manifest import write_manifest
-from stages.quality import RejectConfig, clip_reasons, decision, hamming
+from stages.quality import RejectConfig, decide, hamming
 
 THRESHOLDS_FILE = "quality.json"
 PASS_COLUMNS = [
@@ -102,12 +103,13 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
     films = film_folders(location)
     rows = {film: read_pass_rows(film) for film in films}
     everything = [row for film in films for row in rows[film]]
-    own = {row["clip_id"]: clip_reasons(row, thresholds) for row in everything}
-    duplicates = find_duplicates([r for r in everything if not own[r["clip_id"]]], thresholds)
-    decided = {
-        clip_id: decision(reasons, duplicates.get(clip_id)) + (duplicates.get(clip_id),)
-        for clip_id, reasons in own.items()
-    }
+    fit = [row for row in everything if decide({**row, "duplicate_of": None}, thresholds)[0]]
+    duplicates = find_duplicates(fit, thresholds)
+    decided = {}
+    for row in everything:
+        duplicate_of = duplicates.get(row["clip_id"])
+        usable, reasons = decide({**row, "duplicate_of": duplicate_of}, thresholds)
+        decided[row["clip_id"]] = (usable, reasons, duplicate_of)
     wanted = {row["clip_id"]: _wanted(row, decided[row["clip_id"]]) for row in everything}
     rewritten = 0
     for film in films:

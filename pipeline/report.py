@@ -36,6 +36,7 @@ from core.film import CropRecord, FilmSummary
 from core.io import write_text_atomic
 from core.record import CAPTION_PENDING
 from core.video import rotate_frame
+from core.vocabulary import REJECT_REASONS
 from pipeline import __version__
 from pipeline.explore import Dataset, DatasetError, Film, animated_preview, open_dataset
 
@@ -353,18 +354,6 @@ def _rejection_line(row: pd.Series, note: str) -> str:
     return f'<br><span class="na">{html.escape(text)}</span>'
 
 
-# What each reject reason means, in the report's words (docs/quality.md has the rules).
-REASON_TEXT = {
-    "error": "a stage failed on the clip (see Failed clips)",
-    "black": "the first frame is black, or more than a few frames are",
-    "fade": "a fade from or to black: the first or last frame is much darker than the clip",
-    "flash": "one frame is far brighter than both neighbours",
-    "text": "a title card, credits or subtitles: the text detector marks part of a frame",
-    "static": "every frame pair is a held drawing",
-    "duplicate": "a near-duplicate of a clip that is kept (same film or another)",
-}
-
-
 def _rejected_clips(dataset: Dataset, manifest: pd.DataFrame, options: ReportOptions) -> str:
     if "usable" not in manifest:
         return _not_available("the shards have no usable column")
@@ -388,7 +377,7 @@ def _rejected_clips(dataset: Dataset, manifest: pd.DataFrame, options: ReportOpt
         ]
         parts.append(
             f'<h4 id="{_anchor_text(reason)}">{html.escape(reason)}: {len(group)} clips '
-            f"<small>{html.escape(REASON_TEXT.get(reason, ''))}</small></h4>"
+            f"<small>{html.escape(REJECT_REASONS.get(reason, ''))}</small></h4>"
             f'<div class="grid">{"".join(cards)}</div>'
         )
     return "".join(parts)

@@ -35,6 +35,8 @@ import pyarrow.parquet as pq
 from core import storage
 from core.film import FilmFolder
 from core.io import write_table_atomic
+from core.schema import caption_arrow_field
+from core.vocabulary import CAPTION_FIELD, EDITABLE_FIELDS, REVIEW
 from prompts.game import instruction_text
 
 REVIEW_VERSION = "1"
@@ -42,24 +44,10 @@ REVIEW_VERSION = "1"
 ACCEPT = "accept"
 REJECT = "reject"
 DECISIONS = (ACCEPT, REJECT)
-REVIEW_REASON = "review"  # the reject reason a person's rejection adds
 
 # The automatic quality flags, where the shards carry them (older shards do not: their clips
 # count as usable with no reasons).
 QUALITY_COLUMNS = ("usable", "reject_reasons", "duplicate_of")
-
-# The caption fields a person may correct: the characters and the game state's seven fields
-# (stages/captioning/parsing.py checks each value, as it checks the model's answers).
-STATE_FIELD_NAMES = (
-    "subject",
-    "motion_description",
-    "environment",
-    "adverb",
-    "social",
-    "entertainment",
-    "stamina",
-)
-EDITABLE_FIELDS = ("characters", *STATE_FIELD_NAMES)
 
 REVIEW_SCHEMA = pa.schema(
     [
@@ -67,14 +55,9 @@ REVIEW_SCHEMA = pa.schema(
         pa.field("decision", pa.string(), nullable=False),
         pa.field("note", pa.string()),
         pa.field("corrected", pa.list_(pa.string()), nullable=False),
-        pa.field("characters", pa.list_(pa.string())),
-        pa.field("subject", pa.string()),
-        pa.field("motion_description", pa.string()),
-        pa.field("environment", pa.string()),
-        pa.field("adverb", pa.string()),
-        pa.field("social", pa.int8()),
-        pa.field("entertainment", pa.int8()),
-        pa.field("stamina", pa.int8()),
+        # the caption fields a person may correct: the characters and the game state's seven
+        # fields (stages/captioning/parsing.py checks each value, as it checks the model's)
+        *(caption_arrow_field(CAPTION_FIELD[name]) for name in EDITABLE_FIELDS),
         pa.field("reviewed_at", pa.timestamp("ms", tz="UTC"), nullable=False),
     ],
     metadata={"animegamer.review_version": REVIEW_VERSION},
@@ -135,7 +118,7 @@ def effective_quality(
     with no reasons). A rejection makes the clip unusable and adds the reason `review`; an
     acceptance makes it usable with no reasons, overriding the automatic flags."""
     if decision == REJECT:
-        return False, [*(r for r in reasons or () if r != REVIEW_REASON), REVIEW_REASON]
+        return False, [*(r for r in reasons or () if r != REVIEW), REVIEW]
     if decision == ACCEPT:
         return True, []
     return (True if usable is None else bool(usable)), list(reasons or ())

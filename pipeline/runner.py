@@ -19,12 +19,13 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core import storage
+from core.cli import Interrupted
 from core.film import (
     DONE_FILE,
     SUMMARY_FILE,
@@ -37,18 +38,18 @@ from core.film import (
     SegmentStats,
 )
 from core.io import write_table_atomic
+from core.resources import Resources
 from core.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from core.shards import ShardWriter, read_clips
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 from pipeline.corpus import write_dataset_summary
-from pipeline.executor import TaskResources, make_executor
+from pipeline.executor import Executor, make_executor
 from pipeline.ip import IP
 from pipeline.manifest import write_manifest
 from pipeline.segments import Segment, SegmentJob, limit_threads, plan_segments, run_segment
 from stages.base import build_clip_stages
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
-from stages.quality import clip_reasons, decision
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def run_films(
     out_dir: str | Path,
     config: PipelineConfig,
     ip: IP,
-    executor=None,
+    executor: Executor | None = None,
     ip_for: dict[str, IP] | None = None,
 ) -> list[FilmResult]:
     """All films at once: each film's probe, crop, segments and finalize are tasks, with a bounded
@@ -130,7 +131,7 @@ def run_films(
         except ConfigError as exc:
             results[index] = FilmResult(str(path), None, False, str(exc))
     scheduler = _FilmScheduler(executor, out_dir, config.run.films_in_flight)
-    for index, outcome in scheduler.run(work).items():
+    for index, outcome in scheduler.run_resumable(work).items():
         results[index] = _as_result(paths[index], outcome)
     done = [r for r in results if r is not None]
     if any(r.ok for r in done):
@@ -181,7 +182,11 @@ def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> No
 
 
 def run_film(
-    path: str | Path, out_dir: str | Path, config: PipelineConfig, ip: IP, executor=None
+    path: str | Path,
+    out_dir: str | Path,
+    config: PipelineConfig,
+    ip: IP,
+    executor: Executor | None = None,
 ) -> FilmResult:
     """One film with exactly `config` (no manifest overrides); a bad film raises FilmError."""
     executor = executor or make_executor(
@@ -190,7 +195,10 @@ def run_film(
     outcome = _FilmScheduler(executor, out_dir, 1).run([(0, path, config, ip)])[0]
     if isinstance(outcome, FilmError):
         raise outcome
-    return _as_result(path, outcome)
+    result = _as_result(path, outcome)
+    if result.ok:
+        _quality_pass([result], out_dir, config)  # the one decision, as after `dataset`
+    return result
 
 
 @dataclass
@@ -248,57 +256,119 @@ def _as_result(path: str | Path, outcome) -> FilmResult:
     return FilmResult(str(path), None, False, f"{path}: {type(outcome).__name__}: {outcome}")
 
 
-def segment_resources(config: PipelineConfig) -> TaskResources:
-    """One CPU, and a GPU when a per-clip stage runs on one (MemFlow on CUDA): Ray then never
-    puts two segments' models on one GPU."""
-    gpus = max((stage.resources.gpus for stage in build_clip_stages(config)), default=0.0)
-    return TaskResources(cpus=1.0, gpus=gpus)
+@dataclass(frozen=True)
+class SegmentResources:
+    """What each segment task of a film reserves, and the clip stages that asked for a GPU."""
+
+    resources: Resources
+    gpu_stages: tuple[str, ...]
+
+
+def segment_resources(config: PipelineConfig) -> SegmentResources:
+    """One CPU, and the most GPU any clip stage declares (MemFlow on CUDA): Ray then never puts
+    two segments' models on one GPU."""
+    stages = build_clip_stages(config)
+    gpus = max((stage.resources.gpus for stage in stages), default=0.0)
+    gpu_stages = tuple(stage.name for stage in stages if stage.resources.needs_gpu())
+    return SegmentResources(Resources(cpus=1.0, gpus=gpus), gpu_stages)
+
+
+# The scheduler's record of each task in flight: which film it serves and what comes after it.
+@dataclass
+class _Preparing:
+    index: int
+    job: PrepareJob
+    started: float  # wall clock (time.time) when the film's first task was submitted
+
+
+@dataclass
+class _Cutting:
+    index: int
+    plan: FilmPlan
+    job: PrepareJob
+    started: float
+
+
+@dataclass
+class _Finalizing:
+    index: int
+
+
+_Step = _Preparing | _Cutting | _Finalizing
 
 
 class _FilmScheduler:
     """Drives films through prepare -> segments -> finalize on the executor. Only this loop runs
     in the driver; it touches no film data, it only submits tasks and routes their results."""
 
-    def __init__(self, executor, out_dir: str | Path, films_in_flight: int | None):
+    def __init__(self, executor: Executor, out_dir: str | Path, films_in_flight: int | None):
         self.executor, self.out_dir = executor, out_dir
         self.limit = films_in_flight or 2 * executor.slots()
-        self.tasks: dict = {}  # task -> (film index, step, payload)
-        self.segments: dict[int, list] = {}  # film index -> its segment tasks, in order
+        self.tasks: dict[Hashable, _Step] = {}  # every task in flight, with its step
+        self.segments: dict[int, list[Hashable]] = {}  # film index -> its segment tasks, in order
         self.running: dict[int, int] = {}  # film index -> its segments not finished yet
         self.outcomes: dict[int, object] = {}
         self.claimed: dict[str, PrepareJob] = {}  # film folder -> the film this run cuts into it
+        # for the line that Ctrl-C prints: segments of the films probed so far, those of the
+        # films finished (or complete before this run), the films being cut, those not probed yet
+        self.segments_planned = self.segments_finished = self.films_waiting = 0
+        self.cutting: dict[int, FilmPlan] = {}
+
+    def run_resumable(self, work: list[tuple[int, str | Path, PipelineConfig, IP]]) -> dict:
+        """`run`, where Ctrl-C becomes `Interrupted` saying how far the run got (what a rerun
+        of the same command skips)."""
+        try:
+            return self.run(work)
+        except KeyboardInterrupt:
+            raise Interrupted(self.interrupted_line()) from None
+
+    def interrupted_line(self) -> str:
+        """What a rerun will not redo: the finished films' segments and the committed segments
+        (DONE markers) of the films being cut."""
+        done = self.segments_finished + sum(map(_committed_segments, self.cutting.values()))
+        waiting = f", {self.films_waiting} film(s) not started" if self.films_waiting else ""
+        return (
+            "interrupted; run the same command again to resume "
+            f"({done} of {self.segments_planned} segments done{waiting})"
+        )
 
     def run(self, work: list[tuple[int, str | Path, PipelineConfig, IP]]) -> dict[int, object]:
         queue = list(reversed(work))
+        self.films_waiting = len(queue)
         with self.executor.progress_bar("films") as self.bar:
             while queue or self.tasks:
                 while queue and self._films_in_flight() < self.limit:
                     self._start(*queue.pop())
+                    self.films_waiting = len(queue)
                 for task in self.executor.wait(list(self.tasks)):
                     self._advance(task)
         return self.outcomes
 
     def _films_in_flight(self) -> int:
-        return len({index for index, _, _ in self.tasks.values()})
+        return len({step.index for step in self.tasks.values()})
 
     def _start(self, index: int, path, config: PipelineConfig, ip: IP) -> None:
         job = PrepareJob(path, self.out_dir, config, ip)
-        started = time.time()
-        self.tasks[self.executor.submit(prepare_film, job)] = (index, "prepare", (job, started))
+        self.tasks[self.executor.submit(prepare_film, job)] = _Preparing(index, job, time.time())
 
-    def _advance(self, task) -> None:
-        index, step, payload = self.tasks.pop(task)
+    def _advance(self, task: Hashable) -> None:
+        step = self.tasks.pop(task)
         value = self.executor.result(task)
-        if step == "prepare":
-            self._prepared(index, value, *payload)
-        elif step == "segment":
-            self._segment_done(index, payload)
+        if isinstance(step, _Preparing):
+            self._prepared(step, value)
+        elif isinstance(step, _Cutting):
+            self._segment_done(step)
         else:
-            self.outcomes[index] = value
+            self.segments_finished += _segments_finished(value)
+            self.cutting.pop(step.index)
+            self.outcomes[step.index] = value
             self.bar.set_postfix_str(f"{len(self.outcomes)} films done")
 
-    def _prepared(self, index: int, value, job: PrepareJob, started: float) -> None:
+    def _prepared(self, step: _Preparing, value) -> None:
+        index, job = step.index, step.job
         if not isinstance(value, FilmPlan):  # skipped (complete) or failed
+            self.segments_planned += _segments_finished(value)
+            self.segments_finished += _segments_finished(value)
             self.outcomes[index] = value
             return
         first = self.claimed.setdefault(str(value.film_dir), job)
@@ -308,26 +378,43 @@ class _FilmScheduler:
         self.bar.total = (self.bar.total or 0) + value.film.num_frames
         self.bar.refresh()
         config, ip = job.config, job.ip
-        resources = segment_resources(config)
-        shortfall = self.executor.shortfall(resources)
+        declared = segment_resources(config)
+        shortfall = self.executor.shortfall(declared.resources)
         if shortfall:
-            message = f"{job.path}: {shortfall} (motion.backend={config.motion.backend} on CUDA)"
+            stages = ", ".join(declared.gpu_stages)
+            message = (
+                f"{job.path}: a segment task {shortfall} (clip stages that declare a GPU: {stages})"
+            )
             self.outcomes[index] = FilmResult(str(job.path), None, False, message)
             return
         jobs = [_segment_job(value, config, ip, s) for s in value.segments]
-        tasks = [self.executor.submit(run_stored_segment, seg, resources) for seg in jobs]
+        self.segments_planned += len(jobs)
+        self.cutting[index] = value
+        tasks = [self.executor.submit(run_stored_segment, seg, declared.resources) for seg in jobs]
         self.segments[index], self.running[index] = tasks, len(tasks)
         for task in tasks:
-            self.tasks[task] = (index, "segment", (value, job, started))
+            self.tasks[task] = _Cutting(index, value, job, step.started)
 
-    def _segment_done(self, index: int, payload) -> None:
+    def _segment_done(self, step: _Cutting) -> None:
+        index = step.index
         self.running[index] -= 1
         if self.running[index]:
             return  # the film's other segments are still running
-        plan, prepared, started = payload
         results = [self.executor.result(t) for t in self.segments.pop(index)]
-        job = FinalizeJob(plan, prepared.config, prepared.ip, results, started)
-        self.tasks[self.executor.submit(finalize_film, job)] = (index, "finalize", None)
+        job = FinalizeJob(step.plan, step.job.config, step.job.ip, results, step.started)
+        self.tasks[self.executor.submit(finalize_film, job)] = _Finalizing(index)
+
+
+def _segments_finished(outcome) -> int:
+    """Segments a film's result says are done: all of a complete film's, not the failed ones."""
+    summary = outcome.summary if isinstance(outcome, FilmResult) else None
+    return summary.segments - len(summary.failed_segments or {}) if summary else 0
+
+
+def _committed_segments(plan: FilmPlan) -> int:
+    """Segments of a film being cut whose DONE marker is written (a rerun reuses them)."""
+    markers = (FilmFolder(Path()).done_marker(seg.index).parts for seg in plan.segments)
+    return sum(storage.exists(storage.join(plan.film_dir, *parts)) for parts in markers)
 
 
 def _duplicate(job: PrepareJob, first: PrepareJob, plan: FilmPlan) -> FilmResult:
@@ -512,10 +599,6 @@ def finalize(
                 for clip in read_clips(folder.segment_dir(seg) / part):
                     clip.clip_index = clip_index
                     clip.scene_index += scene_offset
-                    # a clip that failed after the quality stage is unusable too
-                    clip.usable, clip.reject_reasons = decision(
-                        clip_reasons(clip.to_row(), config.reject)
-                    )
                     clip_index += 1
                     writer.write(clip)
             scenes += stats.scenes
@@ -525,7 +608,6 @@ def finalize(
     write_manifest(folder)
     write_table_atomic(rows_to_table(drop_rows, DROP_SCHEMA), folder.drops)
     summary = _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seconds)
-    summary = summary.updated(quality=_quality_counts(folder, config))
     if summary.complete:
         shutil.rmtree(folder.work, ignore_errors=True)
     return summary
@@ -586,20 +668,10 @@ def _summary(
         motion_levels=_motion_levels(config),
         fingerprint=config.fingerprint(),
         config=config.to_dict(),
-        # set by run_film once the segments are gathered (quality by finalize); not written
-        # before that
+        # set by finalize_film once the segments are gathered, quality by the folder pass; not
+        # written before that
         absent=frozenset({"segment_boundaries", "wall_seconds", "caption", "quality"}),
     )
-
-
-def _quality_counts(folder: FilmFolder, config: PipelineConfig) -> dict:
-    """Clips per reject reason of one film, before the dataset pass adds duplicates."""
-    from pipeline.quality import quality_summary
-
-    columns = ["usable", "reject_reasons", "duplicate_of"]
-    clips = read_clips(folder.shards, columns)
-    decided = [(c.usable, c.reject_reasons, c.duplicate_of) for c in clips]
-    return quality_summary(decided, config.reject) | {"duplicates_checked": False}
 
 
 def _motion_levels(config: PipelineConfig) -> dict | None:

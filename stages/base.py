@@ -7,11 +7,14 @@ clips, drops). Frames reach it as `Frame` objects whose pixels are converted onl
 
 A clip-level stage (`ClipStage`) is described below.
 
-A stage is a dataclass-configured object with ONE method, `process(clip) -> clip`, which fills
-fields of the clip. `setup()` runs once per worker before the first clip (load a model there, not
-in `__init__`, so that a stage object stays cheap to build, copy and ship to a worker).
-`resources` is data the executor reads to place the stage; stage code never imports Ray.
-A stage that works better on batches (a model server) overrides `process_batch`.
+A clip stage is an object built from its settings section that must define one method,
+`process(clip) -> clip`, which fills fields of the clip. The rest are optional hooks with
+defaults: `setup()` runs once per worker before the first clip (load a model there, not in
+`__init__`, so that a stage object stays cheap to build, copy and ship to a worker);
+`process_batch` serves a stage that works better on batches (a model server); `take_stats()`
+hands the executor the stage's counts since the last call (captioning counts requests).
+`resources` (core.resources.Resources) is data the executor reads to place the stage; stage code
+never imports Ray.
 
 Clip stages that run while a clip's pixels are in memory (during cutting) are registered, not
 listed: a stage module declares
@@ -31,6 +34,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -38,6 +42,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from core.record import Clip
+from core.resources import Resources
 
 
 @dataclass
@@ -68,12 +73,6 @@ class FrameStage(Protocol[Found]):
         ...
 
 
-@dataclass(frozen=True)
-class Resources:
-    cpus: float = 1.0
-    gpus: float = 0.0
-
-
 class ClipStage(ABC):
     name: str = "stage"
     resources: Resources = Resources()
@@ -95,6 +94,11 @@ class ClipStage(ABC):
         except Exception as exc:  # a bad clip must not take its film down with it
             clip.fail(self.name, f"{type(exc).__name__}: {exc}")
             return clip
+
+    def take_stats(self) -> Counter[str]:
+        """Counts since the last call (the executor sums them over replicas, per film). The
+        default has nothing to count."""
+        return Counter()
 
 
 @dataclass(frozen=True)

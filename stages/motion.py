@@ -24,11 +24,12 @@ from typing import Any
 import cv2
 import numpy as np
 
-from core.device import DeviceError, pick_device
+from core.device import DeviceError, pick_device, resolve_device, uses_cuda
 from core.frames import ClipFrames
 from core.record import Clip
+from core.resources import Resources
 from core.settings import Settings, check_choice
-from stages.base import ClipStage, Resources, register_clip_stage
+from stages.base import ClipStage, register_clip_stage
 from stages.motion_levels import DEFAULT_LEVELS, MotionLevels, load_levels
 
 UNIT_HEIGHT, UNIT_WIDTH = 480, 720  # the unit every scope is expressed in (the paper's clip size)
@@ -217,6 +218,8 @@ class DisFlow:
     patch size (8) keeps the cost near 2 ms per pair while small objects stay resolved.
     """
 
+    uses_gpu = False
+
     def __init__(self, preset: str = "ultrafast", scale: float = 0.25, patch_stride: int = 8):
         if preset not in DIS_PRESETS:
             raise MotionError(f"motion.dis_preset={preset!r}: choose one of {sorted(DIS_PRESETS)}")
@@ -275,6 +278,10 @@ class MemFlowBackend:
         self.name = f"ptlflow-{model}:{weights}@{self.size[0]}x{self.size[1]}"
         self._model: Any = None  # the ptlflow model, built in load()
         self._device: Any = None  # its torch.device
+
+    @property
+    def uses_gpu(self) -> bool:
+        return uses_cuda(self.device_name)
 
     def load(self) -> None:
         from core.compat import ensure_torchvision_importable
@@ -343,24 +350,16 @@ def _check_checkpoint(checkpoint: str | None) -> None:
         raise MotionError(f"motion.memflow_checkpoint={checkpoint}: no such file")
 
 
-def _wants_gpu(config: MotionConfig) -> bool:
-    if config.backend != "memflow" or config.memflow_device == "cpu":
-        return False
-    if config.memflow_device == "auto":
-        import torch  # only for MemFlow, which needs torch anyway
-
-        return torch.cuda.is_available()
-    return True
-
-
 def make_backend(config: MotionConfig):
+    """The flow backend the settings name; MemFlow's 'auto' device is resolved here, once, so
+    that the GPU the stage reserves and the device MemFlow takes are one decision."""
     if config.backend == "dis":
         return DisFlow(config.dis_preset, config.dis_scale, config.dis_patch_stride)
     if config.backend == "memflow":
         return MemFlowBackend(
             config.memflow_model,
             config.memflow_checkpoint,
-            config.memflow_device,
+            resolve_device(config.memflow_device),
             config.memflow_scale,
             config.memflow_random_weights,
         )
@@ -384,7 +383,7 @@ class MotionScope(ClipStage):
     def __init__(self, config: MotionConfig | None = None):
         self.config = config or MotionConfig()
         self.backend = make_backend(self.config)  # cheap: checks settings, loads nothing
-        self.resources = Resources(cpus=1.0, gpus=1.0 if _wants_gpu(self.config) else 0.0)
+        self.resources = Resources(cpus=1.0, gpus=1.0 if self.backend.uses_gpu else 0.0)
         self.levels: MotionLevels | None = None
 
     def setup(self) -> None:

@@ -10,8 +10,9 @@ measured, so that decisions can be re-taken later from the stored values alone
 - `quality_hashes`: 64-bit perceptual hashes of a few frames — near-duplicates across clips and
   films are found from these by a dataset-level pass (pipeline/quality.py).
 
-`clip_reasons` is the one function that turns stored values into reject reasons; `decision`
-adds the dataset-level ones (duplicates, and whatever a later pass such as manual review adds).
+The stage only measures. `decide` is the one function that turns stored values into usable /
+reject_reasons (`clip_reasons` gives a clip's own reasons, the folder pass adds duplicates); the
+folder pass (pipeline/quality.py) is the one place that calls it.
 docs/quality.md gives every rule, unit and threshold, and the figures measured on the sample.
 """
 
@@ -30,19 +31,8 @@ import numpy as np
 from core.frames import as_clip_frames
 from core.record import STATUS_OK, Clip
 from core.settings import ConfigError, Settings
+from core.vocabulary import BLACK, DUPLICATE, ERROR, FADE, FLASH, STATIC, TEXT
 from stages.base import ClipStage, register_clip_stage
-
-# Reasons, in the order they are listed on a clip. A later pass may add its own (review).
-ERROR, BLACK, FADE, FLASH, TEXT, STATIC, DUPLICATE = (
-    "error",
-    "black",
-    "fade",
-    "flash",
-    "text",
-    "static",
-    "duplicate",
-)
-REASONS = (ERROR, BLACK, FADE, FLASH, TEXT, STATIC, DUPLICATE)
 
 LUMA_SIZE = (60, 90)  # (h, w) grey copy the brightness values are measured on
 HASH_INPUT_SIZE = (120, 180)  # (h, w) grey copy a hashed frame is shrunk from
@@ -283,15 +273,16 @@ def clip_reasons(row: Mapping, thresholds: RejectConfig) -> list[str]:
     return reasons
 
 
-def decision(
-    reasons: Sequence[str], duplicate_of: str | None = None, extra: Sequence[str] = ()
-) -> tuple[bool, list[str]]:
-    """(usable, reject_reasons) from a clip's own reasons, the dataset-level duplicate, and
-    reasons decided outside the stored values (`extra`, e.g. a manual review's `review`)."""
-    reasons = list(reasons)
-    if duplicate_of is not None and DUPLICATE not in reasons:
+def decide(values: Mapping, thresholds: RejectConfig) -> tuple[bool, list[str]]:
+    """(usable, reject_reasons) of a clip from its stored values: its own measurements
+    (`clip_reasons`) and, when the folder pass found one, `duplicate_of`.
+
+    The one decision: only the folder pass (pipeline/quality.py) calls it, for every entry point
+    (dataset, run_film, quality-calibrate); captioning, the trainer and the review read what it
+    stored."""
+    reasons = clip_reasons(values, thresholds)
+    if values.get("duplicate_of") is not None:
         reasons.append(DUPLICATE)
-    reasons += [r for r in extra if r not in reasons]
     return not reasons, reasons
 
 
@@ -299,16 +290,14 @@ def decision(
 
 
 class QualityStage(ClipStage):
-    """Fills the quality_* values of a clip, and its usable / reject_reasons from them with
-    `reject` (default thresholds unless given). In the pipeline the decision is taken again
-    where every stage has run (a clip that fails later is unusable too) and by the dataset pass,
-    which adds duplicates; both use `clip_reasons`."""
+    """Fills the quality_* values of a clip; it decides nothing. The folder pass decides every
+    clip from the stored values with the folder's thresholds (`decide`), after the film is
+    gathered, so a clip that fails later and a duplicate across films are decided the same way."""
 
     name = "quality"
 
-    def __init__(self, config: QualityConfig | None = None, reject: RejectConfig | None = None):
+    def __init__(self, config: QualityConfig | None = None):
         self.config = config or QualityConfig()
-        self.reject = reject or RejectConfig()
         self.detector: TextDetector | None = None
         if self.config.enabled:
             self.config.validate()
@@ -339,7 +328,6 @@ class QualityStage(ClipStage):
         )
         clip.quality_hashes = [perceptual_hash(frames[_at(i, frames)]) for i in self.hash_frames]
         clip.quality_version = self.version
-        clip.usable, clip.reject_reasons = decision(clip_reasons(clip.to_row(), self.reject))
         return clip
 
     @property

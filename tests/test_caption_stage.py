@@ -406,3 +406,16 @@ def test_an_empty_shard_is_left_alone(film):
     summary = caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
     assert summary["by_status"] == {"ok": 5}
     assert (film / "shards" / "clips-09999.parquet").is_file()
+
+
+def test_the_stage_hands_its_counts_to_the_executor_once(clip_videos):
+    """The declared stats hook: what the caption pass sums per film, reset at each call."""
+    from pipeline.executor import LocalStageRunner
+
+    stage, _ = stage_with(answer_well)
+    runner = LocalStageRunner(stage)
+    [(_, done)] = list(runner.map([make_clips(clip_videos)[:2]]))
+    assert [clip.caption_status for clip in done] == ["ok", "ok"]
+    taken = runner.take_stats()
+    assert taken["ok"] == 2 and taken["requests"] == 4
+    assert runner.take_stats() == {}

@@ -170,6 +170,7 @@ def test_a_segment_running_memflow_on_cuda_asks_ray_for_a_gpu(tmp_path):
     at once with one line, where Ray would otherwise wait for a GPU forever."""
     import ray
 
+    from core.resources import Resources
     from pipeline.executor import RayExecutor
     from pipeline.ip import load_ip
     from pipeline.runner import run_films, segment_resources
@@ -179,11 +180,12 @@ def test_a_segment_running_memflow_on_cuda_asks_ray_for_a_gpu(tmp_path):
         motion__memflow_device="cuda",
         motion__memflow_random_weights="true",
     )
-    assert segment_resources(gpu).gpus == 1.0
-    assert segment_resources(local_config()).gpus == 0.0
+    assert segment_resources(gpu).resources.gpus == 1.0
+    assert segment_resources(gpu).gpu_stages == ("motion",)
+    assert segment_resources(local_config()).resources.gpus == 0.0
     try:
         executor = RayExecutor(num_cpus=1, progress=False)
-        if executor._ray().cluster_resources().get("GPU", 0):
+        if executor.shortfall(Resources(gpus=1.0)) is None:
             pytest.skip("this machine has a GPU: the refusal needs a cluster without one")
         [result] = run_films([BIKES], tmp_path, gpu, load_ip(None), executor)
     finally:
@@ -191,5 +193,5 @@ def test_a_segment_running_memflow_on_cuda_asks_ray_for_a_gpu(tmp_path):
     assert not result.ok
     assert result.message == (
         f"{BIKES}: a segment task needs 1 GPU(s); the Ray cluster has 0 "
-        "(motion.backend=memflow on CUDA)"
+        "(clip stages that declare a GPU: motion)"
     )

@@ -29,6 +29,7 @@ from stages.quality import (
     QualityStage,
     RejectConfig,
     clip_reasons,
+    decide,
     hamming,
     has_flash,
     is_fade,
@@ -72,6 +73,11 @@ def write_film(path: Path, shots, size=(240, 360), fps=24, crf=18, gain=1.0, off
         for packet in stream.encode():
             container.mux(packet)
     return path
+
+
+def judged(clip: Clip) -> tuple[bool, list[str]]:
+    """(usable, reject_reasons) of a measured clip: the stage measures, `decide` decides."""
+    return decide(clip.to_row(), THRESHOLDS)
 
 
 def make_clip(frames: np.ndarray) -> Clip:
@@ -236,11 +242,11 @@ def test_fades_from_and_to_black_are_rejected_but_cuts_and_steady_shots_are_not(
 def test_stage_rejects_a_black_start_and_a_fade(quality_stage, shots):
     picture = shots[850].astype(np.float32)
     black_start = _ramp(picture, [0.0] + [1.0] * 15)
-    assert quality_stage.process(make_clip(black_start)).reject_reasons == ["black"]
+    assert judged(quality_stage.process(make_clip(black_start))) == (False, ["black"])
     fade = quality_stage.process(make_clip(_ramp(picture, np.linspace(0.2, 1.0, 16))))
-    assert fade.reject_reasons == ["fade"] and not fade.usable
+    assert judged(fade) == (False, ["fade"])
     steady = quality_stage.process(make_clip(_ramp(picture, np.ones(16))))
-    assert steady.usable and steady.reject_reasons == [] and len(steady.quality_hashes) == 4
+    assert judged(steady) == (True, []) and len(steady.quality_hashes) == 4
 
 
 def test_brightness_changes_do_not_inflate_motion_scope(shots):
@@ -263,7 +269,7 @@ def test_brightness_changes_do_not_inflate_motion_scope(shots):
 def test_subtitles_drawn_on_real_frames_are_text(quality_stage, shots):
     for picture in shots.values():
         plain = quality_stage.process(make_clip(np.stack([picture] * 16)))
-        assert plain.quality_text_area <= THRESHOLDS.text_max_area and plain.usable
+        assert plain.quality_text_area <= THRESHOLDS.text_max_area and judged(plain)[0]
         subtitled = picture.copy()
         cv2.putText(
             subtitled,
@@ -276,7 +282,7 @@ def test_subtitles_drawn_on_real_frames_are_text(quality_stage, shots):
             cv2.LINE_AA,
         )
         clip = quality_stage.process(make_clip(np.stack([subtitled] * 16)))
-        assert clip.reject_reasons == ["text"], clip.quality_text_area
+        assert judged(clip) == (False, ["text"]), clip.quality_text_area
 
 
 def test_scrolling_credits_are_text(quality_stage):
@@ -294,7 +300,7 @@ def test_scrolling_credits_are_text(quality_stage):
         )
     frames = np.stack([page[12 * k : 12 * k + 480] for k in range(16)])  # rolling up 12 px
     clip = quality_stage.process(make_clip(frames))
-    assert "text" in clip.reject_reasons and clip.quality_text_area > 0.02
+    assert "text" in judged(clip)[1] and clip.quality_text_area > 0.02
 
 
 # ------------------------------------------------------------------ duplicates across films
@@ -419,6 +425,24 @@ def test_report_and_notebook_show_rejected_clips_by_reason(sintel_out):
     assert "<h3>Rejected clips</h3>" in page
     for reason, count in by_reason.items():
         assert f'id="rejected-{reason}">{reason}: {count} clips' in page
+
+
+def test_run_film_goes_through_the_folder_pass_like_dataset(sintel_dataset, sintel_out):
+    """The fixtures' path (run_film) and the dataset command's (run_films) give one decision."""
+    film = Path(sintel_dataset)
+    assert (film.parent / "quality.json").is_file()
+    summary = json.loads((film / "summary.json").read_text())["quality"]
+    assert summary["duplicates_checked"] is True
+    columns = ["clip_id", "usable", "duplicate_of", "caption_status"]
+    fixture, dataset = manifest_of(film.parent), manifest_of(sintel_out)
+    assert fixture[columns].to_dict("records") == dataset[columns].to_dict("records")
+    assert list(map(list, fixture["reject_reasons"])) == list(map(list, dataset["reject_reasons"]))
+
+
+def test_decide_adds_the_duplicate_to_a_clips_own_reasons():
+    row = {"status": "error", "duplicate_of": "a" * 32}
+    assert decide(row, THRESHOLDS) == (False, ["error", "duplicate"])
+    assert decide({"status": "ok", "duplicate_of": None}, THRESHOLDS) == (True, [])
 
 
 def test_clip_reasons_is_the_one_rule_for_stored_rows():

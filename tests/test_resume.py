@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,3 +83,60 @@ def test_kill_9_then_rerun_gives_the_uninterrupted_output(tmp_path):
     assert "already complete" in again.stdout
     summary = json.loads((film_dir / "summary.json").read_text())
     assert summary["complete"] and summary["clips_written"] == len(expected)
+
+
+INTERRUPTED_LINE = re.compile(
+    r"interrupted; run the same command again to resume \((\d+) of (\d+) segments done\)"
+)
+
+
+def _interrupt_once_a_segment_is_done(command: list[str], out) -> subprocess.CompletedProcess:
+    """Run `command` in its own process group and send the whole group SIGINT (what Ctrl-C in a
+    terminal does: Ray's processes get it too) once a segment has committed its DONE marker."""
+    victim = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while not list(out.glob("*/work/segment-*/DONE.json")):
+        assert victim.poll() is None, "the run finished before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(victim.pid, signal.SIGINT)
+    stdout, stderr = victim.communicate(timeout=120)
+    return subprocess.CompletedProcess(command, victim.returncode, stdout, stderr)
+
+
+def _check_interrupted(run: subprocess.CompletedProcess, out) -> None:
+    """Exit 130 and one line on stderr, whose count of done segments is what a rerun reuses."""
+    assert run.returncode == 130, run.stderr
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert lines and INTERRUPTED_LINE.fullmatch(lines[-1]), run.stderr
+    done, planned = map(int, INTERRUPTED_LINE.fullmatch(lines[-1]).groups())
+    assert 1 <= done < planned
+    assert done <= len(list(out.glob("*/work/segment-*/DONE.json")))
+    for noise in ("Traceback", "KeyboardInterrupt", "task_manager", "Token authentication"):
+        assert noise not in run.stderr
+
+
+def test_ctrl_c_says_how_far_the_run_got_in_one_line(tmp_path):
+    film = make_video(tmp_path / "long.mp4", cuts=(70, 200, 330), num_frames=480, fps=24, seed=7)
+    out = tmp_path / "out"
+    run = _interrupt_once_a_segment_is_done(_cli(film, out), out)
+    _check_interrupted(run, out)
+    assert run.stderr.strip().count("\n") == 0  # the line is all there is
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_ray_is_one_line_without_ray_noise(tmp_path):
+    """Ray's workers and raylet get the SIGINT as well; none of their complaints, nor Ray's
+    start-up warning about token authentication, reaches the user."""
+    film = make_video(tmp_path / "long.mp4", cuts=(70, 200, 330), num_frames=480, fps=24, seed=7)
+    out = tmp_path / "out"
+    command = [a for a in _cli(film, out) if a not in ("--executor", "local")]
+    run = _interrupt_once_a_segment_is_done(command + ["--set", "run.num_cpus=1"], out)
+    _check_interrupted(run, out)

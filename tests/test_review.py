@@ -4,6 +4,7 @@ the page itself in headless Chromium (tests/browser.py)."""
 
 from __future__ import annotations
 
+import html
 import http.client
 import json
 import shutil
@@ -17,6 +18,7 @@ from PIL import Image
 
 from core.film import REVIEW_FILE, FilmFolder
 from core.shards import replace_column
+from core.vocabulary import REJECT_REASONS, REVIEW
 from pipeline.cli import main as cli_main
 from pipeline.explore import open_dataset
 from pipeline.review import ReviewError, ReviewStore, effective_quality, read_reviews
@@ -477,6 +479,8 @@ def test_the_report_shows_the_review_state(film, server):
     page = build_report(open_dataset(film), ReportOptions(max_previews=len(ids)))
     assert f"{2} of {len(ids)} clips reviewed: 1 accepted, 1 rejected, 1 corrected" in page
     assert "rejected in review" in page and "accepted in review" in page
+    # the rejected clip is listed under its reason, with what the reason means
+    assert f"{REVIEW}: 1 clips <small>{html.escape(REJECT_REASONS[REVIEW])}</small>" in page
 
 
 # ---------------------------------------------------------------- decisions win downstream

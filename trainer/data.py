@@ -31,6 +31,7 @@ from core.shards import (
     shard_paths,
 )
 from core.video import decode_image, decode_mp4
+from core.vocabulary import GAME_STATES, STATE_NAMES
 from pipeline.review import REJECT, Review, apply_review, read_review_file
 from prompts.game import action_text, instruction_text
 
@@ -43,18 +44,11 @@ CATALOG_COLUMNS = [
     "motion_level",
     "instruction",
     "characters",
-    "subject",
-    "motion_description",
-    "environment",
-    "adverb",
-    "social",
-    "entertainment",
-    "stamina",
+    *STATE_NAMES,  # the game state's seven answers (core/vocabulary.py)
 ]
 # Read where the shard has them: a clip of a shard without `usable` counts as usable.
 USABLE_COLUMN = "usable"
 OPTIONAL_COLUMNS = [USABLE_COLUMN, "motion_levels_version"]
-STATE_FIELDS = ("motion_level", "stamina", "social", "entertainment")
 CACHED_GROUPS = 4
 
 
@@ -197,7 +191,7 @@ def is_captioned(row: dict) -> bool:
         and bool(row["instruction"])
         and bool(row["motion_description"])
         and row["motion_scope"] is not None
-        and all(row[f] is not None for f in STATE_FIELDS)
+        and all(row[f] is not None for f in GAME_STATES)
     )
 
 
@@ -263,7 +257,7 @@ class ShotDataset(torch.utils.data.Dataset):
             raise ValueError(
                 f"{', '.join(catalog.sources)}: no training samples: no ok clip has the fields this "
                 "phase needs (motion_description, motion_scope; for game sequences also "
-                "instruction and the states motion_level, stamina, social, entertainment)"
+                f"instruction and the states {', '.join(GAME_STATES)})"
             )
         self.catalog, self.samples = catalog, samples
         self.frame_size, self.num_frames, self.with_video = frame_size, num_frames, with_video
@@ -297,7 +291,7 @@ class ShotDataset(torch.utils.data.Dataset):
             "action": row["action"],
             "instruction": row["instruction"],
             "motion_scope": float(row["motion_scope"]),
-            **{f: int(row[f]) for f in STATE_FIELDS},
+            **{f: int(row[f]) for f in GAME_STATES},
         }
 
     def _video(self, clip: int) -> torch.Tensor:

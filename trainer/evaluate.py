@@ -224,9 +224,9 @@ def motion_levels(generated: Path, levels: Path, fps: float) -> dict:
 def _device(setting: str):
     import torch
 
-    if setting == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(setting)
+    from core.device import pick_device
+
+    return torch.device(pick_device(setting, "device"))
 
 
 def _pixels(frames: np.ndarray, size: int, mean, std, device):

@@ -23,12 +23,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-STATE_VALUES = {
-    "motion_level": (1, 2, 3, 4, 5),
-    "stamina": (-1, 1),
-    "social": (0, 1),
-    "entertainment": (0, 1),
-}
+from core.vocabulary import GAME_STATES
+
+STATE_VALUES = GAME_STATES  # each state's values, in the order play scores them
 IGNORE = -100
 
 

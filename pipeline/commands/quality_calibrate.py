@@ -54,7 +54,7 @@ def run(args) -> int:
         read_pass_rows,
         save_thresholds,
     )
-    from stages.quality import RejectConfig, clip_reasons
+    from stages.quality import RejectConfig, decide
 
     with input_errors(ConfigError, FileNotFoundError, ValueError):
         if not args.dataset.is_dir() or not film_folders(args.dataset):
@@ -70,7 +70,9 @@ def run(args) -> int:
     thresholds = config.reject
     if args.dry_run:
         rows = [row for film in film_folders(args.dataset) for row in read_pass_rows(film)]
-        own = Counter(r for row in rows for r in clip_reasons(row, thresholds))
+        own = Counter(
+            r for row in rows for r in decide({**row, "duplicate_of": None}, thresholds)[1]
+        )
         print(f"{len(rows)} clips; own reasons with these thresholds (duplicates not searched):")
         for reason, count in sorted(own.items()):
             print(f"  {reason}: {count}")

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from core.record import Clip
-from stages.captioning.stage import CAPTION_FIELDS
+from core.vocabulary import CAPTION_COLUMNS
 
 
 class CaptionCache:
@@ -50,7 +50,7 @@ class CaptionCache:
     def put_many(self, items: list[tuple[str, Clip]]) -> None:
         lines = []
         for key, clip in items:
-            caption = {name: getattr(clip, name) for name in CAPTION_FIELDS}
+            caption = {name: getattr(clip, name) for name in CAPTION_COLUMNS}
             self.entries[key] = caption
             lines.append(
                 json.dumps(

@@ -18,6 +18,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from core.vocabulary import (
+    ADVERB,
+    CAPTION_FIELD,
+    CHOICE,
+    PHRASE,
+    STATE_NAMES,
+    STATE_TAG,
+    WORD,
+)
 from prompts.game import instruction_text as game_instruction
 
 
@@ -77,9 +86,9 @@ def _normalise_ids(ids_text: str) -> tuple[int, ...]:
 
 # ---- game state ----------------------------------------------------------------------------
 
-STATE_TAGS = ("S", "MD", "EV", "MA", "SC", "ET", "ST")
 _TAG = re.compile(
-    r"<\s*(?P<tag>S|MD|EV|MA|SC|ET|ST)\s*>(?P<value>.*?)<\s*/\s*(?P=tag)\s*>",
+    rf"<\s*(?P<tag>{'|'.join(STATE_TAG.values())})\s*>"
+    r"(?P<value>.*?)<\s*/\s*(?P=tag)\s*>",
     re.IGNORECASE | re.DOTALL,
 )
 _WORD = re.compile(r"^[A-Za-z][A-Za-z'-]*$")
@@ -153,31 +162,17 @@ class StateAnswer:
     stamina: int
 
 
-# The state fields by tag, in the prompt's order, each with the rule its value must meet. The
-# review page checks a person's corrections with the same rules (pipeline/review_server.py).
-STATE_FIELDS = {
-    "S": "subject",
-    "MD": "motion_description",
-    "EV": "environment",
-    "MA": "adverb",
-    "SC": "social",
-    "ET": "entertainment",
-    "ST": "stamina",
-}
-CHOICES = {"social": (0, 1), "entertainment": (0, 1), "stamina": (1, -1)}
-
-
 def parse_state(text: str) -> StateAnswer:
     if not text or not text.strip():
         raise ParseError("empty answer")
     values = _tag_values(text)
-    missing = [t for t in STATE_TAGS if t not in values]
+    missing = [tag for tag in STATE_TAG.values() if tag not in values]
     if missing:
         raise ParseError(f"missing tags {missing}")
     return StateAnswer(
         **{
-            field: check_state_value(field, values[tag], f"<{tag}>")
-            for tag, field in STATE_FIELDS.items()
+            name: check_state_value(name, values[tag], f"<{tag}>")
+            for name, tag in STATE_TAG.items()
         }
     )
 
@@ -186,21 +181,18 @@ def check_state_value(field: str, value, label: str | None = None):
     """`value` (text, or an int for the choice fields) as the typed value of state field `field`,
     or a ParseError naming `label` (the field's name by default) and the problem."""
     label = label or field
-    if field in CHOICES:
+    spec = CAPTION_FIELD.get(field)
+    if spec is None or spec.tag is None:
+        raise ParseError(f"{field!r} is not a state field ({', '.join(STATE_NAMES)})")
+    if spec.rule == CHOICE:
         text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
         if not isinstance(text, str):
-            raise ParseError(f"{label} must be one of {list(CHOICES[field])}, got {value!r}")
-        return _choice(text.strip(), label, CHOICES[field])
+            raise ParseError(f"{label} must be one of {list(spec.allowed)}, got {value!r}")
+        return _choice(text.strip(), label, spec.allowed)
     if not isinstance(value, str):
         raise ParseError(f"{label} must be text, got {value!r}")
     value = " ".join(value.split())  # an answer was already cleaned; a person's edit may not be
-    if field == "motion_description":
-        return _short_phrase(value, label)
-    if field == "adverb":
-        return _adverb(value, label)
-    if field in ("subject", "environment"):
-        return _one_word(value, label)
-    raise ParseError(f"{field!r} is not a state field ({', '.join(STATE_FIELDS.values())})")
+    return _TEXT_RULES[spec.rule](value, label)
 
 
 def check_character_names(names, sheet: list[str], label: str = "characters") -> list[str]:
@@ -259,6 +251,9 @@ def _adverb(value: str, label: str) -> str:
     if not (word.endswith("ly") or word in FLAT_ADVERBS):
         raise ParseError(f"{label} {value!r} is not an adverb (-ly or a known flat adverb)")
     return word
+
+
+_TEXT_RULES = {WORD: _one_word, PHRASE: _short_phrase, ADVERB: _adverb}
 
 
 def _choice(value: str, label: str, allowed: tuple[int, ...]) -> int:

@@ -20,10 +20,11 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.device import resolve_device, uses_cuda
 from core.record import (
     CAPTION_FAILED,
     CAPTION_OK,
@@ -36,8 +37,10 @@ from core.record import (
     STATUS_OK,
     Clip,
 )
+from core.resources import Resources
 from core.settings import Settings, check_choice
-from stages.base import ClipStage, Resources
+from core.vocabulary import CAPTION_COLUMNS, STATE_NAMES
+from stages.base import ClipStage
 from stages.captioning.parsing import (
     CharacterAnswer,
     ParseError,
@@ -133,7 +136,7 @@ class CaptionStage(ClipStage):
     ):
         """`protagonists`: (name, [reference image paths]) in sheet order; None or empty skips
         character matching. `engine`: an already-built CaptionEngine (else made from config)."""
-        self.config = config or CaptionConfig()
+        self.config = _with_resolved_device(config or CaptionConfig())
         self.protagonists = [
             (name, [str(p) for p in paths]) for name, paths in (protagonists or [])
         ]
@@ -146,6 +149,11 @@ class CaptionStage(ClipStage):
         self.resources = _resources(self.config)
 
     # ---- loading -----------------------------------------------------------------------
+
+    def take_stats(self) -> Counter[str]:
+        """Clips per caption status and engine requests since the last call."""
+        taken, self.stats = self.stats, Counter()
+        return taken
 
     def prepare(self) -> None:
         """Prompts and reference sheet: cheap, and all a cache lookup needs."""
@@ -333,46 +341,32 @@ class CaptionStage(ClipStage):
         characters = list(job.characters.names) if job.characters is not None else None
         clip.characters = characters
         clip.num_characters = len(characters) if characters is not None else None
-        clip.subject, clip.motion_description = state.subject, state.motion_description
-        clip.environment, clip.adverb = state.environment, state.adverb
-        clip.social, clip.entertainment, clip.stamina = (
-            state.social,
-            state.entertainment,
-            state.stamina,
-        )
+        for name in STATE_NAMES:
+            setattr(clip, name, getattr(state, name))
         clip.instruction = instruction_text(characters, state)
         clip.caption_status = CAPTION_OK
 
 
-CAPTION_FIELDS = (
-    "characters",
-    "num_characters",
-    "subject",
-    "motion_description",
-    "environment",
-    "adverb",
-    "social",
-    "entertainment",
-    "stamina",
-    "instruction",
-    "caption_model",
-    "prompt_version",
-    "caption_status",
-    "caption_raw",
-)  # the columns this stage owns
+def _with_resolved_device(config: CaptionConfig) -> CaptionConfig:
+    """The settings with caption.device's 'auto' resolved (core/device.py) where the engine takes
+    a torch device, so that the GPU the stage reserves and the device its engine takes are one
+    decision (a replica never takes a GPU it did not reserve)."""
+    if config.engine != "transformers" or not config.model or config.device != "auto":
+        return config
+    return replace(config, device=resolve_device(config.device))
 
 
 def _resources(config: CaptionConfig) -> Resources:
     """What one caption worker reserves; set once in __init__ (the config never changes after)."""
     if config.engine == "lmdeploy":
         return Resources(cpus=1.0, gpus=float(config.tensor_parallel))
-    if config.engine == "transformers" and config.device.startswith("cuda"):
+    if config.engine == "transformers" and config.model and uses_cuda(config.device):
         return Resources(cpus=1.0, gpus=1.0)
     return Resources(cpus=1.0, gpus=0.0)
 
 
 def _clear_caption(clip: Clip) -> None:
-    for name in CAPTION_FIELDS:
+    for name in CAPTION_COLUMNS:  # the columns this stage owns
         setattr(clip, name, None)
 
 

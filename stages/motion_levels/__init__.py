@@ -16,9 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from core.vocabulary import MOTION_LEVELS
+
 LEVELS_DIR = Path(__file__).resolve().parent
 DEFAULT_LEVELS = "decoder-midpoints-v1"
-NUM_LEVELS = 5
+NUM_LEVELS = len(MOTION_LEVELS)  # levels 1..5 (core/vocabulary.py)
 
 
 class LevelsError(ValueError):
