@@ -19,7 +19,7 @@ from pipeline.runner import run_film
 def test_ray_executor_matches_local(tmp_path, bikes_dataset):
     import ray
 
-    config = local_config(run__executor="ray", run__num_cpus=2, run__segment_seconds=4)
+    config = local_config(run__executor="ray", run__num_cpus=2, run__segment_seconds=6)
     try:
         result = run_film(BIKES, tmp_path, config, load_ip(None))
     finally:
