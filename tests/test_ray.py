@@ -65,15 +65,15 @@ def _where_it_runs():
     return job
 
 
-def _ray_workers() -> dict[int, tuple[int, ...]]:
-    """The cores each Python worker process may use, by process id, of the embedded Ray this
-    process started (its agents left out)."""
+def _ray_workers() -> dict[int, tuple[tuple[int, ...], int]]:
+    """The cores each Python worker process may use and its niceness, by process id, of the
+    embedded Ray this process started (its agents left out)."""
     [raylet] = [p for p in psutil.Process().children() if p.name() == "raylet"]
     workers = {}
     for process in raylet.children():
         try:
             if "Agent" not in " ".join(process.cmdline()):
-                workers[process.pid] = tuple(process.cpu_affinity())
+                workers[process.pid] = (tuple(process.cpu_affinity()), process.nice())
         except psutil.NoSuchProcess:  # a worker that just ended is no longer one
             pass
     return workers
@@ -84,7 +84,8 @@ def _ray_workers() -> dict[int, tuple[int, ...]]:
 def test_embedded_ray_is_one_pool_on_num_cpus_cores_running_this_checkout():
     """No runtime_env in the embedded Ray (it would start a second pool beside the prestarted
     one), no progress actor when no bar is shown, and run.num_cpus=1 holds every worker, and
-    every thread a task starts, to one core, while the driver keeps its cores."""
+    every thread a task starts, to one core, while the driver keeps its cores; the workers run at
+    the driver's niceness (not Ray's 15), as the local executor's work does."""
     import ray
 
     from pipeline.executor import RayExecutor
@@ -99,7 +100,7 @@ def test_embedded_ray_is_one_pool_on_num_cpus_cores_running_this_checkout():
     assert len({r["pid"] for r in results}) == 1
     assert len(workers) == 1, workers
     assert all(r["cores"] == r["thread_cores"] and len(r["cores"]) == 1 for r in results)
-    assert all(len(cores) == 1 for cores in workers.values())
+    assert all(len(cores) == 1 and nice == os.nice(0) for cores, nice in workers.values())
     assert {Path(r["code"]).parent.parent for r in results} == {ROOT}
     assert os.sched_getaffinity(0) == driver_cores
 
