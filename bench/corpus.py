@@ -218,14 +218,25 @@ class _TreeCpu:
         return names
 
 
+PROCESS_NAMES = {  # a part of a Ray process's command line: what the process is
+    "gcs_server": "gcs_server",
+    "raylet": "raylet",
+    "dashboard/agent": "dashboard_agent",
+    "runtime_env/agent": "runtime_env_agent",
+    "dashboard/dashboard.py": "dashboard_api_server",
+    "autoscaler/_private/monitor.py": "autoscaler_monitor",
+    "log_monitor": "log_monitor",
+}
+
+
 def _process_name(proc: psutil.Process) -> str:
     """What a process of the run is: the driver, Ray's GCS, raylet, one of its agents, or a worker
     by the task it runs (Ray sets its workers' titles to `ray::TASK`)."""
     words = proc.cmdline()
     title = words[0] if len(words) == 1 else " ".join(words[:3])
-    for part in ("gcs_server", "raylet", "dashboard/agent", "runtime_env/agent", "log_monitor"):
+    for part, name in PROCESS_NAMES.items():
         if part in title:
-            return part.split("/")[0] + ("_agent" if "/agent" in part else "")
+            return name
     if title.startswith("ray::"):
         return title.split()[0]
     return "driver" if "pipeline.cli" in title else title[:40]
