@@ -23,7 +23,7 @@ q = '$(subst ','\'',$(1))'
 
 PORT  ?= 8765
 
-.PHONY: help venv lint dataset caption report review test test-fast bench bench-gpu motion-calibrate motion-eval quality-calibrate train play export eval clean
+.PHONY: help venv lint dataset caption report review test test-fast bench bench-gpu bench-scale motion-calibrate motion-eval quality-calibrate train play export eval clean
 
 help:
 	@echo "make dataset [FILM=path] [IP=name] [OUT=data] [MODEL=internvl-path]  films -> clip shards"
@@ -35,7 +35,7 @@ help:
 	@echo "make quality-calibrate SHARDS=<dataset folder> ARGS='--set reject.X=Y'  re-decide usable clips"
 	@echo "make train PHASE=encoder|mllm|adapt SHARDS=<folder> [CONFIG=yaml]      train AnimeGamer"
 	@echo "make export SHARDS=<folder> FORMAT=webdataset|cogvideox EXPORT=<out>   other trainers' layouts"
-	@echo "make eval GENERATED=<mp4 folder> REFERENCES=<mp4 folder> [TEXTS=..] [LEVELS=..]  CLIP-I/T, DreamSim, ACC-F"
+	@echo "make eval GENERATED=<mp4 folder> REFERENCES=<character pictures or clips> [TEXTS=..] [LEVELS=..]  CLIP-I/T, DreamSim, ACC-F"
 	@echo "make lint | make test | make test-fast (no slow tests) | make bench | make bench-gpu (CUDA)"
 
 venv: $(STAMP)
@@ -94,6 +94,10 @@ test-fast: venv
 
 bench: venv
 	$(PY) -m bench.run $(ARGS)
+
+# The folder-level passes at 10k and 100k clips (ARGS="--clips 1000000" for a million; docs/quality.md).
+bench-scale: venv
+	$(PY) -m bench.bench_scale $(ARGS)
 
 # Every GPU path at real size with random weights (docs/gpu.md); says so and exits 0 without CUDA.
 # On a GPU machine whose own Python holds CUDA PyTorch: `python3 -m bench.gpu` (docs/gpu.md).

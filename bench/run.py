@@ -236,9 +236,10 @@ def measure(name: str, film: Path, executor: str) -> dict:
         "clips": summary.clips_written,
         "stage_share": {k: round(v / busy, 3) for k, v in sorted(stages.items())},
         "stage_cpu_seconds": {k: round(v, 1) for k, v in sorted(stages.items())},
-        # the quality stage and the black-run boundaries (issue 13; budget: 10 %)
-        "quality_share_of_worker_time": round(
-            (stages.get("quality", 0) + stages.get("black", 0)) / busy, 3
+        "quality_share_of_worker_time": round(stages.get("quality", 0) / busy, 3),
+        # black and flat runs, their fades, and a learned detector where one is on (issue 18)
+        "boundaries_share_of_worker_time": round(
+            (stages.get("boundaries", 0) + stages.get("transitions", 0)) / busy, 3
         ),
     }
 

@@ -1,9 +1,13 @@
 """Which torch device a setting names: the one rule for 'auto' and for a missing CUDA device,
-shared by motion (MemFlow), the caption engine, the trainer, evaluation and the benchmarks.
+shared by motion (MemFlow), transition detection (TransNetV2), the caption engine, the trainer,
+evaluation and the benchmarks.
 
-'auto' is resolved once, where the work's resources are declared (`resolve_device`), and the
-resolved name is what the work then runs on: a stage that reserved no GPU never takes one, and a
-stage that takes one has reserved it (on a Ray cluster the reservation is what places it).
+A stage resolves 'auto' when it is built (`resolve_device`) and declares its resources from the
+resolved device, so a stage that takes a GPU has reserved one (on a Ray cluster the reservation
+is what places it). A stage object shipped to a Ray actor (captioning) keeps the resolved name.
+Segment tasks build their stages again in the worker, where the same rule gives the same answer:
+Ray hides every GPU from a task that reserved none (CUDA_VISIBLE_DEVICES is empty there), so
+'auto' is the CPU inside it.
 """
 
 from __future__ import annotations

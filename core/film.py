@@ -54,7 +54,7 @@ class JsonRecord:
     extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     absent: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
-    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {}  # keys holding a record of their own
+    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {}  # keys holding a record (or a list)
     TRANSIENT: ClassVar[frozenset[str]] = frozenset()  # in memory only, never written
 
     @classmethod
@@ -72,6 +72,8 @@ class JsonRecord:
                 values[name] = value
             elif isinstance(value, dict):
                 values[name] = nested.from_dict(value)
+            elif isinstance(value, list) and all(isinstance(v, dict) for v in value):
+                values[name] = [nested.from_dict(v) for v in value]
             else:  # not the record it should be: carried through untouched, read as absent
                 extra[name] = value
         absent = frozenset(known - values.keys() - cls.TRANSIENT)
@@ -80,8 +82,7 @@ class JsonRecord:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name in self.known_keys() - self.absent - self.TRANSIENT:
-            value = getattr(self, name)
-            out[name] = value.to_dict() if isinstance(value, JsonRecord) else value
+            out[name] = _plain(getattr(self, name))
         return out | self.extra
 
     def updated(self, **changes: Any) -> Self:
@@ -131,10 +132,48 @@ class CropRecord(JsonRecord):
 
 
 @dataclass
+class QualityCounts(JsonRecord):
+    """summary.json's `quality`: how the film's clips were decided (pipeline/quality.py)."""
+
+    usable: int = 0
+    rejected: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)  # a clip with two counts under both
+    duplicates: int = 0
+    duplicates_checked: bool = False  # False until the folder pass compared it with other clips
+    thresholds: dict[str, Any] = field(default_factory=dict)  # the RejectConfig that decided
+
+
+@dataclass
+class CaptionCounts(JsonRecord):
+    """summary.json's `caption`: what the last captioning pass did (pipeline/caption_films.py)."""
+
+    model: str | None = None
+    engine: str | None = None
+    prompt_version: str | None = None
+    num_frames: int = 0
+    protagonists: list[str] = field(default_factory=list)
+    clips: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)  # clips per caption_status
+    from_cache: int = 0
+    sent_to_model: int = 0
+    requests: int = 0
+    retried_requests: int = 0
+    seconds: float = 0.0
+    pending: int = 0
+    cache_unreadable_lines: int = 0  # only when a model captioned
+    hint: str | None = None  # only without a model: how to caption later
+
+
+@dataclass
 class FilmSummary(JsonRecord):
     """summary.json. None (or empty) is 'not recorded': readers say so rather than guess."""
 
-    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {"film": FilmFacts, "crop": CropRecord}
+    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {
+        "film": FilmFacts,
+        "crop": CropRecord,
+        "quality": QualityCounts,
+        "caption": CaptionCounts,
+    }
 
     schema_version: str | None = None
     complete: bool = False
@@ -159,22 +198,45 @@ class FilmSummary(JsonRecord):
     stage_seconds: dict[str, float] | None = None
     wall_seconds: float | None = None
     captions: str | None = None  # pending, complete or incomplete
-    caption: dict[str, Any] | None = (
-        None  # the captioning pass's counts (pipeline/caption_films.py)
-    )
+    caption: CaptionCounts | None = None
     motion_levels: dict[str, Any] | None = None
-    quality: dict[str, Any] | None = None  # clips per reject reason (pipeline/quality.py)
+    quality: QualityCounts | None = None
     fingerprint: str | None = None
     config: dict[str, Any] | None = None
+
+
+@dataclass
+class SegmentSpan(JsonRecord):
+    """The frames a segment owns, [start, stop), planned from the film alone
+    (pipeline/segments.plan_segments); `is_last` marks the film's last segment."""
+
+    index: int = 0
+    start: int = 0
+    stop: int = 0
+    is_last: bool = False
+
+
+@dataclass
+class Drop(JsonRecord):
+    """A window (or a whole short scene) that did not become a clip, and why (one row of
+    drops.parquet once its film and segment are added)."""
+
+    reason: str = ""
+    start_frame: int = 0
+    end_frame: int = 0
+    start_time: float = 0.0
+    end_time: float = 0.0
+    detail: str = ""
 
 
 @dataclass
 class SegmentStats(JsonRecord):
     """What one segment produced: its DONE.json marker, and what `run_segment` returns."""
 
+    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {"segment": SegmentSpan, "drop_list": Drop}
     TRANSIENT: ClassVar[frozenset[str]] = frozenset({"skipped", "ran_on"})
 
-    segment: dict[str, Any] = field(default_factory=dict)  # asdict(Segment)
+    segment: SegmentSpan = field(default_factory=SegmentSpan)
     clips_written: int = 0
     clips_failed: int = 0
     frames: int = 0
@@ -182,7 +244,7 @@ class SegmentStats(JsonRecord):
     unmatched_frames: int = 0
     late_cuts: int = 0
     black_frames: int = 0
-    drop_list: list[dict[str, Any]] = field(default_factory=list)  # asdict(Drop) each
+    drop_list: list[Drop] = field(default_factory=list)
     scenes: list[list[int]] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
@@ -248,6 +310,28 @@ class FilmFolder:
     def has_shards(self) -> bool:
         return self.shards.is_dir()
 
+    @staticmethod
+    def discover(location: str | Path) -> list:
+        """The film folders at or under `location`, at any depth (a series folder of episode
+        folders is found whole), sorted by path; a film folder's own sub-folders are not
+        searched. On a local disk a film folder holds shards/; in object storage (an fsspec URL)
+        one holds a committed summary.json, found with one listing of the prefix. The one
+        answer to "which films are under here", for every command and the trainer."""
+        from core import storage
+
+        if storage.is_remote(location):
+            return _remote_film_folders(str(location))
+        root = Path(location)
+        if (root / SHARDS_DIR).is_dir():
+            return [root]
+        if not root.is_dir():
+            return []
+        found = []
+        for child in sorted(root.iterdir()):
+            if child.is_dir() and not child.name.startswith(".") and child.name != WORK_DIR:
+                found += FilmFolder.discover(child)
+        return found
+
     # --- summary.json
 
     def read_summary(self) -> FilmSummary | None:
@@ -283,6 +367,15 @@ class FilmFolder:
         return write_json_atomic(stats.to_dict(), self.done_marker(index))
 
 
+def _plain(value: Any) -> Any:
+    """A record (or a list of them) as the JSON it came from."""
+    if isinstance(value, JsonRecord):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [v.to_dict() if isinstance(v, JsonRecord) else v for v in value]
+    return value
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
@@ -293,3 +386,19 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise FolderError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def _remote_film_folders(location: str) -> list[str]:
+    from core import storage
+
+    fs, path = storage.filesystem(location)
+    base = path.rstrip("/")
+    if fs.exists(f"{base}/{SUMMARY_FILE}"):
+        return [location]
+    folders = set()
+    for name in fs.find(base):
+        relative = name[len(base) + 1 :].split("/")
+        if relative[-1] == SUMMARY_FILE and len(relative) > 1 and WORK_DIR not in relative:
+            folders.add("/".join(relative[:-1]))
+    nested = {f for f in folders if any(f.startswith(o + "/") for o in folders)}
+    return [str(storage.join(location, *f.split("/"))) for f in sorted(folders - nested)]

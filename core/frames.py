@@ -76,9 +76,9 @@ class ClipFrames:
         """The frames as full-range grey at `size` (h, w): INTER_AREA when shrinking."""
         if size not in self._grey:
             if self._rgb is not None:
-                grey = [_resize(cv2.cvtColor(f, cv2.COLOR_RGB2GRAY), size) for f in self._rgb]
+                grey = [resize(cv2.cvtColor(f, cv2.COLOR_RGB2GRAY), size) for f in self._rgb]
             else:
-                grey = [cv2.LUT(_resize(y, size), _FULL_RANGE_LUT) for y in self.luma()]
+                grey = [cv2.LUT(resize(y, size), _FULL_RANGE_LUT) for y in self.luma()]
             self._grey[size] = grey
         return self._grey[size]
 
@@ -207,11 +207,13 @@ def yuv_planes(frame: av.VideoFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return y, u, v
 
 
-def _resize(image: np.ndarray, size: tuple[int, int], enlarge=cv2.INTER_LINEAR) -> np.ndarray:
+def resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """`image` at `size` (h, w): INTER_AREA when shrinking (it averages: no aliasing), linear
+    when enlarging; unchanged (not copied) when already that size. Grey frames for motion and
+    quality, and MemFlow's input, are all made with it."""
     height, width = size
     if image.shape[:2] == (height, width):
         return image
     shrinking = image.shape[0] * image.shape[1] > height * width
-    return cv2.resize(
-        image, (width, height), interpolation=cv2.INTER_AREA if shrinking else enlarge
-    )
+    interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR
+    return cv2.resize(image, (width, height), interpolation=interpolation)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -96,17 +96,21 @@ class Clip:
     # outcome
     status: str = STATUS_OK
     error: str | None = None
+    # the columns of registered stages that the record does not name (stages/base.py)
+    extra: dict[str, Any] = field(default_factory=dict)
     # in memory only
     frames: ClipFrames | None = field(default=None, repr=False)
 
     def to_row(self) -> dict:
-        """The persisted fields as a plain dict (one shard row)."""
-        return {name: getattr(self, name) for name in persisted_fields()}
+        """The persisted fields and the extra columns as a plain dict (one shard row)."""
+        return {name: getattr(self, name) for name in persisted_fields()} | self.extra
 
     @classmethod
     def from_row(cls, row: dict) -> Clip:
+        """A clip from a shard row; columns it has no field for are kept in `extra`."""
         known = set(persisted_fields())
-        return cls(**{k: _plain(v) for k, v in row.items() if k in known})
+        extra = {k: _plain(v) for k, v in row.items() if k not in known}
+        return cls(**{k: _plain(v) for k, v in row.items() if k in known}, extra=extra)
 
     def fail(self, stage: str, message: str) -> None:
         """Mark the clip as failed in `stage`; it is still written, with the reason."""
@@ -116,7 +120,8 @@ class Clip:
 
 
 def persisted_fields() -> list[str]:
-    return [f.name for f in fields(Clip) if f.name != "frames"]
+    """The fields that are shard columns: every one but the in-memory payload and `extra`."""
+    return [f.name for f in fields(Clip) if f.name not in ("frames", "extra")]
 
 
 def make_clip_id(

@@ -10,6 +10,8 @@ import textwrap
 import types
 import typing
 from collections.abc import Iterable
+from pathlib import Path
+from typing import ClassVar
 
 import yaml
 
@@ -20,10 +22,31 @@ class ConfigError(ValueError):
 
 class Settings:
     """Base of every settings section: `validate` checks the section's own values, so a bad
-    setting is reported before any work starts, by the section that knows the rule."""
+    setting is reported before any work starts, by the section that knows the rule.
+
+    `content_fields` declares which fields change what a run stores (the pipeline's
+    fingerprint: work done under another fingerprint is redone): None, every field; a tuple,
+    those fields only (enter the fingerprint by their own names); (), none."""
+
+    content_fields: ClassVar[tuple[str, ...] | None] = None
 
     def validate(self) -> None:
         """Raise ConfigError naming the setting; the default has nothing to check."""
+
+
+def read_settings_file(path: str | Path, expected: str = "a mapping of settings") -> dict:
+    """A YAML file of settings, as a mapping: the one reader of the pipeline's and the trainer's
+    --config files. A missing file, bad YAML or another shape is a ConfigError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: configuration file not found")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected {expected}, got {type(data).__name__}")
+    return data
 
 
 def check_choice(section: str, name: str, value: object, allowed: Iterable[object]) -> None:
@@ -53,7 +76,7 @@ def set_setting(obj, name: str, value, source: str, label: str | None = None) ->
 
     label = label or name
     hints = typing.get_type_hints(type(obj))
-    if name not in hints:
+    if name not in {f.name for f in dataclasses.fields(obj)}:  # a ClassVar is no setting
         known = ", ".join(f.name for f in dataclasses.fields(obj))
         raise ConfigError(f"{source}: unknown setting '{label}' (known: {known})")
     try:

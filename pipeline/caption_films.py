@@ -15,39 +15,61 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from core.film import CAPTION_REWRITE_DIR, FilmFolder
+from core.film import CAPTION_REWRITE_DIR, CaptionCounts, FilmFolder
 from core.record import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, Clip
 from core.shards import ShardConfig, ShardWriter, read_clips, shard_paths
+from pipeline.config import PipelineConfig
 from pipeline.executor import LocalStageRunner, StageActorPool, StageRunner
+from pipeline.ip import IP
 from pipeline.manifest import write_manifest
 from pipeline.review import Review, effective_quality, read_reviews
+from stages.base import clip_schema
 from stages.captioning.cache import CaptionCache
 from stages.captioning.stage import CaptionConfig, CaptionStage
 
 log = logging.getLogger(__name__)
 
 
-def caption_film(film_dir: Path, config, ip=None, engine=None) -> dict:
+# Protagonists as an IP's manifest gives them, or as (name, reference images) pairs.
+Protagonists = IP | Sequence[tuple[str, Sequence[Path]]] | None
+
+
+def caption_film(
+    film_dir: Path,
+    config: PipelineConfig | CaptionConfig,
+    ip: Protagonists = None,
+    engine=None,
+) -> CaptionCounts:
     """Caption every clip of `film_dir`; returns the `caption` section written to summary.json.
 
-    `config`: a PipelineConfig (its `caption` and `shards` sections are used) or a CaptionConfig.
-    `ip`: an IP (pipeline.ip) with `protagonists`, a list of (name, [image paths]), or None (no
-    character matching). `engine`: an already-built engine (in-process only; tests, notebooks).
+    `config`: a PipelineConfig (its `caption` and `shards` sections are used) or a CaptionConfig
+    (shards written with the default settings). `ip`: an IP (pipeline.ip), (name, [image paths])
+    pairs, or None (no character matching). `engine`: an already-built engine (in-process only;
+    tests, notebooks).
     """
     return caption_films([film_dir], config, ip, engine)[0]
 
 
-def caption_films(film_dirs: list[Path], config, ip=None, engine=None) -> list[dict]:
+def caption_films(
+    film_dirs: list[Path],
+    config: PipelineConfig | CaptionConfig,
+    ip: Protagonists = None,
+    engine=None,
+) -> list[CaptionCounts]:
     """`caption_film` for several films of one IP, loading the model (or starting the Ray
     actors) once for all of them: a 26B model takes minutes to load."""
-    caption_config = getattr(config, "caption", config)
-    shard_config = getattr(config, "shards", None) or ShardConfig()
-    if not isinstance(caption_config, CaptionConfig):
+    if isinstance(config, PipelineConfig):
+        caption_config, shard_config = config.caption, config.shards
+    elif isinstance(config, CaptionConfig):
+        caption_config, shard_config = config, ShardConfig()
+    else:
         raise TypeError(f"expected a PipelineConfig or CaptionConfig, got {type(config).__name__}")
     # one entry per folder (a folder named twice is captioned once), all missing folders first
     film_shards = {Path(d).resolve(): _film_shards(Path(d)) for d in film_dirs}
@@ -70,44 +92,49 @@ def caption_films(film_dirs: list[Path], config, ip=None, engine=None) -> list[d
     return [summaries[Path(d).resolve()] for d in film_dirs]  # one per input, in input order
 
 
-def _caption_film(film_dir, shards, stage, runner, shard_config, engine) -> dict:
+def _caption_film(film_dir, shards, stage, runner, shard_config, engine) -> CaptionCounts:
     started = time.monotonic()
     cache = CaptionCache(FilmFolder(film_dir).caption_cache)
     reviews = read_reviews(FilmFolder(film_dir))
     counts, work = _caption_shards(shards, stage, cache, runner, shard_config, reviews)
-    summary = _summary(stage, counts, work, runner.take_stats(), started)
-    summary["cache_unreadable_lines"] = cache.unreadable_lines
-    if engine is not None:
-        summary["engine"] = type(engine).__name__  # an engine object given by the caller
+    summary = _summary(stage, counts, work, runner.take_stats(), started).updated(
+        cache_unreadable_lines=cache.unreadable_lines
+    )
+    if engine is not None:  # an engine object given by the caller
+        summary = summary.updated(engine=type(engine).__name__)
     write_manifest(FilmFolder(film_dir))
     _update_summary(film_dir, summary)
     return summary
 
 
-def _pending_film(film_dir, shards, stage, shard_config) -> dict:
+def _pending_film(film_dir, shards, stage, shard_config) -> CaptionCounts:
     started = time.monotonic()
     counts = _mark_pending(shards, stage, shard_config)
-    summary = _summary(stage, counts, Counter(), Counter(), started)
-    summary["hint"] = caption_later_hint(film_dir)
+    summary = _summary(stage, counts, Counter(), Counter(), started).updated(
+        hint=caption_later_hint(film_dir)
+    )
     write_manifest(FilmFolder(film_dir))
     _update_summary(film_dir, summary)
     return summary
 
 
-def protagonists_of(ip) -> list[tuple[str, list[Path]]]:
-    """(name, images) pairs from an IP object, a list of pairs, or None."""
+def protagonists_of(ip: Protagonists) -> list[tuple[str, list[Path]]]:
+    """(name, images) pairs from an IP, a list of pairs, or None."""
     if ip is None:
         return []
-    if hasattr(ip, "protagonists"):
+    if isinstance(ip, IP):
         return [(p.name, list(p.images)) for p in ip.protagonists]
     return [(name, list(images)) for name, images in ip]
 
 
 def caption_later_hint(film_dir: Path) -> str:
+    """The commands to caption `film_dir` later, ready to paste: the folder is shell-quoted
+    (film names hold spaces and quotes)."""
+    folder = shlex.quote(str(film_dir))
     return (
         f"captions pending for {film_dir}: caption later with "
-        f"`make caption FILM={film_dir} MODEL=<InternVL checkpoint>` or "
-        f"`animegamer caption {film_dir} --model <InternVL checkpoint> --ip manifests/<ip>.yaml`"
+        f"`make caption FILM={folder} MODEL=<InternVL checkpoint>` or "
+        f"`animegamer caption {folder} --model <InternVL checkpoint> --ip manifests/<ip>.yaml`"
     )
 
 
@@ -236,7 +263,7 @@ def _rewrite_shard(path: Path, clips: list[Clip], shard_config: ShardConfig) -> 
     for stale in aside.glob("*") if aside.is_dir() else []:
         stale.unlink()  # left by an interrupted rewrite; the shard itself was never touched
     one_file = replace(shard_config, max_bytes=2**62)  # the same rows must stay in one file
-    with ShardWriter(aside, path.stem, one_file) as writer:
+    with ShardWriter(aside, path.stem, one_file, clip_schema()) as writer:
         writer.write_all(clips)
     [written] = writer.paths
     os.replace(written, path)
@@ -245,26 +272,27 @@ def _rewrite_shard(path: Path, clips: list[Clip], shard_config: ShardConfig) -> 
 
 def _summary(
     stage: CaptionStage, counts: Counter, work: Counter, stats: Counter, started: float
-) -> dict:
+) -> CaptionCounts:
     config = stage.config
-    return {
-        "model": config.model,
-        "engine": config.engine if config.model else None,
-        "prompt_version": stage.prompt_version if config.model else None,
-        "num_frames": config.num_frames,
-        "protagonists": [name for name, _ in stage.protagonists],
-        "clips": sum(counts.values()),
-        "by_status": dict(sorted(counts.items())),
-        "from_cache": work["cached"],
-        "sent_to_model": work["sent_to_model"],
-        "requests": stats["requests"],
-        "retried_requests": stats["retried_requests"],
-        "seconds": round(time.monotonic() - started, 2),
-        "pending": counts.get(CAPTION_PENDING, 0),
-    }
+    return CaptionCounts(
+        model=config.model,
+        engine=config.engine if config.model else None,
+        prompt_version=stage.prompt_version if config.model else None,
+        num_frames=config.num_frames,
+        protagonists=[name for name, _ in stage.protagonists],
+        clips=sum(counts.values()),
+        by_status=dict(sorted(counts.items())),
+        from_cache=work["cached"],
+        sent_to_model=work["sent_to_model"],
+        requests=stats["requests"],
+        retried_requests=stats["retried_requests"],
+        seconds=round(time.monotonic() - started, 2),
+        pending=counts.get(CAPTION_PENDING, 0),
+        absent=frozenset({"cache_unreadable_lines", "hint"}),  # each pass adds its own
+    )
 
 
-def _update_summary(film_dir: Path, caption_summary: dict) -> None:
+def _update_summary(film_dir: Path, caption_summary: CaptionCounts) -> None:
     FilmFolder(film_dir).update_summary(
         lambda summary: summary.updated(
             caption=caption_summary, captions=_captions_state(caption_summary)
@@ -272,10 +300,10 @@ def _update_summary(film_dir: Path, caption_summary: dict) -> None:
     )
 
 
-def _captions_state(caption_summary: dict) -> str:
+def _captions_state(caption_summary: CaptionCounts) -> str:
     """The one-word state the film summary shows: pending, complete or incomplete."""
-    by_status = caption_summary["by_status"]
-    if not caption_summary["model"]:
+    by_status = caption_summary.by_status
+    if not caption_summary.model:
         return CAPTION_PENDING
     return (
         "incomplete"

@@ -1,7 +1,9 @@
 """Configuration, declared once.
 
 Each stage declares its own settings as a dataclass next to its code; `PipelineConfig` composes
-them into sections. The same field is reachable from a YAML file (`section: {field: value}`), from
+them into sections: the ones it names as typed fields (code elsewhere reads `config.motion`),
+and every section a registered clip stage declares that it does not name (stages/base.py), so a
+new stage's settings need no edit here. The same field is reachable from a YAML file (`section: {field: value}`), from
 an IP manifest's per-film overrides, and from the command line (`--set section.field=value`), all
 through `apply_overrides`, so no option is ever declared a second time.
 """
@@ -11,10 +13,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
 
 from core.settings import (
     ConfigError,
@@ -22,9 +23,11 @@ from core.settings import (
     check_choice,
     field_docs,
     parse_assignment,
+    read_settings_file,
     set_setting,
 )
 from core.shards import ShardConfig
+from stages.base import registered_sections
 from stages.captioning.stage import CaptionConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
@@ -55,6 +58,8 @@ class RunConfig(Settings):
     per task would oversubscribe the node."""
     progress: bool = True
 
+    content_fields = ("segment_seconds",)  # segment boundaries are forced scene boundaries
+
     def validate(self) -> None:
         check_choice("run", "executor", self.executor, EXECUTORS)
 
@@ -70,16 +75,52 @@ class PipelineConfig:
     caption: CaptionConfig = field(default_factory=CaptionConfig)
     shards: ShardConfig = field(default_factory=ShardConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    stage_sections: dict[str, Settings] = field(default_factory=lambda: _stage_sections())
+    """The sections of registered clip stages that no field above names, by section name."""
+
+    def sections(self) -> dict[str, Settings]:
+        """Every section by name: the named ones in field order, then the registered stages'."""
+        named = {f.name: getattr(self, f.name) for f in _named_sections()}
+        return named | self.stage_sections
+
+    def section(self, name: str) -> Settings:
+        return self.sections()[name]
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {name: dataclasses.asdict(s) for name, s in self.sections().items()}  # type: ignore[call-overload]
 
     def fingerprint(self) -> str:
-        """Settings that change clip content; resumed work with another fingerprint is redone.
-        Reject thresholds change no stored value (quality-calibrate re-applies them)."""
-        content = {k: v for k, v in self.to_dict().items() if k not in ("run", "caption", "reject")}
-        content["segment_seconds"] = self.run.segment_seconds
+        """Settings that change clip content, as each section declares them
+        (`Settings.content_fields`); resumed work with another fingerprint is redone."""
+        content: dict = {}
+        for name, section in self.sections().items():
+            declared = type(section).content_fields
+            if declared is None:
+                content[name] = dataclasses.asdict(section)  # type: ignore[call-overload]
+            else:
+                content |= {field: getattr(section, field) for field in declared}
         return json.dumps(content, sort_keys=True, default=str)
+
+
+def _named_sections() -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(PipelineConfig) if f.name != "stage_sections"]
+
+
+def _stage_sections() -> dict[str, Settings]:
+    """A default section for each registered clip stage's section that PipelineConfig does not
+    name; a section it names must be of the class the stage declares."""
+    named = {f.name: f for f in _named_sections()}
+    hints = typing.get_type_hints(PipelineConfig)
+    sections: dict[str, Settings] = {}
+    for name, settings in registered_sections().items():
+        if name not in named:
+            sections[name] = settings()
+        elif hints[name] is not settings:
+            raise TypeError(
+                f"PipelineConfig.{name} is {hints[name].__name__}; the clip stage that reads it "
+                f"declares {settings.__name__}"
+            )
+    return sections
 
 
 def load_config(
@@ -87,15 +128,7 @@ def load_config(
 ) -> PipelineConfig:
     config = PipelineConfig()
     if path:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: configuration file not found")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping of sections, got {type(data).__name__}")
+        data = read_settings_file(path, expected="a mapping of sections")
         apply_mapping(config, data, source=str(path))
     apply_overrides(config, overrides or [])
     check_choices(config, "settings")
@@ -124,8 +157,7 @@ def apply_overrides(config: PipelineConfig, overrides: list[str]) -> None:
 
 def check_choices(config: PipelineConfig, source: str) -> None:
     """Every section checks its own settings here, before any film is touched."""
-    for section in dataclasses.fields(config):
-        settings: Settings = getattr(config, section.name)
+    for settings in config.sections().values():
         try:
             settings.validate()
         except ConfigError as exc:
@@ -151,23 +183,18 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
 def describe_fields() -> list[tuple[str, object, str]]:
     """(section.field, default, help) for every setting: the CLI's --help lists these."""
     rows = []
-    for section in dataclasses.fields(PipelineConfig):
-        make_section = section.default_factory
-        assert callable(make_section), f"{section.name}: every section has a default_factory"
-        section_obj = make_section()
-        docs = field_docs(type(section_obj))
-        for f in dataclasses.fields(section_obj):
-            rows.append(
-                (f"{section.name}.{f.name}", getattr(section_obj, f.name), docs.get(f.name, ""))
-            )
+    for name, section in PipelineConfig().sections().items():
+        docs = field_docs(type(section))
+        for f in dataclasses.fields(section):  # type: ignore[arg-type]
+            rows.append((f"{name}.{f.name}", getattr(section, f.name), docs.get(f.name, "")))
     return rows
 
 
-def _section(config: PipelineConfig, name: str, source: str):
-    if name not in {f.name for f in dataclasses.fields(config)}:
-        known = ", ".join(f.name for f in dataclasses.fields(config))
-        raise ConfigError(f"{source}: unknown section '{name}' (known: {known})")
-    return getattr(config, name)
+def _section(config: PipelineConfig, name: str, source: str) -> Settings:
+    sections = config.sections()
+    if name not in sections:
+        raise ConfigError(f"{source}: unknown section '{name}' (known: {', '.join(sections)})")
+    return sections[name]
 
 
 def _set_field(section, section_name: str, name: str, value, source: str) -> None:

@@ -11,6 +11,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from core import storage
@@ -94,7 +95,7 @@ def _usable_clips(film_dir: str | Path) -> int | None:
         if USABLE_COLUMN not in parquet.schema_arrow.names:
             return None
         column = parquet.read(columns=[USABLE_COLUMN]).column(USABLE_COLUMN)
-    return sum(bool(v) for v in column.to_pylist())
+    return int(pc.sum(column).as_py() or 0)  # counted in Arrow: no Python object per clip
 
 
 def _summed(mappings) -> dict:

@@ -138,15 +138,8 @@ def open_dataset(path: str | Path) -> Dataset:
         raise DatasetError(f"{root}: no such folder")
     if not root.is_dir():
         raise DatasetError(f"{root}: not a folder (give a film folder or a dataset folder)")
-    films = (
-        [Film(root)]
-        if is_film_folder(root)
-        else [
-            Film(child)
-            for child in sorted(root.iterdir())
-            if child.is_dir() and is_film_folder(child)
-        ]
-    )
+    # a dataset folder's films at any depth (series folders of episodes), found the one way
+    films = [Film(root)] if is_film_folder(root) else list(map(Film, FilmFolder.discover(root)))
     if not films:
         raise DatasetError(
             f"{root}: no film folders found (expected {root}/<film>/{SHARDS_DIR}/"

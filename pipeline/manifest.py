@@ -9,6 +9,8 @@ the review page rebuilds it on every decision, so it never lags behind either.
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,8 +21,10 @@ from core.io import write_table_atomic
 from core.schema import CLIP_SCHEMA, MANIFEST_SCHEMA
 from core.shards import read_table, shard_paths
 from pipeline.review import (
+    ACCEPT,
     EDITABLE_FIELDS,
     QUALITY_COLUMNS,
+    REJECT,
     Review,
     apply_review,
     effective_quality,
@@ -37,13 +41,14 @@ def build_manifest(folder: FilmFolder) -> pa.Table:
 
 
 def shard_table(folder: FilmFolder) -> pa.Table:
-    """The film's clip rows without media: SHARD_COLUMNS, and the quality flags where a shard
-    has them."""
+    """The film's clip rows without media: SHARD_COLUMNS, the quality flags where a shard has
+    them, and the columns registered stages added (stages/base.py clip_schema)."""
     tables = []
     for path in shard_paths(folder.shards):
         present = pq.read_schema(path).names
         flags = [c for c in QUALITY_COLUMNS if c in present and c not in SHARD_COLUMNS]
-        tables.append(read_table(path, columns=SHARD_COLUMNS + flags))
+        added = [c for c in present if c not in CLIP_SCHEMA.names]  # registered stages' columns
+        tables.append(read_table(path, columns=SHARD_COLUMNS + flags + added))
     if not tables:
         return MANIFEST_SCHEMA.empty_table().select(SHARD_COLUMNS)
     return pa.concat_tables(tables, promote_options="default")
@@ -68,11 +73,20 @@ def reviewed_manifest(table: pa.Table, reviews: dict[str, Review]) -> pa.Table:
         seen = apply_review(row, reviews[row["clip_id"]])
         for name in _REVIEWED:
             columns[name][index] = seen[name]
+    schema = _with_added_columns(table.schema)
     arrays = [
         pa.array(columns[f.name], f.type) if f.name in columns else table.column(f.name)
-        for f in MANIFEST_SCHEMA
+        for f in schema
     ]
-    return pa.Table.from_arrays(arrays, schema=MANIFEST_SCHEMA)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _with_added_columns(shards: pa.Schema) -> pa.Schema:
+    """MANIFEST_SCHEMA, followed by the shards' columns that registered stages added."""
+    added = [f for f in shards if f.name not in CLIP_SCHEMA.names and f.name not in _REVIEWED]
+    if not added:
+        return MANIFEST_SCHEMA
+    return pa.schema(list(MANIFEST_SCHEMA) + added, metadata=MANIFEST_SCHEMA.metadata)
 
 
 # The columns a review decision can change (apply_review)
@@ -95,3 +109,54 @@ def _column(table: pa.Table, name: str) -> list:
 def write_manifest(folder: FilmFolder) -> Path:
     """(Re)build a film folder's manifest.parquet from its shards and its review decisions."""
     return write_table_atomic(build_manifest(folder), folder.manifest)
+
+
+@dataclass
+class ReviewedCounts:
+    """A film's clips as its manifest counts them, review decisions included: what the console,
+    dataset.json and the report all say."""
+
+    clips: int = 0
+    usable: int = 0
+    by_reason: Counter[str] = field(default_factory=Counter)  # a clip with two counts under both
+    accepted: int = 0  # review decisions
+    rejected_by_review: int = 0
+
+    @property
+    def rejected(self) -> int:
+        return self.clips - self.usable
+
+    def __add__(self, other: ReviewedCounts) -> ReviewedCounts:
+        return ReviewedCounts(
+            self.clips + other.clips,
+            self.usable + other.usable,
+            self.by_reason + other.by_reason,
+            self.accepted + other.accepted,
+            self.rejected_by_review + other.rejected_by_review,
+        )
+
+    def line(self) -> str:
+        """`quality: 5 usable, 9 rejected (black 1, review 2, text 4); review: 1 accepted, 2
+        rejected` (the review part only where someone decided)."""
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(self.by_reason.items())) or "none"
+        text = f"quality: {self.usable} usable, {self.rejected} rejected ({reasons})"
+        if self.accepted or self.rejected_by_review:
+            text += f"; review: {self.accepted} accepted, {self.rejected_by_review} rejected"
+        return text
+
+
+def reviewed_counts(folder: FilmFolder) -> ReviewedCounts:
+    """Usable clips, reasons and decisions as the film's manifest.parquet holds them."""
+    if not folder.manifest.is_file():
+        return ReviewedCounts()
+    table = pq.read_table(folder.manifest, columns=["usable", "reject_reasons", "review_decision"])
+    usable = table.column("usable").to_pylist()
+    reasons = table.column("reject_reasons").to_pylist()
+    decisions = table.column("review_decision").to_pylist()
+    return ReviewedCounts(
+        clips=len(usable),
+        usable=sum(bool(u) for u in usable),
+        by_reason=Counter(r for ok, clip in zip(usable, reasons) if not ok for r in clip or ()),
+        accepted=decisions.count(ACCEPT),
+        rejected_by_review=decisions.count(REJECT),
+    )

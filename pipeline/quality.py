@@ -27,9 +27,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from core.film import SHARDS_DIR, FilmFolder
+from core.film import SHARDS_DIR, FilmFolder, QualityCounts
 from core.io import write_json_atomic
 from core.record import CAPTION_PENDING, SKIPPED_UNUSABLE
 from core.shards import (
@@ -38,8 +39,18 @@ from core.shards import (
     rewrite_row_groups,
     shard_paths,
 )
+from pipeline.duplicates import (
+    CLIP_COLUMNS,
+    INDEX_SCHEMA,
+    PairIds,
+    QualityIndex,
+    choose_kept,
+    film_stamp,
+    near_pairs,
+    stored_pairs,
+)
 from pipeline.manifest import write_manifest
-from stages.quality import RejectConfig, decide, hamming
+from stages.quality import RejectConfig, decide
 
 THRESHOLDS_FILE = "quality.json"
 PASS_COLUMNS = [
@@ -68,14 +79,12 @@ class PassResult:
     rewritten_films: int
     by_reason: dict[str, int]
     usable: int
+    read_films: int = 0  # films whose shards were read (the others came from the folder's index)
 
 
 def film_folders(location: Path) -> list[Path]:
-    """Film folders (holding shards/) at or directly under `location`, sorted."""
-    location = Path(location)
-    if (location / SHARDS_DIR).is_dir():
-        return [location]
-    return sorted(p for p in location.iterdir() if (p / SHARDS_DIR).is_dir())
+    """Film folders at or under `location`, at any depth (core/film.py `FilmFolder.discover`)."""
+    return FilmFolder.discover(Path(location))
 
 
 def load_thresholds(location: Path, default: RejectConfig) -> tuple[RejectConfig, bool]:
@@ -99,85 +108,99 @@ def save_thresholds(location: Path, thresholds: RejectConfig) -> Path:
 
 
 def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
-    """Decide every clip under `location` (a dataset or film folder) and rewrite what changed."""
+    """Decide every clip under `location` (a dataset or film folder) and rewrite what changed.
+
+    Films unchanged since the folder's index was written (pipeline/duplicates.py) come from the
+    index, and only new or changed films are searched against the rest. With the index's own
+    thresholds only films with a new or changed clip, or a changed duplicate, are read; new
+    thresholds read every film. Films are read one at a time; the index is written last."""
+    location = Path(location)
+    root = location.parent if (location / SHARDS_DIR).is_dir() else location
     films = film_folders(location)
-    rows = {film: read_pass_rows(film) for film in films}
-    everything = [row for film in films for row in rows[film]]
-    fit = [row for row in everything if decide({**row, "duplicate_of": None}, thresholds)[0]]
-    duplicates = find_duplicates(fit, thresholds)
-    decided = {}
-    for row in everything:
-        duplicate_of = duplicates.get(row["clip_id"])
-        usable, reasons = decide({**row, "duplicate_of": duplicate_of}, thresholds)
-        decided[row["clip_id"]] = (usable, reasons, duplicate_of)
-    wanted = {row["clip_id"]: _wanted(row, decided[row["clip_id"]]) for row in everything}
-    rewritten = 0
-    for film in films:
-        if any(_stored(row) != wanted[row["clip_id"]] for row in rows[film]):
-            _rewrite_film(film, wanted)
-            rewritten += 1
-        _update_summary(film, [decided[r["clip_id"]] for r in rows[film]], thresholds)
-    counts = Counter(reason for usable, reasons, _ in decided.values() for reason in reasons)
+    index = QualityIndex.load(root, thresholds)
+    key = {film: _key(film, root) for film in films}
+    stamps = {key[film]: film_stamp(film) for film in films}
+    reused = sorted(k for k, stamp in stamps.items() if stamp and index.stamp(k) == stamp)
+    read = [f for f in films if key[f] not in reused or not index.same_thresholds(thresholds)]
+    clips = pa.concat_tables(
+        [index.clips_of(sorted(set(stamps) - {key[f] for f in read}))]
+        + [_index_part(film, key[film], thresholds) for film in read]
+    )
+    pairs = stored_pairs(index.rows_of(reused), clips)
+    pairs = pairs + near_pairs(clips, _not_in(clips, reused), thresholds)
+    fit = clips.column("fit").to_numpy(zero_copy_only=False)
+    duplicate_of = choose_kept(clips, fit, pairs, thresholds)
+    before = clips.column("duplicate_of").to_pylist()
+    changed = {
+        folder
+        for folder, was, now in zip(clips.column("folder").to_pylist(), before, duplicate_of)
+        if was != now
+    }
+    to_decide = [f for f in films if f in read or key[f] in changed]
+    found = {i: d for i, d in zip(clips.column("clip_id").to_pylist(), duplicate_of) if d}
+    outcomes = [_decide_film(film, key[film], found, thresholds) for film in to_decide]
+    final = pa.concat_tables(
+        [clips.filter(_not_in(clips, [key[f] for f in to_decide]))] + [t for t, _ in outcomes]
+    )
+    index.save(root, final, PairIds.of(pairs, clips), thresholds, stamps)
+    counts = pc.value_counts(pc.list_flatten(final.column("reject_reasons"))).to_pylist()
     return PassResult(
         films=len(films),
-        clips=len(everything),
-        rewritten_films=rewritten,
-        by_reason=dict(sorted(counts.items())),
-        usable=sum(usable for usable, _, _ in decided.values()),
+        clips=len(final),
+        rewritten_films=sum(rewritten for _, rewritten in outcomes),
+        by_reason={c["values"]: c["counts"] for c in sorted(counts, key=lambda c: c["values"])},
+        usable=int(pc.sum(final.column("usable")).as_py() or 0),
+        read_films=len(set(read) | set(to_decide)),
     )
 
 
-def find_duplicates(rows: list[dict], thresholds: RejectConfig) -> dict[str, str]:
-    """clip_id -> clip_id of the kept copy, for every clip that is a near-duplicate.
+def _not_in(clips: pa.Table, folders: list[str]) -> np.ndarray:
+    inside = pc.is_in(clips.column("folder"), value_set=pa.array(folders, pa.string()))
+    return ~inside.to_numpy(zero_copy_only=False)
 
-    Clips are visited in (film name, film id, start frame) order; each is compared with the clips
-    kept so far (vectorised Hamming distances over their frame hashes) and is a duplicate of the
-    first kept clip within `duplicate_max_distance`. Clips of one scene of one film are never
-    compared, nor clips of one film at all when duplicate_within_film is off. Clips hashed with
-    another number of frames (other settings) are compared only among themselves."""
-    rows = sorted(
-        (r for r in rows if r.get("quality_hashes")),
-        key=lambda r: (r["film_name"], r["film_id"], r["start_frame"], r["clip_id"]),
-    )
-    kept: dict[int, _Kept] = {}  # hash count -> the clips kept so far
-    result: dict[str, str] = {}
+
+def _key(film: Path, root: Path) -> str:
+    """A film's name in the index: its path under the dataset folder (films may be nested)."""
+    return film.relative_to(root).as_posix() if film != root else film.name
+
+
+def _index_part(film: Path, key: str, thresholds: RejectConfig) -> pa.Table:
+    """A film's rows for the index, from its shards: whether each clip is fit on its own under
+    `thresholds`, and the decision its shards hold now."""
+    rows = read_pass_rows(film)
+    fit = [decide({**row, "duplicate_of": None}, thresholds)[0] for row in rows]
+    return _index_rows(key, rows, fit)
+
+
+def _decide_film(film: Path, key: str, found: dict[str, str], thresholds: RejectConfig):
+    """Decide a film's clips with the duplicates `found` (clip_id -> the kept clip's), rewrite its
+    shards if a decision changed, and update its summary. Its index rows, and whether its shards
+    were rewritten."""
+    rows = read_pass_rows(film)
+    decided, fit = [], []
     for row in rows:
-        hashes = np.asarray(row["quality_hashes"], dtype=np.int64)
-        group = kept.setdefault(len(hashes), _Kept(len(hashes)))
-        match = group.first_match(hashes, row, thresholds)
-        if match is None:
-            group.add(hashes, row)
-        else:
-            result[row["clip_id"]] = match["clip_id"]
-    return result
+        duplicate_of = found.get(row["clip_id"])
+        usable, reasons = decide({**row, "duplicate_of": duplicate_of}, thresholds)
+        decided.append((usable, reasons, duplicate_of))
+        if duplicate_of is not None:
+            usable = decide({**row, "duplicate_of": None}, thresholds)[0]
+        fit.append(usable)
+    wanted = {row["clip_id"]: _wanted(row, d) for row, d in zip(rows, decided)}
+    rewrite = any(_stored(row) != wanted[row["clip_id"]] for row in rows)
+    if rewrite:
+        _rewrite_film(film, wanted)
+    _update_summary(film, decided, thresholds)
+    stored = [
+        {**row, "usable": usable, "reject_reasons": reasons, "duplicate_of": duplicate_of}
+        for row, (usable, reasons, duplicate_of) in zip(rows, decided)
+    ]
+    return _index_rows(key, stored, fit), rewrite
 
 
-class _Kept:
-    """The hashes of the clips kept so far, in a buffer that grows by doubling."""
-
-    def __init__(self, width: int):
-        self.hashes = np.zeros((64, width), np.int64)
-        self.rows: list[dict] = []
-
-    def add(self, hashes: np.ndarray, row: dict) -> None:
-        if len(self.rows) == len(self.hashes):
-            self.hashes = np.concatenate([self.hashes, np.zeros_like(self.hashes)])
-        self.hashes[len(self.rows)] = hashes
-        self.rows.append(row)
-
-    def first_match(self, hashes: np.ndarray, row: dict, thresholds: RejectConfig) -> dict | None:
-        if not self.rows:
-            return None
-        distance = hamming(self.hashes[: len(self.rows)], hashes[None, :]).mean(axis=1)
-        for position in np.flatnonzero(distance <= thresholds.duplicate_max_distance):
-            other = self.rows[position]
-            same_film = other["film_id"] == row["film_id"]
-            if same_film and (
-                not thresholds.duplicate_within_film or other["scene_index"] == row["scene_index"]
-            ):
-                continue
-            return other
-        return None
+def _index_rows(key: str, rows: list[dict], fit: list[bool]) -> pa.Table:
+    columns: dict[str, list] = {name: [row.get(name) for row in rows] for name in CLIP_COLUMNS}
+    columns["folder"], columns["fit"] = [key] * len(rows), fit
+    return pa.table(columns, schema=pa.schema([INDEX_SCHEMA.field(n) for n in CLIP_COLUMNS]))
 
 
 def read_pass_rows(film: Path) -> list[dict]:
@@ -220,20 +243,21 @@ def _rewrite_film(film: Path, wanted: dict[str, tuple]) -> None:
         write_manifest(folder)
 
 
-def quality_summary(decided: list[tuple], thresholds: RejectConfig) -> dict:
+def quality_summary(decided: list[tuple], thresholds: RejectConfig) -> QualityCounts:
     """The `quality` section of a film's summary.json: clips per reason (a clip with two reasons
     counts under both), usable and rejected totals, and the thresholds that decided."""
     by_reason = Counter(reason for _, reasons, _ in decided for reason in reasons)
     usable = sum(ok for ok, _, _ in decided)
-    return {
-        "usable": usable,
-        "rejected": len(decided) - usable,
-        "by_reason": dict(sorted(by_reason.items())),
-        "duplicates": sum(dup is not None for _, _, dup in decided),
-        "thresholds": asdict(thresholds),
-    }
+    return QualityCounts(
+        usable=usable,
+        rejected=len(decided) - usable,
+        by_reason=dict(sorted(by_reason.items())),
+        duplicates=sum(dup is not None for _, _, dup in decided),
+        duplicates_checked=True,  # the folder pass compared every clip
+        thresholds=asdict(thresholds),
+    )
 
 
 def _update_summary(film: Path, decided: list[tuple], thresholds: RejectConfig) -> None:
-    counts = quality_summary(decided, thresholds) | {"duplicates_checked": True}
+    counts = quality_summary(decided, thresholds)
     FilmFolder(film).update_summary(lambda summary: summary.updated(quality=counts), create=False)

@@ -5,6 +5,7 @@ media by clip id (`/media/<id>.mp4`, the H.264 bytes stored in the shard; `/medi
 stored first frame), and a small JSON API that the page uses and scripts can use:
 
     GET  /api/clips?film=&usable=&reason=&caption_status=&motion_level=&character=&decision=
+         &offset=&limit=   (a page of the matching clips; no limit: all of them)
     POST /api/review  {"clip_id": "...", "decision": "accept"|"reject", "note": "...",
                        "fields": {"subject": "girl", "characters": ["Sintel"], ...}}
 
@@ -27,6 +28,8 @@ import logging
 import re
 import threading
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -64,6 +67,7 @@ PAGE = Path(__file__).with_name("review_page.html")
 MAX_BODY = 1 << 20  # a decision is a few hundred bytes
 MAX_NOTE = 2000
 FILTERS = ("film", "usable", "reason", "caption_status", "motion_level", "character", "decision")
+PAGING = ("offset", "limit")
 UNREVIEWED = "none"  # decision=none lists the clips nobody decided on yet
 _MEDIA = re.compile(r"^/media/(?P<clip_id>[0-9a-f]{32})\.(?P<kind>mp4|jpg)$")
 
@@ -84,6 +88,40 @@ class _Snapshot:
     position: dict[str, int]  # clip id -> its index in its film's rows
 
 
+@dataclass
+class _Listing:
+    """What GET /api/clips filters and pages, for one state of the shards and review files."""
+
+    key: tuple
+    clips: list[dict]
+    counts: dict[str, dict]
+    facets: dict
+
+
+def _review_stamps(snapshot: _Snapshot) -> tuple:
+    """Each film's review.parquet as (size, mtime): a decision, here or elsewhere, changes it."""
+    stamps = []
+    for slug in snapshot.rows:
+        path = FilmFolder(snapshot.dataset.film(slug).path).review
+        stat = path.stat() if path.is_file() else None
+        stamps.append((slug, stat and (stat.st_size, stat.st_mtime_ns)))
+    return tuple(stamps)
+
+
+def _paging(query: dict[str, str]) -> tuple[int, int | None]:
+    """(offset, limit) of a request; no limit means every matching clip."""
+    limit = query.get("limit")
+    return _whole(query.get("offset", "0"), "offset"), None if limit is None else _whole(
+        limit, "limit"
+    )
+
+
+def _whole(text: str, name: str) -> int:
+    if not text.isdigit():
+        raise ReviewError(f"{name} must be a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 class ReviewApp:
     """The clips under one film or dataset folder, their decisions, and the API's answers."""
 
@@ -94,6 +132,7 @@ class ReviewApp:
         self._snapshot = self._read(open_dataset(self.root))
         self._sheets: dict[str, list[str]] = {}
         self._stores: dict[str, ReviewStore] = {}
+        self._listed: _Listing | None = None
 
     # ---- reading
 
@@ -120,7 +159,7 @@ class ReviewApp:
 
     def clips(self, query: dict[str, str]) -> dict:
         """GET /api/clips: the clips passing the filters, with facets and review counts."""
-        unknown = sorted(set(query) - set(FILTERS))
+        unknown = sorted(set(query) - set(FILTERS) - set(PAGING))
         if unknown:
             raise ReviewError(f"unknown filters {unknown} (filters: {', '.join(FILTERS)})")
         snapshot = self.snapshot()
@@ -129,22 +168,39 @@ class ReviewApp:
                 f"film {query['film']!r} is not under {self.root} "
                 f"(films: {', '.join(snapshot.rows)})"
             )
-        match = _clip_filter(query)
+        offset, limit = _paging(query)
+        match = _clip_filter({k: v for k, v in query.items() if k in FILTERS})
+        listing = self._listing(snapshot)
+        chosen = [clip for clip in listing.clips if match(clip)]
+        return {
+            "root": str(self.root),
+            "total": len(listing.clips),
+            "matched": len(chosen),
+            "offset": offset,
+            "limit": limit,
+            "clips": chosen[offset : None if limit is None else offset + limit],
+            "counts": listing.counts,
+            "facets": listing.facets,
+            "editable": list(EDITABLE_FIELDS),
+            "sheets": {slug: self.sheet(slug) for slug in snapshot.rows},
+        }
+
+    def _listing(self, snapshot: _Snapshot) -> _Listing:
+        """Every clip's JSON, the review counts and the facets: built once per state of the shards
+        and the review files, so a request filters and pages a list instead of rebuilding it."""
+        key = (snapshot.signature, _review_stamps(snapshot))
+        with self._lock:
+            if self._listed is not None and self._listed.key == key:
+                return self._listed
         everything, counts = [], {}
         for slug, rows in snapshot.rows.items():
             reviews = self.store(slug).load()
             counts[slug] = review_counts(reviews, (r["clip_id"] for r in rows))
             everything += [_clip_json(slug, row, reviews.get(row["clip_id"])) for row in rows]
-        chosen = [clip for clip in everything if match(clip)]
-        return {
-            "root": str(self.root),
-            "total": len(everything),
-            "clips": chosen,
-            "counts": counts,
-            "facets": _facets(everything),
-            "editable": list(EDITABLE_FIELDS),
-            "sheets": {slug: self.sheet(slug) for slug in snapshot.rows},
-        }
+        listing = _Listing(key, everything, counts, _facets(everything))
+        with self._lock:
+            self._listed = listing
+        return listing
 
     def media(self, clip_id: str, kind: str) -> bytes:
         snapshot = self.snapshot()
@@ -159,22 +215,28 @@ class ReviewApp:
     # ---- deciding
 
     def review(self, body) -> dict:
-        """POST /api/review: check the request, record it, rebuild the film's manifest."""
+        """POST /api/review: check the request, record it, rebuild the film's manifest. Every
+        problem of a request is named in one answer (404 when the clip id is the only one)."""
         if not isinstance(body, dict):
             raise ReviewError("the body must be a JSON object {clip_id, decision, note, fields}")
+        problems = _Problems()
         unknown = sorted(set(body) - {"clip_id", "decision", "note", "fields"})
         if unknown:
-            raise ReviewError(f"unknown keys {unknown} (expected clip_id, decision, note, fields)")
+            problems.add(f"unknown keys {unknown} (expected clip_id, decision, note, fields)")
         clip_id = body.get("clip_id")
         snapshot = self.snapshot()
-        if not isinstance(clip_id, str) or clip_id not in snapshot.film_of:
-            raise NotFound(f"clip_id {clip_id!r} is not a clip under {self.root}")
-        decision = check_decision(body.get("decision"))
+        slug = snapshot.film_of.get(clip_id) if isinstance(clip_id, str) else None
+        if slug is None:
+            problems.not_found = f"clip_id {clip_id!r} is not a clip under {self.root}"
+        with problems.collect():
+            decision = check_decision(body.get("decision"))
         note = body.get("note")
         if note is not None and (not isinstance(note, str) or len(note) > MAX_NOTE):
-            raise ReviewError(f"note must be text of at most {MAX_NOTE} characters")
-        slug = snapshot.film_of[clip_id]
-        fields = check_fields(body.get("fields") or {}, self.sheet(slug))
+            problems.add(f"note must be text of at most {MAX_NOTE} characters")
+        with problems.collect():  # without the clip's film, names are checked against no sheet
+            fields = check_fields(body.get("fields") or {}, self.sheet(slug) if slug else None)
+        problems.raise_any()
+        assert slug is not None and isinstance(clip_id, str)  # raise_any refused the others
         rows, table = snapshot.rows[slug], snapshot.tables[slug]
         film = snapshot.dataset.film(slug)
         counts = {}
@@ -201,28 +263,54 @@ class ReviewApp:
         return self._sheets[slug]
 
 
-def check_fields(fields, sheet: list[str]) -> dict[str, Any]:
+class _Problems:
+    """What is wrong with a request, gathered so that one answer names all of it."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.not_found: str | None = None
+
+    def add(self, message: str) -> None:
+        self.messages.append(message)
+
+    @contextmanager
+    def collect(self) -> Iterator[None]:
+        try:
+            yield
+        except ReviewError as exc:
+            self.add(str(exc))
+
+    def raise_any(self) -> None:
+        if self.not_found and not self.messages:
+            raise NotFound(self.not_found)
+        if self.messages:
+            raise ReviewError("; ".join(filter(None, [self.not_found, *self.messages])))
+
+
+def check_fields(fields, sheet: list[str] | None) -> dict[str, Any]:
     """Corrected caption fields checked against their domains, by the caption parser's own rules;
-    `sheet` is the IP's protagonist names, the domain of `characters`. A None value withdraws an
-    earlier correction of that field."""
+    `sheet` is the IP's protagonist names, the domain of `characters` (None: unknown, names are
+    not checked). A None value withdraws an earlier correction of that field. Every bad field is
+    named in the one error."""
     if not isinstance(fields, dict):
         raise ReviewError(f"fields must be an object of field: value, got {fields!r}")
+    problems = _Problems()
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:
-        raise ReviewError(
-            f"fields {unknown} cannot be corrected (editable: {list(EDITABLE_FIELDS)})"
-        )
+        problems.add(f"fields {unknown} cannot be corrected (editable: {list(EDITABLE_FIELDS)})")
     checked: dict[str, Any] = {}
     for name, value in fields.items():
         try:
-            if value is None:
+            if value is None or name in unknown:
                 checked[name] = None
             elif name == "characters":
-                checked[name] = check_character_names(value, sheet)
+                if sheet is not None:
+                    checked[name] = check_character_names(value, sheet)
             else:
                 checked[name] = check_state_value(name, value)
         except ParseError as exc:
-            raise ReviewError(str(exc)) from None
+            problems.add(str(exc))
+    problems.raise_any()
     return checked
 
 
@@ -332,6 +420,7 @@ class ReviewHandler(BaseHTTPRequestHandler):
         self._answer(self._post)
 
     def _answer(self, handle) -> None:
+        self._unread = self._body_length()
         try:
             self._check_host()
             handle()
@@ -344,6 +433,42 @@ class ReviewHandler(BaseHTTPRequestHandler):
         except Exception as exc:
             log.error("%s %s failed:\n%s", self.command, self.path, traceback.format_exc())
             self._json({"error": f"{type(exc).__name__}: {exc}"}, HTTPStatus.INTERNAL_SERVER_ERROR)
+        finally:
+            self._discard_body()
+
+    def _body_length(self) -> int | None:
+        """The bytes of body the request declares, or None where they cannot be known (chunked,
+        a bad Content-Length): then the connection is closed after the answer."""
+        if self.headers.get("Transfer-Encoding"):
+            return None
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            return None
+        return length if length >= 0 else None
+
+    def _discard_body(self) -> None:
+        """A request refused before its body was read (a foreign origin, a wrong content type, a
+        wrong path) still sent that body: on a kept-alive connection the next request would be
+        parsed from it. Read it away, or close the connection where it is too long or unknown."""
+        if self._keeps_connection():
+            if self._unread:
+                self.rfile.read(self._unread)
+        else:
+            self.close_connection = True
+        self._unread = 0
+
+    def _keeps_connection(self) -> bool:
+        return self._unread is not None and self._unread <= MAX_BODY
+
+    def _read_body(self) -> bytes:
+        if not self._keeps_connection():
+            raise _Refused(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"send the body with a Content-Length of at most {MAX_BODY} bytes",
+            )
+        body, self._unread = self.rfile.read(self._unread or 0), 0
+        return body
 
     def _check_host(self) -> None:
         allowed = {f"{HOST}:{self.server.port}", f"localhost:{self.server.port}"}
@@ -380,11 +505,8 @@ class ReviewHandler(BaseHTTPRequestHandler):
                 HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
                 "send the decision as Content-Type: application/json",
             )
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            raise _Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes")
         try:
-            body = json.loads(self.rfile.read(length) or b"null")
+            body = json.loads(self._read_body() or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ReviewError(f"the body is not valid JSON ({exc})") from None
         self._json(self.server.app.review(body))
@@ -421,6 +543,8 @@ class ReviewHandler(BaseHTTPRequestHandler):
         self, data: bytes, kind: str, status: HTTPStatus = HTTPStatus.OK, extra: dict | None = None
     ) -> None:
         self.send_response(status)
+        if not self._keeps_connection():
+            self.send_header("Connection", "close")
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-store")

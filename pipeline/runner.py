@@ -31,10 +31,12 @@ from core.film import (
     SUMMARY_FILE,
     WORK_DIR,
     CropRecord,
+    Drop,
     FilmFacts,
     FilmFolder,
     FilmSummary,
     FolderError,
+    SegmentSpan,
     SegmentStats,
 )
 from core.io import write_table_atomic
@@ -45,9 +47,15 @@ from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_ch
 from pipeline.corpus import write_dataset_summary
 from pipeline.executor import Executor, make_executor
 from pipeline.ip import IP
-from pipeline.manifest import write_manifest
-from pipeline.segments import Segment, SegmentJob, limit_threads, plan_segments, run_segment
-from stages.base import build_clip_stages
+from pipeline.manifest import ReviewedCounts, reviewed_counts, write_manifest
+from pipeline.segments import (
+    SegmentJob,
+    frame_stage_resources,
+    limit_threads,
+    plan_segments,
+    run_segment,
+)
+from stages.base import build_clip_stages, clip_schema
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
 
@@ -82,7 +90,7 @@ class FilmPlan:
     film: FilmInfo
     crop: CropBox
     film_dir: str | Path  # a local path or an fsspec URL
-    segments: list[Segment]
+    segments: list[SegmentSpan]
     seconds: dict[str, float]
 
 
@@ -147,11 +155,26 @@ def _quality_pass(results: list[FilmResult], out_dir: str | Path, config: Pipeli
     """Decide every clip of the output folder, duplicates across its films included, with the
     folder's thresholds (written from this run's settings the first time)."""
     with storage.working_copy(out_dir, SUMMARY_FILE) as local:  # s3://: a copy, published back
+        _fetch_folder_files(out_dir, local)
         _decide_quality(results, out_dir, local, config)
 
 
+def _fetch_folder_files(out_dir: str | Path, local: Path) -> None:
+    """The folder's thresholds and duplicate index, which a copy of its films leaves out (each
+    one object, written whole; the pass's new versions are uploaded with the films)."""
+    from pipeline.duplicates import INDEX_FILE
+    from pipeline.quality import THRESHOLDS_FILE
+
+    if not storage.is_remote(out_dir):
+        return
+    for name in (THRESHOLDS_FILE, INDEX_FILE):
+        remote = storage.join(out_dir, name)
+        if storage.exists(remote):
+            storage.download(remote, local / name)
+
+
 def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> None:
-    from pipeline.quality import apply_quality, load_thresholds, save_thresholds
+    from pipeline.quality import apply_quality, film_folders, load_thresholds, save_thresholds
 
     thresholds, saved = load_thresholds(local, config.reject)
     if saved and thresholds != config.reject:
@@ -165,17 +188,14 @@ def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> No
     outcome = apply_quality(local, thresholds)
     for result in results:
         if result.ok and result.film_dir is not None:
-            result.summary = FilmFolder(local / storage.name(result.film_dir)).read_summary()
-            quality = (result.summary.quality if result.summary else None) or {}
-            reasons = ", ".join(f"{k} {v}" for k, v in quality.get("by_reason", {}).items())
-            result.message += (
-                f"; quality: {quality.get('usable', 0)} usable, "
-                f"{quality.get('rejected', 0)} rejected ({reasons or 'none'})"
-            )
+            folder = FilmFolder(local / storage.name(result.film_dir))
+            result.summary = folder.read_summary()
+            result.message += "; " + reviewed_counts(folder).line()  # as the manifest says
+    every = sum(map(reviewed_counts, map(FilmFolder, film_folders(local))), ReviewedCounts())
     log.info(
         "quality: %d of %d clips usable in %d film(s) of %s",
-        outcome.usable,
-        outcome.clips,
+        every.usable,
+        every.clips,
         outcome.films,
         out_dir,
     )
@@ -258,18 +278,20 @@ def _as_result(path: str | Path, outcome) -> FilmResult:
 
 @dataclass(frozen=True)
 class SegmentResources:
-    """What each segment task of a film reserves, and the clip stages that asked for a GPU."""
+    """What each segment task of a film reserves, and the stages that asked for a GPU."""
 
     resources: Resources
     gpu_stages: tuple[str, ...]
 
 
 def segment_resources(config: PipelineConfig) -> SegmentResources:
-    """One CPU, and the most GPU any clip stage declares (MemFlow on CUDA): Ray then never puts
-    two segments' models on one GPU."""
-    stages = build_clip_stages(config)
-    gpus = max((stage.resources.gpus for stage in stages), default=0.0)
-    gpu_stages = tuple(stage.name for stage in stages if stage.resources.needs_gpu())
+    """One CPU, and the most GPU any stage of the segment declares (MemFlow or TransNetV2 on
+    CUDA): Ray then never puts two segments' models on one GPU, and a task that reserved no GPU
+    sees none (Ray hides the others), so 'auto' resolves to the CPU inside it too."""
+    declared = {stage.name: stage.resources for stage in build_clip_stages(config)}
+    declared |= frame_stage_resources(config)
+    gpus = max((resources.gpus for resources in declared.values()), default=0.0)
+    gpu_stages = tuple(name for name, resources in declared.items() if resources.needs_gpu())
     return SegmentResources(Resources(cpus=1.0, gpus=gpus), gpu_stages)
 
 
@@ -383,7 +405,7 @@ class _FilmScheduler:
         if shortfall:
             stages = ", ".join(declared.gpu_stages)
             message = (
-                f"{job.path}: a segment task {shortfall} (clip stages that declare a GPU: {stages})"
+                f"{job.path}: a segment task {shortfall} (stages that declare a GPU: {stages})"
             )
             self.outcomes[index] = FilmResult(str(job.path), None, False, message)
             return
@@ -477,7 +499,9 @@ def _fetched_film(path: str | Path) -> Path:
         raise FilmError(f"{path}: cannot be read ({exc})") from None
 
 
-def _segment_job(plan: FilmPlan, config: PipelineConfig, ip: IP, segment: Segment) -> SegmentJob:
+def _segment_job(
+    plan: FilmPlan, config: PipelineConfig, ip: IP, segment: SegmentSpan
+) -> SegmentJob:
     """A segment's job: its folder is the film's, or for a film in object storage a local scratch
     folder standing in for it (`store` then names the real one)."""
     if not storage.is_remote(plan.film_dir):
@@ -546,7 +570,7 @@ def _fetch_parts(remote_dir: str | Path, folder: FilmFolder, segment_results: li
     for stats in segment_results:
         if isinstance(stats, Exception):
             continue
-        local = folder.segment_dir(stats.segment["index"])
+        local = folder.segment_dir(stats.segment.index)
         for part in stats.parts:
             storage.download(storage.join(remote_dir, WORK_DIR, local.name, part), local / part)
 
@@ -570,7 +594,7 @@ def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
     with storage.working_copies([r.film_dir for r in cut], SUMMARY_FILE) as film_dirs:
         for result, film_dir, stats in zip(cut, film_dirs, caption_films(film_dirs, config, ip)):
             result.summary = FilmFolder(film_dir).read_summary()
-            counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.get("by_status", {}).items()))
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_status.items()))
             result.message += f"; captions: {counts or 'none'}"
 
 
@@ -592,9 +616,9 @@ def finalize(
     scenes: list[list[int]] = []
     drop_rows: list[dict[str, Any]] = []
     clip_index = scene_offset = 0
-    with ShardWriter(folder.shards_staging, "clips", config.shards) as writer:
+    with ShardWriter(folder.shards_staging, "clips", config.shards, clip_schema()) as writer:
         for stats in done:
-            seg = stats.segment["index"]
+            seg = stats.segment.index
             for part in stats.parts:
                 for clip in read_clips(folder.segment_dir(seg) / part):
                     clip.clip_index = clip_index
@@ -613,16 +637,13 @@ def finalize(
     return summary
 
 
-def _drop_row(film: FilmInfo, segment: int, drop: dict) -> dict:
+def _drop_row(film: FilmInfo, segment: int, drop: Drop) -> dict:
+    """A row of drops.parquet (core/schema.py DROP_SCHEMA)."""
     return {
         "film_id": film.film_id,
         "segment_index": segment,
-        "reason": drop["reason"],
-        "start_frame": drop["start_frame"],
-        "end_frame": drop["end_frame"],
-        "start_time": drop["start_time"],
-        "end_time": drop["end_time"],
-        "detail": drop["detail"] or None,
+        **drop.to_dict(),
+        "detail": drop.detail or None,
     }
 
 
@@ -685,9 +706,9 @@ def _motion_levels(config: PipelineConfig) -> dict | None:
 def _segment_run(stats: SegmentStats) -> dict[str, Any]:
     """One segment's line in summary.json: its frames, where it ran, how long it took."""
     return {
-        "index": stats.segment["index"],
-        "start_frame": stats.segment["start"],
-        "stop_frame": stats.segment["stop"],
+        "index": stats.segment.index,
+        "start_frame": stats.segment.start,
+        "stop_frame": stats.segment.stop,
         "clips_written": stats.clips_written,
         "reused": stats.skipped,
         "ran_on": stats.ran_on,

@@ -25,35 +25,29 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import av
 import cv2
 
 from core import storage
-from core.film import FilmFolder, SegmentStats
+from core.film import Drop, FilmFolder, SegmentSpan, SegmentStats
 from core.frames import PlaneSource
 from core.record import STATUS_OK, Clip
+from core.resources import Resources
 from core.shards import ShardWriter
 from core.video import FrameReader
 from pipeline.config import PipelineConfig
-from stages.base import ClipStage, Frame, build_clip_stages
-from stages.clips import ClipSplitter, Drop
+from stages.base import ClipStage, Frame, build_clip_stages, clip_schema
+from stages.clips import ClipSplitter
 from stages.crop import CropBox
 from stages.probe import FilmInfo
-from stages.scenes import BlackRuns, SceneCuts
+from stages.scenes import BlackRuns, SceneConfig, SceneCuts
+from stages.transnet import TransNetSpans
 
 WARMUP_SECONDS = 1.0
 SEGMENT_SLACK = 0.05  # of a segment: how far past `seconds` one may run
-
-
-@dataclass(frozen=True)
-class Segment:
-    index: int
-    start: int  # first frame the segment owns
-    stop: int  # exclusive
-    is_last: bool
 
 
 @dataclass
@@ -62,7 +56,7 @@ class SegmentJob:
     crop: CropBox
     config: PipelineConfig
     ip: str
-    segment: Segment
+    segment: SegmentSpan
     folder: FilmFolder  # always local: where the segment's parts and DONE.json are made
     store: str | None = None  # the film folder's URL when the outputs live in object storage
 
@@ -71,7 +65,7 @@ class SegmentJob:
         return self.folder.segment_dir(self.segment.index)
 
 
-def plan_segments(film: FilmInfo, seconds: float) -> list[Segment]:
+def plan_segments(film: FilmInfo, seconds: float) -> list[SegmentSpan]:
     """Cut the film into the fewest equal segments of at most `seconds` (5 % over is let pass, so
     that a film of exactly N times `seconds` makes N).
 
@@ -83,7 +77,10 @@ def plan_segments(film: FilmInfo, seconds: float) -> list[Segment]:
     """
     count = max(1, math.ceil(film.duration / seconds - SEGMENT_SLACK))
     bounds = [round(i * film.num_frames / count) for i in range(count)] + [film.num_frames]
-    return [Segment(i, bounds[i], bounds[i + 1], i == count - 1) for i in range(count)]
+    return [
+        SegmentSpan(index=i, start=bounds[i], stop=bounds[i + 1], is_last=i == count - 1)
+        for i in range(count)
+    ]
 
 
 def completed(job: SegmentJob, fingerprint: str) -> SegmentStats | None:
@@ -91,11 +88,7 @@ def completed(job: SegmentJob, fingerprint: str) -> SegmentStats | None:
     stats = job.folder.read_segment_stats(job.segment.index)
     if stats is None:
         return None
-    same = (
-        stats.fingerprint == fingerprint
-        and stats.ip == job.ip
-        and stats.segment == asdict(job.segment)
-    )
+    same = stats.fingerprint == fingerprint and stats.ip == job.ip and stats.segment == job.segment
     return stats if same else None
 
 
@@ -129,6 +122,7 @@ class _SegmentRun:
         film, config, seg = job.film, job.config, job.segment
         self.detector = SceneCuts(config.scenes, film.fps)
         self.black_runs = BlackRuns(config.scenes, film.fps)
+        self.gradual = _gradual_detector(config.scenes)
         small_size = _small_size(film, config.scenes.width)
         self.pictures = PlaneSource(
             film.rotation, small_size, _detect_box(film, job.crop, small_size)
@@ -157,7 +151,8 @@ class _SegmentRun:
         limit_threads(threads)
         film = self.job.film
         reader = FrameReader(str(storage.local_film(film.path)), film.frame_pts, threads)
-        with ShardWriter(self.job.directory, "part", self.job.config.shards) as writer:
+        shards = self.job.config.shards
+        with ShardWriter(self.job.directory, "part", shards, clip_schema()) as writer:
             self.lane = _ClipLane(self.stages, writer)
             try:
                 self._decode_and_cut(reader)
@@ -168,9 +163,10 @@ class _SegmentRun:
 
     def _decode_and_cut(self, reader: FrameReader) -> None:
         film, seg = self.job.film, self.job.segment
-        lag = max(self.detector.lag, self.black_runs.lag)
+        lag = max(self.detector.lag, self.black_runs.lag, self.gradual.lag if self.gradual else 0)
         warmup = int(WARMUP_SECONDS * film.fps) + lag
         cuts: set[int] = set()
+        self.transition_frames: set[int] = set()
         waiting: deque[tuple[int, Frame]] = deque()
         last = seg.start
         frames = reader.frames(max(0, seg.start - warmup), min(film.num_frames, seg.stop + lag))
@@ -181,8 +177,12 @@ class _SegmentRun:
             frame = self._frame(index, picture)
             for cut in _timed(self.seconds, "scenes", self.detector.process, frame):
                 self._add_cut(cut, cuts)
-            for cut in _timed(self.seconds, "black", self.black_runs.process, frame):
+            for cut in _timed(self.seconds, "boundaries", self.black_runs.process, frame):
                 self._add_cut(cut, cuts)
+            self.transition_frames.update(self.black_runs.take_transition_frames())
+            if self.gradual is not None:
+                found = _timed(self.seconds, "transitions", self.gradual.process, frame)
+                self.transition_frames.update(found)
             if seg.start <= index < seg.stop:
                 waiting.append((decoded, frame))
             while waiting and waiting[0][0] <= decoded - lag:
@@ -190,6 +190,9 @@ class _SegmentRun:
         for cut in self.detector.finish(last + 1):
             self._add_cut(cut, cuts)
         self.black_runs.finish(last + 1)
+        if self.gradual is not None:
+            found = _timed(self.seconds, "transitions", self.gradual.finish, last + 1)
+            self.transition_frames.update(found)
         while waiting:
             self._settle(waiting.popleft()[1], cuts)
         self._handle(self.splitter.finish(seg.stop))
@@ -206,6 +209,7 @@ class _SegmentRun:
     def _settle(self, frame: Frame, cuts: set[int]) -> None:
         self.settled = frame.index
         frame.starts_scene = frame.index == self.job.segment.start or frame.index in cuts
+        frame.in_transition = frame.index in self.transition_frames
         self.frames_decoded += 1
         if self.frames_decoded % 64 == 0:
             self.report(64)
@@ -243,7 +247,7 @@ class _SegmentRun:
     def _stats(self, reader: FrameReader) -> SegmentStats:
         self.report(self.frames_decoded % 64)
         return SegmentStats(
-            segment=asdict(self.job.segment),
+            segment=self.job.segment,
             clips_written=self.lane.written,
             clips_failed=self.lane.failed,
             frames=self.frames_decoded,
@@ -253,7 +257,7 @@ class _SegmentRun:
             black_frames=self.black_runs.frames_within(
                 self.job.segment.start, self.job.segment.stop
             ),
-            drop_list=[asdict(d) for d in self.drops],
+            drop_list=list(self.drops),
             scenes=self.splitter.scenes,
             parts=sorted(p.name for p in self.lane.writer.paths),
             stage_seconds={k: round(v, 4) for k, v in self._stage_seconds().items()},
@@ -310,6 +314,20 @@ def _timed(seconds: dict[str, float], name: str, fn, *args):
         return fn(*args)
     finally:
         seconds[name] += time.thread_time() - began
+
+
+def frame_stage_resources(config: PipelineConfig) -> dict[str, Resources]:
+    """What the frame-level stages a segment runs with `config` reserve, by name (those that
+    reserve nothing beyond the task's CPU are left out): the learned transition detector when it
+    runs on a GPU."""
+    gradual = _gradual_detector(config.scenes)  # cheap: loads nothing
+    return {"transitions": gradual.resources} if gradual is not None else {}
+
+
+def _gradual_detector(config: SceneConfig) -> TransNetSpans | None:
+    if config.gradual == "off":
+        return None
+    return TransNetSpans(config.gradual_threshold, config.gradual_min_frames, config.gradual_device)
 
 
 def _detect_box(film: FilmInfo, crop: CropBox, small_size: tuple[int, int]) -> tuple[int, ...]:

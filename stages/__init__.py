@@ -1,1 +1,2 @@
-"""Pipeline stages: one module each, each with one method, none of them aware of Ray."""
+"""Pipeline stages, one module each (the captioning stage is a package), none of them aware of
+Ray: the contracts and the clip stage registry are in stages/base.py."""

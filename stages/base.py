@@ -17,16 +17,31 @@ hands the executor the stage's counts since the last call (captioning counts req
 never imports Ray.
 
 Clip stages that run while a clip's pixels are in memory (during cutting) are registered, not
-listed: a stage module declares
+listed. A stage module declares everything the rest of the project needs to know about it:
 
-    @register_clip_stage("name", section="its_settings_section", order=50)
-    def build(settings: ItsConfig) -> ClipStage | None:  # None: switched off by its settings
-        return ItsStage(settings)
+    COLUMNS = (pa.field("sharpness", pa.float32()),)  # what it adds to a shard row
 
-and `build_clip_stages(config)` finds it (every module of the `stages` package is imported once),
-so adding a clip stage is one new file plus its test. `order` places it: motion is 10 (it needs
-the frames), encode is 100 (last: it releases the frames). The settings section is a
-`core.settings.Settings` dataclass composed into `pipeline.config.PipelineConfig`.
+    @register_clip_stage("sharpness", settings=SharpnessConfig, columns=COLUMNS, order=60)
+    def build(settings: SharpnessConfig) -> ClipStage | None:  # None: switched off
+        return SharpnessStage(settings)
+
+- `settings`: its `core.settings.Settings` section (named `section`, the stage's name unless
+  given). `pipeline.config.PipelineConfig` composes every registered section it does not name
+  itself, so the section is reachable from YAML, `--set sharpness.x=...`, IP manifests and
+  `--help` with no other edit, and enters the fingerprint as the class declares
+  (`Settings.content_fields`). A section PipelineConfig does name (`config.motion`) is checked
+  to be of the declared class.
+- `columns`: the Arrow fields it fills. `clip_schema()` is the shard schema with every declared
+  column it lacks appended; a declared column the schema already has must have the declared
+  type. A column without a `core.record.Clip` field lives in `clip.extra[name]`.
+- `resources` (on the built stage): what a segment task reserves for it; the runner reserves
+  the most any stage declares and names the stages that declare a GPU when none is free.
+
+`build_clip_stages(config)` finds the registrations (every module of the `stages` package is
+imported once), so adding a clip stage is one new file plus its test. `order` places it: motion
+is 10 (it needs the frames), encode is 100 (last: it releases the frames). A stage registered
+outside the `stages` package (a test) exists in that process only: run it with the local
+executor.
 """
 
 from __future__ import annotations
@@ -35,14 +50,17 @@ import importlib
 import pkgutil
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
+import pyarrow as pa
 
 from core.record import Clip
 from core.resources import Resources
+from core.schema import CLIP_SCHEMA
+from core.settings import Settings
 
 
 @dataclass
@@ -51,13 +69,15 @@ class Frame:
     PySceneDetect expects); `planes()` is the whole upright picture as its Y, U, V planes (yuv420p,
     8-bit, limited range; views of the decoder's own buffers where the source allows), which clip
     splitting crops and scales into I420 without going through RGB (core/frames.py). Each is
-    computed when called, so a stage that never asks never pays. `starts_scene` is known once
+    computed when called, so a stage that never asks never pays. `starts_scene` and
+    `in_transition` (the frame is part of a fade or dissolve: no clip may hold it) are known once
     scene detection has settled the frame (its lag has passed)."""
 
     index: int
     small: Callable[[], np.ndarray]
     planes: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]
     starts_scene: bool = False
+    in_transition: bool = False
 
 
 Found = TypeVar("Found")
@@ -105,6 +125,8 @@ class ClipStage(ABC):
 class ClipStageEntry:
     name: str
     section: str  # the configuration section its settings live in
+    settings: type[Settings]  # that section's class
+    columns: tuple[pa.Field, ...]  # the shard columns it fills
     order: int  # stages run in increasing order
     build: Callable[[Any], ClipStage | None]
 
@@ -114,17 +136,32 @@ _CLIP_STAGES: dict[str, ClipStageEntry] = {}
 BuildFn = Callable[[Any], ClipStage | None]
 
 
-def register_clip_stage(name: str, section: str, order: int) -> Callable[[BuildFn], BuildFn]:
-    """Declare a clip stage built from the `section` settings (see the module docstring)."""
+def register_clip_stage(
+    name: str,
+    *,
+    settings: type[Settings],
+    order: int,
+    columns: Sequence[pa.Field] = (),
+    section: str | None = None,
+) -> Callable[[BuildFn], BuildFn]:
+    """Declare a clip stage, its settings section, the columns it fills and its place (see the
+    module docstring)."""
 
     def register(build: BuildFn) -> BuildFn:
         known = _CLIP_STAGES.get(name)
         if known is not None and known.build.__module__ != build.__module__:
             raise ValueError(f"clip stage {name!r} is registered twice")
-        _CLIP_STAGES[name] = ClipStageEntry(name, section, order, build)
+        entry = ClipStageEntry(name, section or name, settings, tuple(columns), order, build)
+        _check_against_others(entry)
+        _CLIP_STAGES[name] = entry
         return build
 
     return register
+
+
+def unregister_clip_stage(name: str) -> None:
+    """Forget a stage registered at run time (a test's own stage)."""
+    _CLIP_STAGES.pop(name, None)
 
 
 def registered_clip_stages() -> list[ClipStageEntry]:
@@ -133,15 +170,58 @@ def registered_clip_stages() -> list[ClipStageEntry]:
     return sorted(_CLIP_STAGES.values(), key=lambda entry: (entry.order, entry.name))
 
 
+def registered_sections() -> dict[str, type[Settings]]:
+    """The settings section of every registered clip stage, by section name."""
+    return {entry.section: entry.settings for entry in registered_clip_stages()}
+
+
 def build_clip_stages(config: Any) -> list[ClipStage]:
     """The clip stages `config` (a PipelineConfig) switches on, in running order. Building a
     stage checks its settings and loads nothing (models load in `setup`)."""
     stages = []
     for entry in registered_clip_stages():
-        stage = entry.build(getattr(config, entry.section))
+        stage = entry.build(config.section(entry.section))
         if stage is not None:
             stages.append(stage)
     return stages
+
+
+def clip_schema() -> pa.Schema:
+    """The shard schema: `core.schema.CLIP_SCHEMA` with the columns registered stages add, in
+    running order. A declared column the schema has already must have the declared type."""
+    added = []
+    for entry in registered_clip_stages():
+        for column in entry.columns:
+            if column.name not in CLIP_SCHEMA.names:
+                added.append(column.with_nullable(True))  # clips cut before the stage have none
+                continue
+            known = CLIP_SCHEMA.field(column.name)
+            if known.type != column.type:
+                raise TypeError(
+                    f"clip stage {entry.name!r} declares column {column.name} as {column.type}; "
+                    f"the shard schema has it as {known.type}"
+                )
+    if not added:
+        return CLIP_SCHEMA
+    return pa.schema(list(CLIP_SCHEMA) + added, metadata=CLIP_SCHEMA.metadata)
+
+
+def _check_against_others(entry: ClipStageEntry) -> None:
+    """One column has one owner, and stages sharing a section share its settings class."""
+    for other in _CLIP_STAGES.values():
+        if other.name == entry.name:
+            continue
+        shared = {c.name for c in other.columns} & {c.name for c in entry.columns}
+        if shared:
+            raise ValueError(
+                f"clip stage {entry.name!r} declares column(s) {sorted(shared)} that "
+                f"{other.name!r} fills already"
+            )
+        if other.section == entry.section and other.settings is not entry.settings:
+            raise ValueError(
+                f"clip stage {entry.name!r} reads section {entry.section!r} as "
+                f"{entry.settings.__name__}; {other.name!r} reads it as {other.settings.__name__}"
+            )
 
 
 def _import_stage_modules() -> None:

@@ -7,6 +7,10 @@ time is not after that instant. Times come from the probe's timeline, so this is
 source frame rate, variable ones included. A window is emitted only once its last frame arrived
 with no scene start inside it, so a clip never holds frames from both sides of a cut. Windows cut
 short (a scene's tail under 2 s, the end of a segment or film) are dropped and reported.
+
+Frames flagged `in_transition` (a fade or dissolve between shots, stages/scenes.py) form a scene of
+their own in which no window opens: the shot before ends where the transition starts, the shot
+after starts where it ends, and each transition is reported once as a `transition` drop.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
+from core.film import Drop
 from core.frames import ClipFrames, chroma_region, i420_planes
 from core.record import Clip, make_clip_id
 from core.settings import Settings, check_choice
@@ -58,18 +63,6 @@ class ClipConfig(Settings):
     @property
     def clip_fps(self) -> float:
         return self.num_frames / self.seconds
-
-
-@dataclass
-class Drop:
-    """A window (or a whole short scene) that did not become a clip, and why."""
-
-    reason: str
-    start_frame: int
-    end_frame: int
-    start_time: float
-    end_time: float
-    detail: str = ""
 
 
 @dataclass
@@ -212,6 +205,7 @@ class ClipSplitter:
         # with the film still fits
         self.times = film.frame_times() + [film.duration]
         self.scene_index = -1
+        self.in_transition = False  # the open scene is a transition span: no windows in it
         self.scene_start_time = 0.0
         self.scene_clips = 0
         self.clip_count = 0
@@ -221,9 +215,9 @@ class ClipSplitter:
     def process(self, frame: Frame) -> list[Clip | Drop]:
         index = frame.index
         out: list[Clip | Drop] = []
-        if frame.starts_scene or self.scene_index < 0:
+        if frame.starts_scene or self.scene_index < 0 or frame.in_transition != self.in_transition:
             out += self._close_scene(index)
-            self._open_scene(index)
+            self._open_scene(index, frame.in_transition)
         out += self._close_passed_windows(index)
         fitted = _Once(lambda: self.to_bt601(fit_i420(frame.planes(), self.region, self.config)))
         self._take_samples(index, fitted)
@@ -250,12 +244,16 @@ class ClipSplitter:
 
     # -- windows -------------------------------------------------------------------------------
 
-    def _open_scene(self, index: int) -> None:
+    def _open_scene(self, index: int, transition: bool = False) -> None:
         self.scene_index += 1
         self.scene_clips = 0
         self.scene_start_time = self.times[index]
         self.scenes.append([index, index])
-        self._open_window(self.scene_start_time)
+        self.in_transition = transition
+        if transition:
+            self.window = None
+        else:
+            self._open_window(self.scene_start_time)
 
     def _open_window(self, start_time: float) -> None:
         end_time = start_time + self.config.seconds
@@ -302,6 +300,18 @@ class ClipSplitter:
         if self.scene_index < 0:
             return []
         self.scenes[-1][1] = stop_index
+        if self.in_transition:
+            start = self.scenes[-1][0]
+            times = self.times
+            return [
+                Drop(
+                    reason="transition",
+                    start_frame=start,
+                    end_frame=stop_index,
+                    start_time=times[start],
+                    end_time=times[stop_index],
+                )
+            ]
         window, self.window = self.window, None
         if window is None or window.start_frame >= stop_index:
             return []
@@ -314,12 +324,12 @@ class ClipSplitter:
 
     def _drop(self, window: _Window, reason: str, detail: str) -> Drop:
         return Drop(
-            reason,
-            window.start_frame,
-            window.end_frame,
-            window.start_time,
-            window.start_time + self.config.seconds,
-            detail,
+            reason=reason,
+            start_frame=window.start_frame,
+            end_frame=window.end_frame,
+            start_time=window.start_time,
+            end_time=window.start_time + self.config.seconds,
+            detail=detail,
         )
 
     def _make_clip(self, window: _Window) -> Clip:

@@ -43,9 +43,6 @@ class CropBox:
     h: int
     source: str  # "detected", "manifest", or "full" (nothing to crop / nothing detectable)
 
-    def as_list(self) -> list[int]:
-        return [self.x, self.y, self.w, self.h]
-
 
 class BorderCrop:
     """`process(film) -> CropBox` in the film's displayed (rotated) pixel coordinates."""

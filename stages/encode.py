@@ -6,6 +6,8 @@ clip's pixels at a time.
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from core.frames import as_clip_frames
 from core.record import Clip
 from core.video import encode_bgr_image, encode_mp4
@@ -29,7 +31,12 @@ class EncodeMedia(ClipStage):
         return clip
 
 
-@register_clip_stage("encode", section="clips", order=100)
+MEDIA_COLUMNS = (pa.field("video", pa.binary()), pa.field("first_frame", pa.binary()))
+
+
+@register_clip_stage(
+    "encode", settings=ClipConfig, section="clips", columns=MEDIA_COLUMNS, order=100
+)
 def encode_stage(settings: ClipConfig) -> ClipStage:
     """Last: it turns the frames into the stored bytes and releases them."""
     return EncodeMedia(settings)

@@ -23,9 +23,10 @@ from typing import Any
 
 import cv2
 import numpy as np
+import pyarrow as pa
 
 from core.device import DeviceError, pick_device, resolve_device, uses_cuda
-from core.frames import ClipFrames
+from core.frames import ClipFrames, resize
 from core.record import Clip
 from core.resources import Resources
 from core.settings import Settings, check_choice
@@ -182,17 +183,6 @@ def _checked_frames(frames) -> ClipFrames:
     return frames
 
 
-def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    height, width = size
-    if image.shape[:2] == (height, width):
-        return image
-    # INTER_AREA when shrinking (averages, no aliasing), linear when enlarging.
-    shrinking = image.shape[0] * image.shape[1] > height * width
-    return cv2.resize(
-        image, (width, height), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR
-    )
-
-
 def working_size(scale: float) -> tuple[int, int]:
     if not 0 < scale <= 1:
         raise MotionError(f"flow scale must be in (0, 1], got {scale}")
@@ -333,7 +323,7 @@ class MemFlowBackend:
         import torch
 
         # ptlflow models take BGR in [0, 1], shaped batch x frames x 3 x H x W.
-        resized = np.stack([_resize(f, self.size)[..., ::-1] for f in pair])
+        resized = np.stack([resize(f, self.size)[..., ::-1] for f in pair])
         tensor = torch.from_numpy(np.ascontiguousarray(resized)).permute(0, 3, 1, 2)
         return (tensor.float() / 255.0)[None].to(self._device)
 
@@ -394,8 +384,6 @@ class MotionScope(ClipStage):
         self.backend.load()
 
     def process(self, clip: Clip) -> Clip:
-        if not self.config.enabled:
-            return clip
         if clip.frames is None:
             raise MotionError(
                 f"clip {clip.clip_id}: motion needs the in-memory frames "
@@ -421,7 +409,16 @@ class MotionScope(ClipStage):
         return f"{self.backend.name};{rule_descriptor(self.config)}"
 
 
-@register_clip_stage("motion", section="motion", order=10)
+# What the stage fills (core/schema.py has the same fields; stages.base.clip_schema checks them).
+MOTION_COLUMNS = (
+    pa.field("motion_scope", pa.float64()),
+    pa.field("motion_level", pa.int8()),
+    pa.field("motion_backend", pa.string()),
+    pa.field("motion_levels_version", pa.string()),
+)
+
+
+@register_clip_stage("motion", settings=MotionConfig, columns=MOTION_COLUMNS, order=10)
 def motion_stage(settings: MotionConfig) -> ClipStage | None:
     """First: it measures the in-memory frames, which encoding releases."""
     return MotionScope(settings) if settings.enabled else None

@@ -27,6 +27,7 @@ from typing import Any
 
 import cv2
 import numpy as np
+import pyarrow as pa
 
 from core.frames import as_clip_frames
 from core.record import STATUS_OK, Clip
@@ -77,6 +78,8 @@ class QualityConfig(Settings):
 class RejectConfig(Settings):
     """Thresholds that turn stored quality values into decisions. They change no stored value:
     `animegamer quality-calibrate` re-applies them to a dataset folder without recomputing."""
+
+    content_fields = ()  # not in the fingerprint: the folder pass re-applies them
 
     black_luma: float = 32.0
     """A frame is black when 99 % of its pixels are at most this grey level (0-255)."""
@@ -140,8 +143,10 @@ def perceptual_hash(frame: np.ndarray) -> int:
 
 
 def hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Bitwise distance of int64 hashes (broadcasting)."""
-    return np.bitwise_count(np.bitwise_xor(a, b))
+    """Bitwise distance of int64 hashes (broadcasting). Counted on the unsigned view: numpy's
+    bitwise_count counts the bits of a signed value's absolute value, which for hashes that
+    differ in their top bit is not the number of differing bits."""
+    return np.bitwise_count(np.asarray(np.bitwise_xor(a, b)).view(np.uint64))
 
 
 class TextDetector:
@@ -298,26 +303,20 @@ class QualityStage(ClipStage):
 
     def __init__(self, config: QualityConfig | None = None):
         self.config = config or QualityConfig()
-        self.detector: TextDetector | None = None
-        if self.config.enabled:
-            self.config.validate()
-            self.detector = TextDetector(
-                self.config.text_model, self.config.text_width, self.config.text_pixel_probability
-            )  # cheap: finds the model file, loads nothing
+        self.config.validate()
+        self.detector = TextDetector(
+            self.config.text_model, self.config.text_width, self.config.text_pixel_probability
+        )  # cheap: finds the model file, loads nothing
 
     def setup(self) -> None:
         cv2.setNumThreads(1)  # one worker per core already: OpenCV's threads would oversubscribe
-        if self.detector is not None:
-            self.detector.load()
+        self.detector.load()
 
     def process(self, clip: Clip) -> Clip:
-        if not self.config.enabled:
-            return clip
         if clip.frames is None:
             raise QualityError(
                 f"clip {clip.clip_id}: quality needs the in-memory frames (clip.frames is None)"
             )
-        assert self.detector is not None  # built whenever the stage is enabled
         # Its thresholds were measured on RGB frames, so it reads RGB (one conversion of the 16
         # frames, about 6 ms; the luma series could come from `grey()` without it, once the
         # thresholds are checked on luma-made grey).
@@ -339,7 +338,7 @@ class QualityStage(ClipStage):
         """What quality_version stores: how the values were measured."""
         hashes = ",".join(map(str, self.config.hash_frames))
         texts = ",".join(map(str, self.config.text_frames))
-        detector = self.detector.name if self.detector else "no-text-detector"
+        detector = self.detector.name
         return f"luma{LUMA_SIZE[0]}x{LUMA_SIZE[1]};{detector}:f{texts};phash64:f{hashes}"
 
 
@@ -347,7 +346,18 @@ def _at(position: int, frames: np.ndarray) -> int:
     return min(position, len(frames) - 1)
 
 
-@register_clip_stage("quality", section="quality", order=50)
+# What the stage measures and stores (the decision's columns, usable and reject_reasons, are
+# the folder pass's).
+QUALITY_COLUMNS = (
+    pa.field("quality_luma_mean", pa.list_(pa.float32())),
+    pa.field("quality_luma_peak", pa.list_(pa.float32())),
+    pa.field("quality_text_area", pa.float32()),
+    pa.field("quality_hashes", pa.list_(pa.int64())),
+    pa.field("quality_version", pa.string()),
+)
+
+
+@register_clip_stage("quality", settings=QualityConfig, columns=QUALITY_COLUMNS, order=50)
 def quality_stage(settings: QualityConfig) -> ClipStage | None:
     """After motion (the static reason reads its scope), before encode (which releases the
     frames)."""

@@ -11,11 +11,15 @@ partial window before it), which summary.json counts as a drop.
 
 Sustained black (a fade to or from black, black between shots) is a scene boundary too
 (`BlackRuns`): a scene starts where a black run starts and where it ends, so clip windows start
-on the first frame after a fade from black instead of on a black frame.
+on the first frame after a fade from black instead of on a black frame. The fades themselves, the
+frames that steadily darken into a black run or brighten out of it, are transition spans: frames
+no clip may hold (`Frame.in_transition`, stages/clips.py). So a shot that opens with a fade-in
+keeps its clip, starting where the picture is whole, instead of having it rejected as a fade.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import cv2
@@ -128,6 +132,9 @@ DETECTORS = {
 }
 
 
+GRADUAL_DETECTORS = ("off", "transnetv2")
+
+
 @dataclass
 class SceneConfig(Settings):
     detector: str = "adaptive"
@@ -150,9 +157,32 @@ class SceneConfig(Settings):
     black_min_seconds: float = 0.2
     """A run of black frames at least this long starts a scene where it starts and where it ends
     (fades to and from black). Negative: black is no boundary."""
+    flat_std: float = 5.0
+    """A frame of one flat colour (white, the fog of a fade through white) counts as black does:
+    its grey level's standard deviation (0-255) is at most this. Negative: only black does."""
+    fade_step: float = 1.0
+    """Frames next to a sustained black or flat run belong to its fade (no clip holds them) while
+    their distance to the run's colour (grey levels: |mean - run's mean| + standard deviation,
+    which a fade changes linearly) changes by at least this much a frame. Negative: fades are
+    left in the shots."""
+    fade_max_seconds: float = 1.0
+    """The longest fade that is trimmed; frames wait this much longer before clips are cut."""
+
+    gradual: str = "off"
+    """Learned detector of gradual transitions (dissolves, fades through any colour, wipes):
+    off, or transnetv2 (stages/transnet.py; about 13 times the cost of decoding on one CPU
+    thread, so meant for GPU nodes: docs/scenes.md). Its transition frames hold no clip."""
+    gradual_threshold: float = 0.5
+    """A frame is part of a transition when TransNetV2's probability exceeds this."""
+    gradual_min_frames: int = 3
+    """Runs of fewer frames above the threshold (hard cuts, one-frame flashes) are left to the
+    cut detector."""
+    gradual_device: str = "auto"
+    """Where TransNetV2 runs: auto (cuda when torch sees a GPU, else cpu), cpu, cuda, cuda:N."""
 
     def validate(self) -> None:
         check_choice("scenes", "detector", self.detector, DETECTORS)
+        check_choice("scenes", "gradual", self.gradual, GRADUAL_DETECTORS)
 
 
 class SceneCuts:
@@ -160,7 +190,14 @@ class SceneCuts:
 
     A cut at index c means frame c starts a new scene. `finish(end)` after the last frame flushes
     the cuts the detector still holds.
+
+    A flash (one frame unlike both its neighbours, which are alike: an explosion, a camera
+    flash) gives a detector two cuts, into the frame and out of it, and would split one shot in
+    two. Two cuts one frame apart whose outer frames differ by less than `FLASH_MAX_DIFFERENCE`
+    (mean grey level) are dropped, one frame later than the detector reports them.
     """
+
+    FLASH_MAX_DIFFERENCE = 12.0
 
     def __init__(self, config: SceneConfig, fps: float):
         config.validate()
@@ -172,54 +209,133 @@ class SceneCuts:
         self.detector = cls(**kwargs)
         self.fps = fps
         self.extra_lag = int(round(config.lag_seconds * fps))
+        self.held: list[int] = []  # a cut that may be the start of a flash
+        buffered = int(getattr(self.detector, "event_buffer_length", 0)) + 3
+        self.greys: deque[tuple[int, np.ndarray]] = deque(maxlen=buffered)
 
     @property
     def lag(self) -> int:
         """Frames a cut can be reported after the frame that starts the new scene."""
-        return int(getattr(self.detector, "event_buffer_length", 0)) + 1 + self.extra_lag
+        return int(getattr(self.detector, "event_buffer_length", 0)) + 2 + self.extra_lag
 
     def process(self, frame: Frame) -> list[int]:
-        found = self.detector.process_frame(FrameTimecode(frame.index, self.fps), frame.small())
-        return [tc.frame_num for tc in found]
+        small = frame.small()
+        self.greys.append((frame.index, cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)))
+        found = self.detector.process_frame(FrameTimecode(frame.index, self.fps), small)
+        return self._without_flashes([tc.frame_num for tc in found])
 
     def finish(self, end: int) -> list[int]:
         found = self.detector.post_process(FrameTimecode(end - 1, self.fps))
-        return [tc.frame_num for tc in found or []]
+        return self._without_flashes([tc.frame_num for tc in found or []]) + self._release()
+
+    def _without_flashes(self, cuts: list[int]) -> list[int]:
+        """Cuts are held for one call: the second cut of a flash comes one frame later."""
+        out = []
+        for held in self.held:
+            if held + 1 in cuts and self._is_flash(held):
+                cuts = [c for c in cuts if c != held + 1]
+            else:
+                out.append(held)
+        self.held = cuts
+        return out
+
+    def _release(self) -> list[int]:
+        held, self.held = self.held, []
+        return held
+
+    def _is_flash(self, index: int) -> bool:
+        """Frame `index` alone differs: the frames before and after it are alike."""
+        greys = dict(self.greys)
+        before, after = greys.get(index - 1), greys.get(index + 1)
+        if before is None or after is None:
+            return False
+        return float(cv2.absdiff(before, after).mean()) < self.FLASH_MAX_DIFFERENCE
 
 
 class BlackRuns:
     """A frame-level stage: `process(frame)` returns the scene starts this frame confirms.
 
-    A run of at least `min_frames` black frames starts a scene at its first frame (reported once
-    the run is long enough, hence `lag`) and at the first frame after it.
+    A run of at least `min_frames` blank frames (black, or one flat colour such as white) starts
+    a scene at its first frame (reported once the run is long enough, hence `lag`) and at the
+    first frame after it. The fade into such a run and the fade out of it are transition frames,
+    collected by `take_transition_frames()`: the frames before the run that each come closer to
+    its colour by `fade_step` (the fade-out), and the frames after it whose successor is further
+    from it by `fade_step` (the fade-in), at most `max_fade` of each.
     """
 
     def __init__(self, config: SceneConfig, fps: float):
-        self.luma = config.black_luma
+        self.luma, self.flat_std = config.black_luma, config.flat_std
         self.enabled = config.black_min_seconds >= 0
         self.min_frames = max(1, int(round(config.black_min_seconds * fps)))
+        self.fade_step = config.fade_step
+        trimmed = self.enabled and config.fade_step >= 0
+        self.max_fade = max(0, int(round(config.fade_max_seconds * fps))) if trimmed else 0
         self.run_start: int | None = None
         self.run_length = 0
+        self.run_colour = 0.0  # mean grey level of the run's latest frame
         self.runs: list[tuple[int, int]] = []  # sustained runs seen: [start, stop)
+        # (index, mean, standard deviation) of the latest frames
+        self.history: deque[tuple[int, float, float]] = deque(
+            maxlen=self.min_frames + self.max_fade + 1
+        )
+        self.fading_in = False  # the frames after a sustained run may still be its fade-in
+        self.transition_frames: list[int] = []
 
     @property
     def lag(self) -> int:
-        return self.min_frames + 1 if self.enabled else 0
+        return self.min_frames + self.max_fade + 1 if self.enabled else 0
+
+    def take_transition_frames(self) -> list[int]:
+        """The fade frames found since the last call."""
+        found, self.transition_frames = self.transition_frames, []
+        return found
 
     def process(self, frame: Frame) -> list[int]:
         if not self.enabled:
             return []
         index = frame.index
-        if is_black_frame(frame.small(), self.luma):
+        grey = cv2.cvtColor(frame.small(), cv2.COLOR_BGR2GRAY)
+        mean, std = (float(v[0][0]) for v in cv2.meanStdDev(grey))
+        self._follow_fade_in(index, mean, std)
+        if _is_black_grey(grey, self.luma) or std <= self.flat_std:
             if self.run_start is None:
                 self.run_start, self.run_length = index, 0
             self.run_length += 1
-            return [self.run_start] if self.run_length == self.min_frames else []
+            self.run_colour = mean
+            if self.run_length == self.min_frames:
+                self._mark_fade_out(self.run_start, mean)
+                return [self.run_start]
+            return []
         sustained = self.run_start is not None and self.run_length >= self.min_frames
         if sustained and self.run_start is not None:
             self.runs.append((self.run_start, index))
+            self.fading_in = True
         self.run_start, self.run_length = None, 0
         return [index] if sustained else []
+
+    def _follow_fade_in(self, index: int, mean: float, std: float) -> None:
+        """The previous frame is part of a fade-in when this one is further from the run's
+        colour by fade_step."""
+        previous = self.history[-1] if self.history else None
+        self.history.append((index, mean, std))
+        if not self.fading_in or previous is None:
+            return
+        run_end = self.runs[-1][1]
+        away = _distance(mean, std, self.run_colour) - _distance(*previous[1:], self.run_colour)
+        if away >= self.fade_step and previous[0] - run_end < self.max_fade:
+            self.transition_frames.append(previous[0])
+        elif previous[0] >= run_end:
+            self.fading_in = False
+
+    def _mark_fade_out(self, run_start: int, colour: float) -> None:
+        """Frames before the run, back from its start, while each is further from its colour
+        than the one after it by fade_step."""
+        later = [(i, _distance(m, s, colour)) for i, m, s in self.history if i <= run_start]
+        later.reverse()  # the run's start first
+        for (index, distance), (_, later_distance) in zip(later[1 : self.max_fade + 1], later):
+            if distance < later_distance + self.fade_step:
+                break
+            self.transition_frames.append(index)
 
     def finish(self, end: int) -> list[int]:
         """No frame at or after `end`: a run still open is recorded up to it (its start was
@@ -230,11 +346,16 @@ class BlackRuns:
         return []
 
     def frames_within(self, start: int, stop: int) -> int:
-        """Frames of sustained black runs inside [start, stop)."""
+        """Frames of sustained black or flat runs inside [start, stop)."""
         return sum(max(0, min(b, stop) - max(a, start)) for a, b in self.runs)
 
 
-def is_black_frame(bgr: np.ndarray, luma: float) -> bool:
+def _distance(mean: float, std: float, colour: float) -> float:
+    """How far a frame is from a flat picture of grey level `colour`: along a fade between a
+    picture and that colour both terms change linearly, so their sum does."""
+    return abs(mean - colour) + std
+
+
+def _is_black_grey(grey: np.ndarray, luma: float) -> bool:
     """At most 1 % of the pixels brighter than `luma` (the 99th percentile, without sorting)."""
-    grey = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
     return int(np.count_nonzero(grey > luma)) <= 0.01 * grey.size

@@ -146,7 +146,8 @@ def bikes_dataset(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def film_dir(bikes_dataset) -> Path:
-    """The film folder `animegamer dataset` writes for tests/media/bikes.mp4."""
+    """bikes_dataset as a Path: the film folder run_film (the local executor, then the folder's
+    quality pass) makes from tests/media/bikes.mp4."""
     return Path(bikes_dataset)
 
 
@@ -478,13 +479,133 @@ def _trainer_clip(film: str, index: int, frames: np.ndarray, source_fps: float) 
     )
 
 
+# ---------------------------------------------------------------- a tiny InternVL, built offline
+
+_SPECIAL = ["<pad>", "<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>", "<video>"]
+_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}<IMG_CONTEXT>"
+    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _tiny_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from prompts import load_prompt
+
+    corpus = [
+        load_prompt("character_match").text,
+        load_prompt("game_state").text,
+        "[Number]2[Index]1,3 <S>Girl</S><MD>run</MD><EV>Forest</EV><MA>slowly</MA>",
+    ]
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(
+        corpus * 4,
+        trainers.BpeTrainer(
+            vocab_size=600,
+            special_tokens=_SPECIAL,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token="<pad>",
+        eos_token="<|im_end|>",
+        extra_special_tokens={
+            "start_image_token": "<img>",
+            "end_image_token": "</img>",
+            "context_image_token": "<IMG_CONTEXT>",
+            "video_token": "<video>",
+        },
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_internvl(tmp_path_factory):
+    """A random-weight InternVL (28-pixel tiles, one token per tile) saved as a checkpoint folder."""
+    from core.compat import ensure_torchvision_importable
+
+    ensure_torchvision_importable()
+    import torch
+    from transformers import InternVLConfig, InternVLForConditionalGeneration, InternVLProcessor
+    from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
+    from transformers.models.internvl.video_processing_internvl import InternVLVideoProcessor
+
+    torch.manual_seed(0)
+    tokenizer = _tiny_tokenizer()
+    processor = InternVLProcessor(
+        image_processor=GotOcr2ImageProcessorPil(
+            size={"height": 28, "width": 28}, crop_to_patches=True, min_patches=1, max_patches=4
+        ),
+        tokenizer=tokenizer,
+        video_processor=InternVLVideoProcessor(),
+        image_seq_length=1,
+        chat_template=_CHAT_TEMPLATE,
+    )
+    config = InternVLConfig(
+        vision_config=dict(
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            image_size=28,
+            patch_size=14,
+        ),
+        text_config=dict(
+            model_type="qwen2",
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=64,
+            vocab_size=len(tokenizer),
+            initializer_range=0.5,
+        ),  # large weights: answers depend on the input
+        image_token_id=tokenizer.context_image_token_id,
+        image_seq_length=1,
+    )
+    path = tmp_path_factory.mktemp("tiny-internvl")
+    processor.save_pretrained(path)
+    InternVLForConditionalGeneration(config).save_pretrained(path)
+    return path
+
+
+# One game turn with its states, as trainer.data makes them.
+GAME_TURN = {
+    "instruction": "Character: girl; Motion: quickly riding; Background: road.",
+    "motion_level": 3,
+    "stamina": -1,
+    "social": 0,
+    "entertainment": 1,
+}
+
+
+@pytest.fixture(scope="session")
+def backbones(tmp_path_factory) -> dict:
+    """Tiny random-weight CLIP, T5, CogVideoX and Mistral folders (trainer.tiny), once a run."""
+    from trainer.tiny import write_tiny_backbones
+
+    return write_tiny_backbones(tmp_path_factory.mktemp("backbones"))
+
+
+@pytest.fixture(scope="session")
+def shards(tmp_path_factory) -> Path:
+    """Two captioned films of real frames (write_bikes_dataset), once a run; tests copy it
+    before changing it."""
+    return write_bikes_dataset(tmp_path_factory.mktemp("shards"))
+
+
 def tiny_settings(backbones: dict) -> dict:
     """Settings that point a config at tiny backbones and shrink every trained part."""
     return {
         **backbones,
         "num_workers": 0,
         "decoder_lora_rank": 4,
-        "decoder_lora_alpha": 4,
         "motion_hidden": 16,
         "lora_rank": 4,
         "lora_alpha": 4,
@@ -542,3 +663,50 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu"):  # the marker, not a name: test_bench_gpu.py runs
             item.add_marker(skip)
+
+
+# ---------------------------------------------------------------- CPU seconds per test
+
+# Wall-clock durations (`--durations`) on a shared machine measure the neighbours as much as the
+# tests. `--cpu-durations=N` also counts CPU seconds per test (setup, call and teardown; this
+# process and the children it waited for, such as FFmpeg or a moto server, but not Ray's
+# workers, which are not its children) and prints the N costliest and the session's total.
+_cpu_seconds: dict[str, float] = {}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cpu-durations",
+        type=int,
+        default=None,
+        metavar="N",
+        help="print the N tests that took the most CPU seconds (0: all) and the total",
+    )
+
+
+def _cpu_now() -> float:
+    import resource
+
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    started = _cpu_now()
+    yield
+    _cpu_seconds[item.nodeid] = _cpu_now() - started
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = config.getoption("--cpu-durations")
+    if count is None or not _cpu_seconds:
+        return
+    ranked = sorted(_cpu_seconds.items(), key=lambda item: -item[1])
+    terminalreporter.section(f"CPU seconds per test ({len(ranked)} tests)")
+    for nodeid, seconds in ranked[: count or None]:
+        terminalreporter.write_line(f"{seconds:7.2f}s  {nodeid}")
+    terminalreporter.write_line(f"{sum(_cpu_seconds.values()):7.2f}s  in all tests")
+    terminalreporter.write_line(f"{_cpu_now():7.2f}s  the whole session (imports, collection)")

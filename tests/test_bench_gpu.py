@@ -45,6 +45,7 @@ def test_transformer_formula_by_hand():
     assert flops.peak_tflops("Tesla T4") is None
 
 
+@pytest.mark.slow
 def test_lora_step_flops_match_pytorchs_counter():
     """A frozen Mistral with LoRA, forward + backward: the formula agrees with what torch's FLOP
     counter sees (matrix products and attention)."""
@@ -112,6 +113,7 @@ def test_internvl_2_5_8b_configuration_has_its_published_size():
     assert text.architectures == ["LlamaForCausalLM"]  # lmdeploy's PyTorch engine reads it
 
 
+@pytest.mark.slow
 def test_trainer_backbones_have_their_published_sizes():
     with torch.device("meta"):
         transformer, _vae, _ = models.cogvideox(models.REAL)
@@ -224,3 +226,16 @@ def test_training_parts_run_at_toy_size_on_the_cpu(tmp_path):
     assert all(r["s_per_step"] > 0 and r["model_tflop_per_step"] > 0 for r in rows)
     assert rows[2]["setting"].endswith("batch 2, grad ckpt")
     assert (tmp_path / "train-encoder-for-mllm" / "checkpoints" / "latest").is_file()
+
+
+@pytest.mark.slow
+def test_transnet_part_runs_the_real_network_on_the_cpu(tmp_path, capsys):
+    """The TransNetV2 row's whole path (the package's weights, loaded as stages/transnet.py does,
+    its 100-frame windows); only the CUDA figure is left to a GPU."""
+    out = tmp_path / "gpu.json"
+    args = ["--tiny", "--device", "cpu", "--parts", "transnet", "--workdir", str(tmp_path)]
+    assert bench_gpu.main([*args, "--out", str(out)]) == 0
+    [row] = json.loads(out.read_text())["rows"]
+    assert row["part"] == "transnet" and "error" not in row, row
+    assert row["frames_per_s"] > 0
+    assert "frames_per_s" in capsys.readouterr().out

@@ -27,7 +27,6 @@ from PIL import Image
 from core.shards import read_clips
 from pipeline.caption_films import caption_film
 from pipeline.cli import main as cli_main
-from prompts import load_prompt
 from stages.captioning.engines import (
     EngineError,
     LmdeployEngine,
@@ -41,99 +40,6 @@ from stages.captioning.engines import (
 )
 from stages.captioning.images import clip_frame_grid
 from stages.captioning.stage import CaptionConfig, CaptionStage
-
-# ---- a tiny InternVL checkpoint, built offline ---------------------------------------------
-
-_SPECIAL = ["<pad>", "<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>", "<video>"]
-_CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{% for part in message['content'] %}{% if part['type'] == 'image' %}<IMG_CONTEXT>"
-    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-def _tiny_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    corpus = [
-        load_prompt("character_match").text,
-        load_prompt("game_state").text,
-        "[Number]2[Index]1,3 <S>Girl</S><MD>run</MD><EV>Forest</EV><MA>slowly</MA>",
-    ]
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(
-        corpus * 4,
-        trainers.BpeTrainer(
-            vocab_size=600,
-            special_tokens=_SPECIAL,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        pad_token="<pad>",
-        eos_token="<|im_end|>",
-        extra_special_tokens={
-            "start_image_token": "<img>",
-            "end_image_token": "</img>",
-            "context_image_token": "<IMG_CONTEXT>",
-            "video_token": "<video>",
-        },
-    )
-
-
-@pytest.fixture(scope="session")
-def tiny_internvl(tmp_path_factory):
-    """A random-weight InternVL (28-pixel tiles, one token per tile) saved as a checkpoint folder."""
-    from core.compat import ensure_torchvision_importable
-
-    ensure_torchvision_importable()
-    import torch
-    from transformers import InternVLConfig, InternVLForConditionalGeneration, InternVLProcessor
-    from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
-    from transformers.models.internvl.video_processing_internvl import InternVLVideoProcessor
-
-    torch.manual_seed(0)
-    tokenizer = _tiny_tokenizer()
-    processor = InternVLProcessor(
-        image_processor=GotOcr2ImageProcessorPil(
-            size={"height": 28, "width": 28}, crop_to_patches=True, min_patches=1, max_patches=4
-        ),
-        tokenizer=tokenizer,
-        video_processor=InternVLVideoProcessor(),
-        image_seq_length=1,
-        chat_template=_CHAT_TEMPLATE,
-    )
-    config = InternVLConfig(
-        vision_config=dict(
-            hidden_size=16,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=32,
-            image_size=28,
-            patch_size=14,
-        ),
-        text_config=dict(
-            model_type="qwen2",
-            hidden_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            intermediate_size=64,
-            vocab_size=len(tokenizer),
-            initializer_range=0.5,
-        ),  # large weights: answers depend on the input
-        image_token_id=tokenizer.context_image_token_id,
-        image_seq_length=1,
-    )
-    path = tmp_path_factory.mktemp("tiny-internvl")
-    processor.save_pretrained(path)
-    InternVLForConditionalGeneration(config).save_pretrained(path)
-    return path
 
 
 def tiny_config(path, **changes) -> CaptionConfig:
@@ -181,9 +87,9 @@ def test_stage_end_to_end_on_the_tiny_checkpoint(tiny_internvl, film):
     ends caption_failed with the model's raw text kept, and is counted."""
     summary = caption_film(film, tiny_config(tiny_internvl), SINTEL_REFERENCES)
     clips = list(read_clips(film / "shards"))
-    assert summary["by_status"] == {"caption_failed": 5}
-    assert summary["requests"] == 5 * 2 * 2  # clips x prompts x (1 + max_retries)
-    assert summary["retried_requests"] == 10
+    assert summary.by_status == {"caption_failed": 5}
+    assert summary.requests == 5 * 2 * 2  # clips x prompts x (1 + max_retries)
+    assert summary.retried_requests == 10
     for clip in clips:
         raw = read_raw(clip)
         assert isinstance(raw["state"], str) and isinstance(raw["characters"], str)
@@ -332,6 +238,7 @@ def test_http_engine_binds_out_of_order_answers_to_their_clips(clip_videos):
     assert [p["type"] for p in body["messages"][0]["content"]][:2] in (["text", "image_url"],)
 
 
+@pytest.mark.slow
 def test_http_engine_retries_server_errors_and_bad_answers(clip_videos):
     def answer(body, count):
         request = _as_request(body)
@@ -351,6 +258,7 @@ def test_http_engine_retries_server_errors_and_bad_answers(clip_videos):
     ]
 
 
+@pytest.mark.slow
 def test_http_engine_names_an_unserved_model_and_a_dead_endpoint():
     with ScriptedServer(lambda body, count: (200, "")) as server:
         engine = OpenAIEngine(http_config(server.url, model="InternVL-26B"))
@@ -535,7 +443,7 @@ def test_ray_actor_pool_captions_a_film_like_the_local_run(tiny_internvl, film, 
         if started_here:
             ray.shutdown()
     on_ray = {c.clip_id: c.caption_raw for c in read_clips(film / "shards")}
-    assert summary["requests"] == 10 and summary["by_status"] == {"caption_failed": 5}
+    assert summary.requests == 10 and summary.by_status == {"caption_failed": 5}
 
     local = tmp_path / "local"
     import shutil

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -269,9 +270,9 @@ def test_caption_film_rewrites_shards_manifest_and_summary(film):
     written = json.loads((film / "summary.json").read_text())
     assert written["clips_written"] == 5  # the pipeline's own keys are kept
     assert written["captions"] == "complete"
-    assert written["caption"] == summary
-    assert summary["by_status"] == {"ok": 5} and summary["sent_to_model"] == 5
-    assert summary["requests"] == 10 and summary["protagonists"] == ["Sintel", "Scales"]
+    assert written["caption"] == summary.to_dict()
+    assert summary.by_status == {"ok": 5} and summary.sent_to_model == 5
+    assert summary.requests == 10 and summary.protagonists == ["Sintel", "Scales"]
 
 
 @pytest.mark.slow
@@ -282,7 +283,7 @@ def test_rerun_takes_captions_from_the_cache_and_a_changed_prompt_recaptions(fil
 
     again = ScriptedEngine(lambda request, attempt: pytest.fail("a cached clip was sent again"))
     summary = caption_film(film, CONFIG, SINTEL_REFERENCES, engine=again)
-    assert again.requests == [] and summary["from_cache"] == 5
+    assert again.requests == [] and summary.from_cache == 5
     assert caption_columns(film) == captioned
 
     changed = tmp_path / "game_state_v2.txt"
@@ -294,7 +295,7 @@ def test_rerun_takes_captions_from_the_cache_and_a_changed_prompt_recaptions(fil
     summary = caption_film(
         film, replace(CONFIG, state_prompt=str(changed)), SINTEL_REFERENCES, engine=recaption
     )
-    assert summary["from_cache"] == 0 and summary["sent_to_model"] == 5
+    assert summary.from_cache == 0 and summary.sent_to_model == 5
     assert {r["prompt_version"].split("+")[1].split("#")[0] for r in caption_columns(film)} == {
         "game_state@v2"
     }
@@ -303,7 +304,7 @@ def test_rerun_takes_captions_from_the_cache_and_a_changed_prompt_recaptions(fil
     summary = caption_film(
         film, replace(CONFIG, model="another-internvl"), SINTEL_REFERENCES, engine=other_model
     )
-    assert summary["sent_to_model"] == 5 and len(other_model.requests) == 10
+    assert summary.sent_to_model == 5 and len(other_model.requests) == 10
 
 
 @pytest.mark.slow
@@ -316,14 +317,14 @@ def test_failed_clips_are_not_cached_and_are_retried_on_the_next_run(film):
     summary = caption_film(
         film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(state_fails_for_level_3)
     )
-    assert summary["by_status"] == {"caption_failed": 1, "ok": 4}
+    assert summary.by_status == {"caption_failed": 1, "ok": 4}
     assert json.loads((film / "summary.json").read_text())["captions"] == "incomplete"
     failed = [c for c in read_clips(film / "shards") if c.caption_status == "caption_failed"]
     assert read_raw(failed[0])["state"] == "no idea" and failed[0].motion_level == 3
 
     summary = caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
-    assert summary["by_status"] == {"ok": 5}
-    assert summary["from_cache"] == 4 and summary["sent_to_model"] == 1
+    assert summary.by_status == {"ok": 5}
+    assert summary.from_cache == 4 and summary.sent_to_model == 1
 
 
 @pytest.mark.slow
@@ -343,7 +344,7 @@ def test_an_interrupted_run_keeps_finished_batches_in_the_cache(film):
     assert len((film / CAPTION_CACHE_FILE).read_text().splitlines()) == 2
     assert [c.to_row() for c in read_clips(film / "shards")] == before  # shards untouched
     summary = caption_film(film, config, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
-    assert summary["from_cache"] == 2 and summary["by_status"] == {"ok": 5}
+    assert summary.from_cache == 2 and summary.by_status == {"ok": 5}
 
 
 @pytest.mark.slow
@@ -353,14 +354,14 @@ def test_a_torn_cache_line_is_skipped_and_counted(film):
     lines = cache.read_text().splitlines()
     cache.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])  # a crash mid-line
     summary = caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
-    assert summary["cache_unreadable_lines"] == 1
-    assert summary["from_cache"] == 4 and summary["sent_to_model"] == 1
+    assert summary.cache_unreadable_lines == 1
+    assert summary.from_cache == 4 and summary.sent_to_model == 1
 
 
 def test_without_a_model_the_film_is_marked_pending_with_a_hint(film):
     summary = caption_film(film, CaptionConfig(), None)
-    assert summary["by_status"] == {"pending": 5} and summary["pending"] == 5
-    assert "animegamer caption" in summary["hint"] and "make caption FILM=" in summary["hint"]
+    assert summary.by_status == {"pending": 5} and summary.pending == 5
+    assert "animegamer caption" in summary.hint and "make caption FILM=" in summary.hint
     assert json.loads((film / "summary.json").read_text())["captions"] == "pending"
     assert set(pq.read_table(film / "manifest.parquet").column("caption_status").to_pylist()) == {
         "pending"
@@ -378,9 +379,9 @@ def test_several_films_share_one_loaded_model_and_count_separately(film, tmp_pat
     engine = ScriptedEngine(answer_well)
     first, second = caption_films([film, other], CONFIG, SINTEL_REFERENCES, engine=engine)
     assert engine.loads == 1
-    assert first["requests"] == second["requests"] == 10
-    assert first["by_status"] == second["by_status"] == {"ok": 5}
-    assert json.loads((other / "summary.json").read_text())["caption"] == second
+    assert first.requests == second.requests == 10
+    assert first.by_status == second.by_status == {"ok": 5}
+    assert json.loads((other / "summary.json").read_text())["caption"] == second.to_dict()
 
 
 def test_a_film_named_twice_is_captioned_once_and_each_input_gets_its_summary(film, tmp_path):
@@ -394,8 +395,8 @@ def test_a_film_named_twice_is_captioned_once_and_each_input_gets_its_summary(fi
         [film, other, film], CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well)
     )
     assert len(summaries) == 3 and summaries[0] is summaries[2]
-    assert summaries[0]["by_status"] == summaries[1]["by_status"] == {"ok": 5}
-    assert summaries[0]["sent_to_model"] == 5  # not sent a second time
+    assert summaries[0].by_status == summaries[1].by_status == {"ok": 5}
+    assert summaries[0].sent_to_model == 5  # not sent a second time
 
 
 def test_an_empty_shard_is_left_alone(film):
@@ -404,7 +405,7 @@ def test_an_empty_shard_is_left_alone(film):
 
     write_table_atomic(CLIP_SCHEMA.empty_table(), film / "shards" / "clips-09999.parquet")
     summary = caption_film(film, CONFIG, SINTEL_REFERENCES, engine=ScriptedEngine(answer_well))
-    assert summary["by_status"] == {"ok": 5}
+    assert summary.by_status == {"ok": 5}
     assert (film / "shards" / "clips-09999.parquet").is_file()
 
 
@@ -419,3 +420,17 @@ def test_the_stage_hands_its_counts_to_the_executor_once(clip_videos):
     taken = runner.take_stats()
     assert taken["ok"] == 2 and taken["requests"] == 4
     assert runner.take_stats() == {}
+
+
+def test_the_caption_later_hint_pastes_as_one_argument_per_path():
+    """A film folder named after its film holds spaces and quotes: both commands of the hint
+    must give the shell the folder as one argument."""
+    import shlex
+
+    from pipeline.caption_films import caption_later_hint
+
+    folder = Path("/data/Kiki's Delivery Service (1989)-1a2b")
+    hint = caption_later_hint(folder)
+    make, animegamer = [part for part in hint.split("`")[1::2]]
+    assert f"FILM={folder}" in shlex.split(make)
+    assert shlex.split(animegamer)[:3] == ["animegamer", "caption", str(folder)]

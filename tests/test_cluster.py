@@ -72,6 +72,7 @@ def run_dataset(films: Path, out: Path, env: dict) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.slow
 def test_embedded_ray_starts_beside_a_dead_clusters_address_file(tmp_path, ray_tmpdir):
     """A `ray start` cluster killed without `ray stop` leaves ray_current_cluster behind, naming
     a GCS address nobody answers on; without RAY_ADDRESS the run must start its own Ray."""
@@ -165,6 +166,7 @@ def test_two_node_cluster_runs_a_folder_like_the_embedded_ray(tmp_path, ray_tmpd
     assert len(nodes_used) == 2, f"all segments ran on {nodes_used}"
 
 
+@pytest.mark.slow
 def test_a_segment_running_memflow_on_cuda_asks_ray_for_a_gpu(tmp_path):
     """Ray places each GPU segment on a GPU of its own; a cluster without one refuses the film
     at once with one line, where Ray would otherwise wait for a GPU forever."""
@@ -193,5 +195,5 @@ def test_a_segment_running_memflow_on_cuda_asks_ray_for_a_gpu(tmp_path):
     assert not result.ok
     assert result.message == (
         f"{BIKES}: a segment task needs 1 GPU(s); the Ray cluster has 0 "
-        "(clip stages that declare a GPU: motion)"
+        "(stages that declare a GPU: motion)"
     )

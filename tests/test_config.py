@@ -65,3 +65,21 @@ def test_ip_manifests(tmp_path):
         load_ip(manifest)
     with pytest.raises(ManifestError, match="no such IP manifest"):
         load_ip("no-such-ip")
+
+
+@pytest.mark.parametrize("loader", ["pipeline", "trainer"])
+@pytest.mark.parametrize(
+    "text,message",
+    [("clips: {crf: [1\n", "not valid YAML"), ("- a list\n", "expected a mapping of")],
+)
+def test_a_bad_settings_file_is_one_error_naming_it(tmp_path, loader, text, message):
+    """The pipeline's and the trainer's --config go through one reader (core.settings)."""
+    from trainer.config import load_config as load_trainer_config
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"^{path}: {message}"):
+        if loader == "pipeline":
+            load_config(path)
+        else:
+            load_trainer_config("encoder", path)

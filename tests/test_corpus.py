@@ -52,6 +52,7 @@ def test_dry_run_lists_films_and_segments_and_cuts_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_folders_recurse_and_an_ip_file_names_the_ip_of_its_folder(corpus):
     _, out = corpus
     summaries = {
@@ -87,6 +88,7 @@ def test_dataset_json_sums_the_films(corpus):
     )
 
 
+@pytest.mark.slow
 def test_a_film_that_fails_is_counted_in_dataset_json(tmp_path):
     films = tmp_path / "films"
     films.mkdir()
@@ -129,6 +131,7 @@ def test_open_dataset_reads_every_film_as_one_frame(corpus):
     assert dataset.overview["clips"] == len(manifest)
 
 
+@pytest.mark.slow
 def test_the_report_of_a_corpus_starts_with_its_overview(corpus):
     _, out = corpus
     page = build_report(open_dataset(out))
@@ -138,6 +141,7 @@ def test_the_report_of_a_corpus_starts_with_its_overview(corpus):
     assert "hours of film" in section and "generic, sintel" in section
 
 
+@pytest.mark.slow
 def test_the_same_film_twice_in_a_corpus_is_cut_once(tmp_path, capsys):
     """Films run at once, and a film's folder is named by its file name and content: a copy
     under the same name in another folder must not race the original into the same folder."""

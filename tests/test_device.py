@@ -63,3 +63,16 @@ def test_memflow_on_auto_reserves_the_gpu_it_takes(cuda_machine):
     assert stage.resources.gpus == 1.0
     assert stage.backend.device_name == "cuda"
     assert MotionScope(MotionConfig()).resources.gpus == 0.0  # DIS is CPU-only
+
+
+def test_a_segment_reserves_the_gpu_its_transition_detector_takes(cuda_machine):
+    """TransNetV2 on 'auto' runs inside the segment task: the task reserves the GPU for it, and
+    a refusal names it."""
+    from conftest import local_config
+
+    from pipeline.runner import segment_resources
+
+    config = local_config(scenes__gradual="transnetv2", scenes__gradual_device="auto")
+    declared = segment_resources(config)
+    assert declared.resources.gpus == 1.0 and declared.gpu_stages == ("transitions",)
+    assert segment_resources(local_config()).resources.gpus == 0.0

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from core.film import FilmFolder, FilmSummary, FolderError, SegmentStats
+from core.film import (
+    Drop,
+    FilmFolder,
+    FilmSummary,
+    FolderError,
+    QualityCounts,
+    SegmentSpan,
+    SegmentStats,
+)
 
 
 def test_a_real_summary_reads_back_to_the_same_json(bikes_dataset: Path):
@@ -75,10 +83,63 @@ def test_unreadable_summary_is_an_error_naming_the_file(tmp_path):
 
 def test_segment_stats_round_trip_without_the_in_memory_flag(tmp_path):
     folder = FilmFolder(tmp_path)
-    stats = SegmentStats(segment={"index": 2}, parts=["part-00000.parquet"], skipped=True)
+    stats = SegmentStats(segment=SegmentSpan(index=2), parts=["part-00000.parquet"], skipped=True)
     folder.write_segment_stats(2, stats)
     written = json.loads(folder.done_marker(2).read_text())
     assert "skipped" not in written and written["parts"] == ["part-00000.parquet"]
     assert folder.done_marker(2) == tmp_path / "work" / "segment-00002" / "DONE.json"
     again = folder.read_segment_stats(2)
     assert again is not None and again.parts == stats.parts and again.skipped is False
+
+
+# A DONE.json as the runner wrote it when the segment and the drops were plain dicts.
+DONE_JSON = {
+    "black_frames": 0,
+    "clips_failed": 0,
+    "clips_written": 1,
+    "corrupt_packets": 0,
+    "drop_list": [
+        {
+            "detail": "",
+            "end_frame": 96,
+            "end_time": 4.0,
+            "reason": "scene_tail",
+            "start_frame": 48,
+            "start_time": 2.0,
+        }
+    ],
+    "fingerprint": "abc",
+    "frames": 96,
+    "ip": "generic",
+    "late_cuts": 0,
+    "parts": ["part-00000.parquet"],
+    "scenes": [[0, 96]],
+    "segment": {"index": 1, "is_last": True, "start": 0, "stop": 96},
+    "stage_seconds": {"clips": 0.1},
+    "unmatched_frames": 0,
+}
+
+
+def test_a_segment_marker_reads_as_records_and_writes_back_byte_for_byte(tmp_path):
+    folder = FilmFolder(tmp_path)
+    folder.done_marker(1).parent.mkdir(parents=True)
+    text = json.dumps(DONE_JSON, indent=2, sort_keys=True) + "\n"
+    folder.done_marker(1).write_text(text)
+    stats = folder.read_segment_stats(1)
+    assert stats is not None
+    assert stats.segment == SegmentSpan(index=1, start=0, stop=96, is_last=True)
+    assert stats.drop_list == [
+        Drop(reason="scene_tail", start_frame=48, end_frame=96, start_time=2.0, end_time=4.0)
+    ]
+    folder.write_segment_stats(1, stats)
+    assert folder.done_marker(1).read_text() == text
+
+
+def test_the_quality_and_caption_sections_are_records(bikes_dataset: Path):
+    summary = FilmFolder(bikes_dataset).read_summary()
+    assert summary is not None and isinstance(summary.quality, QualityCounts)
+    assert summary.quality.usable + summary.quality.rejected == summary.clips_written
+    data = {"caption": {"model": None, "by_status": {"pending": 3}, "hint": "later"}}
+    caption = FilmSummary.from_dict(data).caption
+    assert caption is not None and caption.by_status == {"pending": 3} and caption.hint == "later"
+    assert FilmSummary.from_dict(data).to_dict() == data  # keys it did not have stay out

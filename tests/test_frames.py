@@ -128,6 +128,7 @@ def _clip_frames(film, out) -> np.ndarray:
     return decode_mp4(clip.video).astype(int)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "pix_fmt,colorspace,range_",
     [("yuv420p", 1, None), ("yuvj420p", None, 2), ("yuv420p10le", None, None)],

@@ -178,11 +178,6 @@ def test_a_clip_without_frames_is_a_clear_error(stage):
     assert failed.status == "error" and failed.error.startswith("motion: MotionError")
 
 
-def test_a_disabled_stage_leaves_the_clip_alone():
-    clip = MotionScope(MotionConfig(enabled=False)).process(clip_with(None))
-    assert clip.motion_scope is None and clip.status == "ok"
-
-
 def test_the_backend_is_one_configuration_value():
     config = load_config(overrides=["motion.backend=memflow", "motion.memflow_random_weights=true"])
     assert config.motion.backend == "memflow"
@@ -458,7 +453,7 @@ def test_motion_eval_names_what_is_missing(tmp_path, capsys):
 
 
 def test_motion_eval_samples_other_frame_rates_at_8_fps(tmp_path):
-    from pipeline.commands.motion_eval import read_clip_frames
+    from pipeline.motion_eval import read_clip_frames
 
     flat = np.stack([np.full((64, 96, 3), 10 * i, np.uint8) for i in range(24)])  # frame i = 10 i
     path = tmp_path / "clip24.mp4"
@@ -469,7 +464,7 @@ def test_motion_eval_samples_other_frame_rates_at_8_fps(tmp_path):
 
 
 def test_motion_eval_leaves_out_unreadable_clips_and_refuses_slow_ones(tmp_path, capsys):
-    from pipeline.commands.motion_eval import read_clip_frames
+    from pipeline.motion_eval import read_clip_frames
 
     (tmp_path / "good.mp4").write_bytes(encode_mp4(panning_clip(2.0, frames=9, size=(64, 96)), 8.0))
     (tmp_path / "broken.mp4").write_bytes(b"not a video at all")

@@ -135,6 +135,7 @@ def manifest_of(out: Path) -> pd.DataFrame:
 # ------------------------------------------------------------------ the sample film
 
 
+@pytest.mark.slow
 def test_sample_film_keeps_real_shots_and_rejects_black_title_logo_and_credits(sintel_out):
     m = manifest_of(sintel_out)
     for row in m.itertuples():
@@ -144,7 +145,8 @@ def test_sample_film_keeps_real_shots_and_rejects_black_title_logo_and_credits(s
             f"text {row.quality_text_area:.4f}"
         )
     at = {round(r.start_time, 1): r for r in m.itertuples()}
-    title = at[9.3]  # "the Blender Foundation presents" on black, fading out
+    # "the Blender Foundation presents" on black, fading out
+    title = next(r for r in m.itertuples() if 9.0 <= r.start_time < 9.5)
     assert not title.usable and "text" in title.reject_reasons and "black" in title.reject_reasons
     logos = [r for r in m.itertuples() if 42.0 <= r.start_time < 47.0]  # SINTEL logo on black
     assert len(logos) == 2 and all("text" in r.reject_reasons for r in logos)
@@ -153,10 +155,15 @@ def test_sample_film_keeps_real_shots_and_rejects_black_title_logo_and_credits(s
     opening = at[1.5]  # the opening shot fading in from black over 4 s
     assert "fade" in opening.reject_reasons
     kept = m[m["usable"]]
-    assert len(kept) >= 6  # the fog, the city, the flight and the desert shots
+    assert len(kept) >= 6  # the city, the hand, the flight, the dragon and the desert shots
     assert (kept["quality_text_area"] == 0.0).all()
-    assert {131, 571, 823, 871, 919} <= set(kept["start_frame"])
-    assert at[28.4].reject_reasons == ["fade"]  # the flight shot, fading in from dark
+    assert {571, 888} <= set(kept["start_frame"])
+    # the shots of the hand and of the dragon fade in from black: trimmed (the fade is a
+    # transition span, stages/scenes.py), so their clips start where the picture is whole
+    assert any(682 < r.start_frame < 710 for r in kept.itertuples())
+    assert any(775 < r.start_frame < 800 for r in kept.itertuples())
+    # the mountain gives way to white fog over frames 117-128: no kept clip holds any of it
+    assert not [r.start_frame for r in kept.itertuples() if r.start_frame < 129 < r.end_frame]
     # a kept clip never starts on (or holds more than two) black frames
     for row in kept.itertuples():
         black = [p <= THRESHOLDS.black_luma for p in row.quality_luma_peak]
@@ -169,6 +176,7 @@ def test_sample_film_keeps_real_shots_and_rejects_black_title_logo_and_credits(s
     assert summary["duplicates_checked"] is True
 
 
+@pytest.mark.slow
 def test_black_runs_are_scene_boundaries_and_close_cuts_are_kept_on_the_sample(sintel_out):
     summary = json.loads(next(sintel_out.glob("*/summary.json")).read_text())
     starts = [s for s, _ in summary["scenes"]]
@@ -182,6 +190,7 @@ def test_black_runs_are_scene_boundaries_and_close_cuts_are_kept_on_the_sample(s
         assert not [c for c in starts if row.start_frame < c < row.end_frame], row.clip_id
 
 
+@pytest.mark.slow
 def test_different_shots_of_one_scene_are_far_apart(sintel_out):
     """The flight scene's shots (frames 682-769 and 775-1014) and the desert's clips are
     different pictures of one place: their hashes are far from the duplicate threshold."""
@@ -196,6 +205,7 @@ def test_different_shots_of_one_scene_are_far_apart(sintel_out):
 # ------------------------------------------------------------------ cuts close together
 
 
+@pytest.mark.slow
 def test_cuts_1_to_15_frames_apart_all_split(tmp_path, shots):
     """Real shots of the sample separated by synthetic inserts of 1 to 15 frames: every cut
     starts a scene, no clip spans one, and each 2.5-s real shot gives exactly one clip."""
@@ -332,6 +342,7 @@ def _duplicates(out: Path) -> dict[tuple[str, int], tuple[str, int] | None]:
     }
 
 
+@pytest.mark.slow
 def test_a_shared_opening_is_a_duplicate_in_the_second_episode_whatever_the_order(tmp_path, shots):
     first, second = _episodes(tmp_path / "films", shots)
     together = tmp_path / "together"
@@ -356,6 +367,7 @@ def test_a_shared_opening_is_a_duplicate_in_the_second_episode_whatever_the_orde
 # ------------------------------------------------------------------ re-thresholding, consumers
 
 
+@pytest.mark.slow
 def test_quality_calibrate_rewrites_decisions_from_stored_values(sintel_out, tmp_path, capsys):
     out = tmp_path / "ds"
     shutil.copytree(sintel_out, out)
@@ -383,6 +395,7 @@ def test_quality_calibrate_rewrites_decisions_from_stored_values(sintel_out, tmp
     assert "only reject.*" in error and error.count("\n") == 1  # one line, on stderr
 
 
+@pytest.mark.slow
 def test_captioning_skips_unusable_clips(sintel_out, tmp_path):
     from pipeline.caption_films import caption_film
 
@@ -397,7 +410,7 @@ def test_captioning_skips_unusable_clips(sintel_out, tmp_path):
     summary = caption_film(film_dir, config, None, engine=engine)
     after = manifest_of(out)
     assert len(engine.requests) == int(before["usable"].sum())  # no characters: state only
-    assert summary["by_status"]["skipped_unusable"] == int((~before["usable"]).sum())
+    assert summary.by_status["skipped_unusable"] == int((~before["usable"]).sum())
     assert set(after[after["usable"]]["caption_status"]) == {"ok"}
     included = replace(config, include_unusable=True)
     engine = ScriptedEngine(answer_well)
@@ -405,6 +418,7 @@ def test_captioning_skips_unusable_clips(sintel_out, tmp_path):
     assert set(manifest_of(out)["caption_status"]) == {"ok"}
 
 
+@pytest.mark.slow
 def test_trainer_reads_only_usable_clips_unless_told(sintel_out):
     m = manifest_of(sintel_out)
     catalog = ClipCatalog([sintel_out])
@@ -416,6 +430,7 @@ def test_trainer_reads_only_usable_clips_unless_told(sintel_out):
     assert all(included.trainable(i) for i in range(len(included)))
 
 
+@pytest.mark.slow
 def test_report_and_notebook_show_rejected_clips_by_reason(sintel_out):
     dataset = open_dataset(sintel_out)
     by_reason = dataset.rejected_by_reason()
@@ -427,6 +442,7 @@ def test_report_and_notebook_show_rejected_clips_by_reason(sintel_out):
         assert f'id="rejected-{reason}">{reason}: {count} clips' in page
 
 
+@pytest.mark.slow
 def test_run_film_goes_through_the_folder_pass_like_dataset(sintel_dataset, sintel_out):
     """The fixtures' path (run_film) and the dataset command's (run_films) give one decision."""
     film = Path(sintel_dataset)

@@ -123,6 +123,7 @@ def _check_interrupted(run: subprocess.CompletedProcess, out) -> None:
         assert noise not in run.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_says_how_far_the_run_got_in_one_line(tmp_path):
     film = make_video(tmp_path / "long.mp4", cuts=(70, 200, 330), num_frames=480, fps=24, seed=7)
     out = tmp_path / "out"

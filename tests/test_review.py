@@ -249,6 +249,26 @@ def test_decisions_are_written_to_review_parquet_and_the_manifest(film, server):
     assert _manifest(film)[ids[1]]["adverb"] == "quickly"
 
 
+def test_clips_come_a_page_at_a_time_and_follow_new_decisions(film, server):
+    every = [c["clip_id"] for c in _clips(server)["clips"]]
+    assert len(every) >= 3
+    page = _clips(server, "offset=1&limit=2")
+    assert [c["clip_id"] for c in page["clips"]] == every[1:3]
+    assert (page["matched"], page["total"], page["offset"], page["limit"]) == (
+        len(every),
+        len(every),
+        1,
+        2,
+    )
+    assert _clips(server, f"offset={len(every)}&limit=5")["clips"] == []
+    # the listing is built once and kept, but a decision shows in the next page asked for
+    _post(server, {"clip_id": every[0], "decision": "reject"})
+    rejected = _clips(server, "decision=reject&limit=1")
+    assert [c["clip_id"] for c in rejected["clips"]] == [every[0]] and rejected["matched"] == 1
+    status, answer = _request(server, "GET", "/api/clips?limit=-1")
+    assert status == 400 and "limit must be a whole number" in answer["error"]
+
+
 def test_filters_select_clips_by_every_field(film, server):
     ids = [c["clip_id"] for c in _clips(server)["clips"]]
     _post(server, {"clip_id": ids[0], "decision": "reject"})
@@ -348,6 +368,74 @@ def test_bad_requests_get_a_4xx_and_a_message_and_write_nothing(film, server):
     assert not (film / REVIEW_FILE).exists()
     assert _request(server, "GET", "/media/" + "0" * 32 + ".mp4")[0] == 404
     assert _request(server, "GET", "/nosuch")[0] == 404
+
+
+def test_every_problem_of_a_request_is_named_in_one_answer(film, server):
+    clip_id = _clips(server)["clips"][0]["clip_id"]
+    body = {
+        "clip_id": clip_id,
+        "decision": "maybe",
+        "note": 5,
+        "fields": {"stamina": 3, "subject": "young girl", "characters": ["Bob"], "colour": 1},
+    }
+    status, data = _post(server, body)
+    assert status == 400
+    for problem in (
+        "decision must be one of",
+        "note must be text",
+        "stamina must be one of [1, -1], got 3",
+        "subject must be one word, got 'young girl'",
+        "not on the reference sheet",
+        "fields ['colour'] cannot be corrected",
+    ):
+        assert problem in data["error"], data
+    # an unknown clip is a 404 alone, and one problem among others in a 400
+    assert _post(server, {"clip_id": "0" * 32, "decision": "accept"})[0] == 404
+    status, data = _post(server, {"clip_id": "0" * 32, "decision": "maybe"})
+    assert status == 400 and "is not a clip under" in data["error"]
+    assert "decision must be one of" in data["error"]
+    assert not (film / REVIEW_FILE).exists()
+
+
+def test_a_refused_post_leaves_a_kept_alive_connection_usable(film, server):
+    """A POST refused before its body is read (foreign origin, content type, path, host) must
+    not leave that body to be parsed as the next request of the same connection."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    clip_id = _clips(server)["clips"][0]["clip_id"]
+    body = json.dumps({"clip_id": clip_id, "decision": "reject"}).encode()
+    refusals = [
+        ("/api/review", {"Content-Type": "application/json", "Origin": "http://evil.example"}, 403),
+        ("/api/review", {"Content-Type": "text/plain"}, 415),
+        ("/api/nosuch", {"Content-Type": "application/json"}, 404),
+        ("/api/review", {"Content-Type": "application/json", "Host": "evil.example:80"}, 403),
+    ]
+    sockets = set()
+    for path, headers, status in refusals:
+        connection.request("POST", path, body=body, headers=headers)
+        answer = connection.getresponse()
+        assert (answer.status, answer.getheader("Connection")) == (status, None)
+        answer.read()
+        sockets.add(id(connection.sock))
+        connection.request("GET", "/api/clips")
+        answer = connection.getresponse()
+        assert answer.status == 200
+        assert json.loads(answer.read())["total"] == 3
+    connection.request(
+        "POST", "/api/review", body=body, headers={"Content-Type": "application/json"}
+    )
+    answer = connection.getresponse()
+    assert answer.status == 200, answer.read()
+    answer.read()
+    assert len(sockets) == 1  # one connection all along
+    # a body too long to read away is refused and the connection closed, not left dirty
+    connection.putrequest("POST", "/api/review")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(10 << 20))
+    connection.endheaders()
+    answer = connection.getresponse()
+    assert (answer.status, answer.getheader("Connection")) == (413, "close")
+    connection.close()
+    assert read_reviews(FilmFolder(film))[clip_id].decision == "reject"
 
 
 def test_media_are_the_stored_bytes_served_by_clip_id(film, server):
@@ -470,6 +558,7 @@ def test_decisions_survive_a_server_restart_and_show_in_the_notebook_api(film):
     assert manifest.loc[ids[1], "environment"] == "road"
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_review_state(film, server):
     from pipeline.report import ReportOptions, build_report
 
@@ -616,6 +705,35 @@ def test_a_rerun_a_recaption_and_a_recalibration_keep_every_decision(bikes_datas
     result = run_film(BIKES, out, local_config(), load_ip(None))
     assert result.ok and result.film_dir == film
     check("rerun of the pipeline")
+
+
+def test_the_runs_console_counts_follow_the_review(bikes_dataset, tmp_path, caplog):
+    """A rerun's `quality:` line and total count usable clips as the manifest does, decisions
+    included, and say how many were accepted and rejected by hand."""
+    from conftest import BIKES, local_config
+
+    from pipeline.ip import load_ip
+    from pipeline.runner import run_films
+
+    out = tmp_path / "data"
+    film = Path(shutil.copytree(bikes_dataset, out / bikes_dataset.name))
+    server = _start(film)
+    clips = _clips(server)["clips"]
+    rejected = [c["clip_id"] for c in clips if c["usable"]][:2]
+    for clip_id in rejected:
+        _post(server, {"clip_id": clip_id, "decision": "reject"})
+    accepted = next(c["clip_id"] for c in clips if c["clip_id"] not in rejected)
+    _post(server, {"clip_id": accepted, "decision": "accept"})
+    _stop(server)
+    usable = sum(row["usable"] for row in _manifest(film).values())
+    assert usable == len(clips) - 2
+
+    with caplog.at_level("INFO", logger="pipeline.runner"):
+        [result] = run_films([BIKES], out, local_config(), load_ip(None))
+    assert "already complete" in result.message  # nothing cut again: the decisions stand
+    assert f"quality: {usable} usable, 2 rejected (review 2)" in result.message
+    assert result.message.endswith("; review: 1 accepted, 2 rejected")
+    assert f"quality: {usable} of {len(clips)} clips usable in 1 film(s)" in caplog.text
 
 
 # ---------------------------------------------------------------- the command line

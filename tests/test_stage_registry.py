@@ -1,31 +1,43 @@
-"""The stage contracts: frame-level stages take `Frame`s; clip stages register themselves and
-the list comes from the configuration; every section checks its settings before any film is cut."""
+"""The stage contracts: frame-level stages take `Frame`s; clip stages register themselves with
+their settings section and columns, and the configuration, the shard schema and the record follow
+from the registrations; every section checks its settings before any film is cut."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from conftest import make_video
+from conftest import local_config, make_video
 
-from core.record import Clip
+from core.record import Clip, persisted_fields
+from core.schema import CLIP_SCHEMA
+from core.settings import Settings
+from core.shards import read_clips
 from pipeline.cli import main as cli_main
-from pipeline.config import ConfigError, load_config
-from stages import base
+from pipeline.config import ConfigError, PipelineConfig, describe_fields, load_config
+from pipeline.ip import load_ip
+from pipeline.runner import run_film
 from stages.base import (
     ClipStage,
     Frame,
     build_clip_stages,
+    clip_schema,
     register_clip_stage,
     registered_clip_stages,
+    unregister_clip_stage,
 )
 from stages.clips import ClipConfig, ClipSplitter
 from stages.crop import CropBox
 from stages.encode import EncodeMedia
-from stages.motion import MotionScope
+from stages.motion import MOTION_COLUMNS, MotionConfig, MotionScope
 from stages.probe import Probe
 from stages.scenes import SceneConfig, SceneCuts
 
@@ -48,28 +60,119 @@ def test_the_configuration_switches_stages_on_and_off():
     assert not any(isinstance(s, MotionScope) for s in off)
 
 
-class _Marks(ClipStage):
-    name = "marks"
+# ---- a new stage, end to end: its own settings section, its own column --------------------
 
-    def __init__(self, crf: int):
-        self.crf = crf
+
+@dataclass
+class SharpnessConfig(Settings):
+    enabled: bool = True
+    """Measure how sharp each clip is."""
+    frame: int = 0
+    """Which of the clip's 16 frames is measured."""
+
+
+SHARPNESS_COLUMNS = (pa.field("sharpness", pa.float32()),)
+
+
+class Sharpness(ClipStage):
+    """The variance of the Laplacian of one frame's grey picture: low on blur and flat frames."""
+
+    name = "sharpness"
+
+    def __init__(self, config: SharpnessConfig):
+        self.config = config
 
     def process(self, clip: Clip) -> Clip:
+        assert clip.frames is not None  # it runs before encode, which releases them
+        grey = clip.frames.grey((120, 180))[self.config.frame]
+        clip.extra["sharpness"] = float(cv2.Laplacian(grey, cv2.CV_64F).var())
         return clip
 
 
-def test_a_new_stage_is_one_registration_built_from_its_section():
-    @register_clip_stage("marks", section="clips", order=50)
-    def marks_stage(settings):
-        return _Marks(settings.crf)
+@pytest.fixture
+def sharpness_stage():
+    """The recipe of docs/architecture.md ("Adding a clip stage"), registered for one test."""
+
+    @register_clip_stage("sharpness", settings=SharpnessConfig, columns=SHARPNESS_COLUMNS, order=60)
+    def sharpness_stage(settings: SharpnessConfig) -> ClipStage | None:
+        return Sharpness(settings) if settings.enabled else None
+
+    yield
+    unregister_clip_stage("sharpness")
+
+
+def test_a_new_stage_brings_its_settings_and_its_column_through_a_real_cut(
+    tmp_path, sharpness_stage
+):
+    config = local_config(sharpness__frame=3)
+    assert isinstance(config.section("sharpness"), SharpnessConfig)
+    assert config.section("sharpness").frame == 3  # --set reaches the new section
+    assert ("sharpness.frame", 0, "Which of the clip's 16 frames is measured.") in (
+        describe_fields()
+    )
+    assert config.fingerprint() != local_config().fingerprint()  # it changes what is stored
+    kinds = [type(s) for s in build_clip_stages(config)]
+    assert kinds.index(MotionScope) < kinds.index(Sharpness) < kinds.index(EncodeMedia)
+
+    film = make_video(tmp_path / "film.mp4", num_frames=96, cuts=(48,))
+    result = run_film(film, tmp_path / "out", config, load_ip(None))
+    assert result.ok, result.message
+    folder = Path(result.film_dir)
+    shard = pq.read_table(folder / "shards")
+    assert shard.schema.field("sharpness").type == pa.float32()
+    values = shard.column("sharpness").to_pylist()
+    assert len(values) == 2 and all(v > 100 for v in values)  # blocky textures: sharp edges
+    assert [c.extra["sharpness"] for c in read_clips(folder / "shards")] == values
+    assert pq.read_table(folder / "manifest.parquet").column("sharpness").to_pylist() == values
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["config"]["sharpness"] == {"enabled": True, "frame": 3}
+
+
+def test_a_new_section_is_read_from_yaml_and_switches_its_stage_off(tmp_path, sharpness_stage):
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("sharpness: {enabled: false}\n")
+    config = load_config(settings)
+    assert not any(isinstance(s, Sharpness) for s in build_clip_stages(config))
+
+
+def test_a_declared_column_must_match_the_shard_schema():
+    @register_clip_stage(
+        "wrong", settings=SharpnessConfig, columns=(pa.field("crop_w", pa.string()),), order=60
+    )
+    def wrong(settings):
+        return None
 
     try:
-        stages = build_clip_stages(load_config(None, ["clips.crf=23"]))
-        kinds = [type(s) for s in stages]
-        assert kinds.index(MotionScope) < kinds.index(_Marks) < kinds.index(EncodeMedia)
-        assert next(s for s in stages if isinstance(s, _Marks)).crf == 23
+        with pytest.raises(TypeError, match="declares column crop_w as string; .* int32"):
+            clip_schema()
     finally:
-        base._CLIP_STAGES.pop("marks")
+        unregister_clip_stage("wrong")
+
+
+def test_a_column_has_one_owner_and_a_section_one_class():
+    with pytest.raises(ValueError, match=r"\['motion_scope'\] that 'motion' fills already"):
+        register_clip_stage(
+            "rival", settings=SharpnessConfig, columns=MOTION_COLUMNS[:1], order=20
+        )(lambda settings: None)
+    with pytest.raises(ValueError, match="reads section 'motion' as SharpnessConfig"):
+        register_clip_stage("rival", settings=SharpnessConfig, section="motion", order=20)(
+            lambda settings: None
+        )
+    assert "rival" not in {entry.name for entry in registered_clip_stages()}
+
+
+def test_the_bundled_stages_declare_what_the_record_and_schema_hold():
+    """Every column a bundled stage declares is a typed Clip field with the same Arrow type in
+    the shard schema, and every section it reads is PipelineConfig's, of the declared class."""
+    clip_fields = set(persisted_fields())
+    for entry in registered_clip_stages():
+        assert entry.columns, entry.name
+        for column in entry.columns:
+            assert column.name in clip_fields, (entry.name, column.name)
+            assert CLIP_SCHEMA.field(column.name).type == column.type
+        assert type(PipelineConfig().section(entry.section)) is entry.settings
+    assert clip_schema() is CLIP_SCHEMA  # the bundled stages add nothing the schema lacks
+    assert PipelineConfig().stage_sections == {}
 
 
 def test_a_stage_name_taken_by_another_module_is_refused():
@@ -78,7 +181,7 @@ def test_a_stage_name_taken_by_another_module_is_refused():
 
     other.__module__ = "somewhere.else"
     with pytest.raises(ValueError, match="'motion' is registered twice"):
-        register_clip_stage("motion", section="motion", order=10)(other)
+        register_clip_stage("motion", settings=MotionConfig, order=10)(other)
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,9 @@ from pipeline.explore import open_dataset
 from pipeline.ip import load_ip
 from pipeline.runner import run_films, run_stored_segment
 
+# Each test runs the pipeline against a real S3 server (moto): seconds each.
+pytestmark = pytest.mark.slow
+
 OUTPUTS = ["manifest.parquet", "drops.parquet", "shards/clips-00000.parquet"]
 
 
@@ -56,7 +59,8 @@ def put_films(bucket: str) -> list[str]:
 
 def assert_same_outputs(remote_out: str, local_out) -> None:
     folders = sorted(p.name for p in local_out.iterdir() if p.is_dir())
-    assert storage.list_names(remote_out) == sorted([*folders, "dataset.json", "quality.json"])
+    besides = ["dataset.json", "quality.json", "quality_index.parquet"]
+    assert storage.list_names(remote_out) == sorted([*folders, *besides])
     fs, _ = storage.filesystem(remote_out)
     for folder in folders:
         for name in OUTPUTS:
@@ -80,6 +84,14 @@ def test_films_in_s3_to_a_dataset_in_s3(bucket, local_reference):
     # a second run finds both films committed and cuts nothing
     again = run_films(films, out, local_config(), load_ip(None))
     assert all("already complete" in r.message for r in again)
+    # the folder's thresholds are read from the bucket: a threshold changed there decides
+    thresholds = json.loads(storage.read_text(f"{out}/quality.json"))
+    thresholds["thresholds"]["text_max_area"] = -1.0  # every clip shows text
+    changed = local_reference.parent / "quality.json"
+    changed.write_text(json.dumps(thresholds))
+    storage.upload(changed, f"{out}/quality.json")
+    run_films(films, out, local_config(), load_ip(None))
+    assert not open_dataset(out).manifest["usable"].any()
 
 
 def test_uncommitted_leftovers_are_never_trusted(bucket, local_reference):
@@ -180,3 +192,18 @@ def test_the_report_of_an_s3_dataset_lands_beside_it(bucket):
     assert written == f"{out}/report.html"
     page = storage.read_text(written)
     assert page.index('<section id="corpus">') < page.index('<section id="overview">')
+
+
+def test_film_folders_are_found_at_any_depth_in_a_bucket(bucket, tmp_path):
+    from core.film import FilmFolder
+
+    marker = tmp_path / "summary.json"
+    marker.write_text("{}")
+    for folder in ["out/film-a", "out/series/ep01", "out/series/ep01/work/segment-00000"]:
+        storage.upload(marker, f"{bucket}/{folder}/summary.json")
+    storage.upload(marker, f"{bucket}/out/series/ep02/shards/clips-00000.parquet")  # uncommitted
+    assert FilmFolder.discover(f"{bucket}/out") == [
+        f"{bucket}/out/film-a",
+        f"{bucket}/out/series/ep01",
+    ]
+    assert FilmFolder.discover(f"{bucket}/out/film-a") == [f"{bucket}/out/film-a"]

@@ -226,8 +226,15 @@ def test_phase_defaults_are_the_papers():
         32,
         0.05,
     )
-    assert (mllm.mse_weight, mllm.cosine_weight) == (0.5, 0.5)
+    assert (mllm.mse_weight, mllm.cosine_weight) == (1.0, 0.0)  # the main recipe
     assert (adapt.lr, adapt.max_steps) == (5e-5, 10_000)
+    shipped = {
+        name: load_config(phase, Path(__file__).parent.parent / f"trainer/configs/{name}.yaml")
+        for phase, name in (("mllm", "mllm"), ("mllm", "mllm-cosine-ablation"))
+    }
+    assert (shipped["mllm"].mse_weight, shipped["mllm"].cosine_weight) == (1.0, 0.0)
+    ablation = shipped["mllm-cosine-ablation"]
+    assert (ablation.mse_weight, ablation.cosine_weight) == (0.5, 0.5)
 
 
 def test_config_layers_yaml_then_set_and_rejects_unknown_names(tmp_path):

@@ -11,22 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config, write_bikes_dataset
+from conftest import GAME_TURN, tiny_config, write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from prompts.game import action_text, instruction_text
 from trainer import build, checkpoint
-from trainer.tiny import write_tiny_backbones
-
-
-@pytest.fixture(scope="module")
-def backbones(tmp_path_factory) -> dict:
-    return write_tiny_backbones(tmp_path_factory.mktemp("backbones"))
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    return write_bikes_dataset(tmp_path_factory.mktemp("shards"))
 
 
 def _encoder_config(backbones, shards, tmp_path, **settings):
@@ -179,13 +168,7 @@ def test_release_layout_writes_turns_as_the_released_model_reads_them():
     tokenizer = mistral_tokenizer()
     add_game_tokens(tokenizer, 3, "release")
     prompts = PromptBuilder(tokenizer, 3, "release")
-    turn = {
-        "instruction": "Character: girl; Motion: quickly riding; Background: road.",
-        "motion_level": 3,
-        "stamina": -1,
-        "social": 0,
-        "entertainment": 1,
-    }
+    turn = GAME_TURN
     seq = prompts.sequence([turn, turn])
     text = tokenizer.decode(seq.input_ids)
     assert "<TURN>" in text and "<frame_00002>" in text and "</TURN>" in text
@@ -503,8 +486,10 @@ def test_eval_scores_identical_clips_at_the_maximum(tmp_path):
     assert (result["acc_f"] == 1.0) == (result["mae_f"] == 0.0)
     same, other = result["per_clip"]["same"], result["per_clip"]["other"]
     assert same["clip_i"] == pytest.approx(1.0, abs=1e-5)
-    assert same["dreamsim"] == pytest.approx(0.0, abs=1e-5)
-    assert other["clip_i"] < same["clip_i"] - 1e-3 and other["dreamsim"] > 1e-3
+    assert same["dreamsim_distance"] == pytest.approx(0.0, abs=1e-5)
+    assert same["dreamsim"] == pytest.approx(1.0, abs=1e-5)  # the paper's way: higher is closer
+    assert other["clip_i"] < same["clip_i"] - 1e-3 and other["dreamsim_distance"] > 1e-3
+    assert other["dreamsim"] == pytest.approx(1.0 - other["dreamsim_distance"])
     assert -1.0 <= same["clip_t"] <= 1.0 and same["clip_t"] == pytest.approx(other["clip_t"])
     assert result["clip_i"] == pytest.approx((same["clip_i"] + other["clip_i"]) / 2)
 
@@ -537,3 +522,120 @@ def test_eval_names_the_setting_of_a_missing_checkpoint(tmp_path, capsys):
     )
     assert code == 2
     assert "clip_model=openai/clip-vit-large-patch14" in capsys.readouterr().err
+
+
+def _play_output(folder: Path, frames_per_turn: list[np.ndarray], instructions: list[str]) -> None:
+    """A folder as `animegamer play` writes it: turn-NNN.mp4 and states.jsonl."""
+    lines = []
+    for turn, (frames, instruction) in enumerate(zip(frames_per_turn, instructions), 1):
+        _write_clip(folder / f"turn-{turn:03d}.mp4", frames)
+        lines.append(json.dumps({"video": f"turn-{turn:03d}.mp4", "instruction": instruction}))
+    (folder / "states.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def _character_picture() -> np.ndarray:
+    ramp = np.linspace(0, 255, 72, dtype=np.uint8)
+    picture = np.zeros((48, 72, 3), np.uint8)
+    picture[..., 0], picture[..., 2] = ramp[None, :], ramp[::-1][None, :]
+    return picture
+
+
+def _benchmark(tmp_path: Path) -> tuple[Path, Path]:
+    """Two games of the benchmark's shape: a reference picture of each game's character, and
+    each turn's generated shot (game-a's first turn is its character's picture, held still)."""
+    from PIL import Image
+
+    picture = _character_picture()
+    noise = np.random.default_rng(1).integers(0, 255, (8, 48, 72, 3), dtype=np.uint8)
+    refs = tmp_path / "refs"
+    refs.mkdir()
+    Image.fromarray(picture).save(refs / "game-a.png")
+    Image.fromarray(255 - picture).save(refs / "game-b.jpg")
+    riding = "Character: girl; Motion: quickly riding; Background: road."
+    walking = "Character: girl; Motion: slowly walking; Background: forest."
+    _play_output(
+        tmp_path / "gen" / "game-a", [np.repeat(picture[None], 8, 0), noise], [riding, walking]
+    )
+    _play_output(tmp_path / "gen" / "game-b", [noise], [walking])
+    return tmp_path / "gen", refs
+
+
+def test_eval_compares_each_turn_with_its_games_character_picture(tmp_path):
+    from trainer.evaluate import EvalConfig, evaluate
+
+    generated, refs = _benchmark(tmp_path)
+    config = EvalConfig(**_tiny_eval_models(tmp_path / "models"), frames=4)
+    result = evaluate(config, generated, refs, texts=None)
+    turns = result["per_clip"]
+    assert sorted(turns) == ["game-a/turn-001", "game-a/turn-002", "game-b/turn-001"]
+    still = turns["game-a/turn-001"]  # the character's own picture: the top of both scales
+    assert still["clip_i"] == pytest.approx(1.0, abs=5e-3)
+    assert still["dreamsim"] == pytest.approx(1.0, abs=5e-3)
+    for values in turns.values():
+        assert values["dreamsim"] == pytest.approx(1.0 - values["dreamsim_distance"])
+    assert turns["game-a/turn-002"]["dreamsim"] < still["dreamsim"] - 1e-3
+    assert result["dreamsim"] == pytest.approx(np.mean([t["dreamsim"] for t in turns.values()]))
+    with pytest.raises(FileNotFoundError, match="no reference for game-c/turn-001"):
+        (generated / "game-c").mkdir()
+        _write_clip(generated / "game-c" / "turn-001.mp4", np.zeros((4, 16, 16, 3), np.uint8))
+        evaluate(config, generated, refs)
+
+
+def test_judge_scores_parse_the_six_criteria():
+    from trainer.judge import CRITERIA, parse_scores
+
+    answer = (
+        "Overall Quality: 7\nText Alignment: 8\nContextual coherence - 6\n"
+        "Character Consistency: 9\nEmotional Consistency: 5\nVisual Coherence: 10"
+    )
+    scores, reason = parse_scores(answer)
+    assert reason is None and scores == dict(zip(CRITERIA, (7, 8, 6, 9, 5, 10)))
+    assert parse_scores(answer.replace("Visual Coherence: 10", "")) == (
+        None,
+        "no Visual Coherence score",
+    )
+    assert (
+        parse_scores(answer.replace(": 10", ": 11"))[1] == "Visual Coherence score 11 outside 1-10"
+    )
+
+
+def test_the_judge_sees_five_frames_in_a_row_and_the_games_instructions(tmp_path):
+    from trainer.evaluate import EvalConfig, _mp4s, shot_texts
+    from trainer.judge import judge_requests
+
+    generated, _ = _benchmark(tmp_path)
+    config = EvalConfig(judge_frame_height=40)
+    shots = _mp4s(generated)
+    requests = {r.key: r for r in judge_requests(config, shots, shot_texts(generated, shots, None))}
+    second = requests["game-a/turn-002"]
+    (row,) = second.images
+    from stages.captioning.images import FRAME_GAP
+
+    # 5 frames of 60 x 40 (the shots' 3:2), side by side in one row
+    assert (row.width, row.height) == (5 * 60 + 4 * FRAME_GAP, 40)
+    assert "slowly walking" in second.text and "quickly riding" in second.text  # history
+    assert "first turn" in requests["game-b/turn-001"].text
+
+
+def test_eval_runs_the_judge_on_a_local_tiny_internvl(tmp_path, tiny_internvl, capsys):
+    from trainer.evaluate import EvalConfig, evaluate, main
+    from trainer.judge import CRITERIA
+
+    generated, _ = _benchmark(tmp_path)
+    config = EvalConfig(
+        judge_model=str(tiny_internvl), device="cpu", judge_frame_height=28, judge_max_new_tokens=8
+    )
+    result = evaluate(config, generated, judge=True)
+    turns = result["per_clip"]
+    assert len(turns) == 3 and all(t["judge_answer"] for t in turns.values())
+    # random weights answer nonsense: every turn is counted, scored or with the reason it is not
+    assert result["judge_scored"] + sum(result["judge_unscored"].values()) == 3
+    assert set(result["judge"]) in (set(), set(CRITERIA))
+    assert main([str(generated), "--judge"]) == 2  # one line naming the setting
+    assert "judge_model is not set" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="judge_model=.*nowhere"):
+        evaluate(EvalConfig(judge_model=str(tmp_path / "nowhere")), generated, judge=True)
+    with pytest.raises(ValueError, match="local InternVL"):
+        evaluate(
+            EvalConfig(judge_model=str(tiny_internvl), judge_engine="openai"), generated, judge=True
+        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from trainer import backbones, checkpoint
-from trainer.config import MllmConfig, config_from_dict
+from trainer.config import MllmConfig, config_from_dict, saved_settings
 from trainer.models.decoder import ShotDecoder
 from trainer.models.encoder import ShotEncoder
 from trainer.models.mllm import GameStateModel
@@ -25,9 +25,17 @@ def decoder_shape(config) -> tuple[int, int]:
 def shot_encoder(config, device: torch.device, dtype: torch.dtype) -> ShotEncoder:
     width, tokens = decoder_shape(config)
     clip = backbones.load_clip_vision(config.clip_model, dtype)
-    t5, tokenizer = backbones.load_t5(config.t5_model, config.t5_tokenizer, dtype)
+    t5_dtype = torch.float32 if config.t5_dtype == "fp32" else dtype
+    t5, tokenizer = backbones.load_t5(config.t5_model, config.t5_tokenizer, t5_dtype)
     encoder = ShotEncoder(
-        clip, t5, tokenizer, width, config.text_tokens, config.clip_layer, config.clip_input
+        clip,
+        t5,
+        tokenizer,
+        width,
+        config.text_tokens,
+        config.clip_layer,
+        config.clip_input,
+        config.t5_attention_mask,
     )
     if encoder.num_tokens != tokens:
         raise ValueError(
@@ -54,6 +62,7 @@ def shot_decoder(config, device: torch.device, dtype: torch.dtype) -> ShotDecode
         config.decoder_lora_alpha,
         config.decoder_lora_targets,
         config.motion_hidden,
+        config.train_adaln,
     ).to(device)
 
 
@@ -75,13 +84,15 @@ def game_state_model(config, device: torch.device, dtype: torch.dtype) -> GameSt
         config.lora_dropout,
         config.lora_targets,
         config.prompt_format,
+        config.train_embeddings,
+        config.train_norms,
     ).to(device)
 
 
 # Settings that shape a part without being weights: a later phase that rebuilds the part must
 # use the values its weights were trained with, or it would differ silently (other CLIP
 # features, another LoRA scaling, untrained extra LoRA layers).
-ENCODER_SHAPE = ("text_tokens", "clip_layer", "clip_input")
+ENCODER_SHAPE = ("text_tokens", "clip_layer", "clip_input", "t5_attention_mask", "t5_dtype")
 DECODER_SHAPE = (
     "decoder_lora_rank",
     "decoder_lora_alpha",
@@ -94,7 +105,7 @@ DECODER_SHAPE = (
 
 def check_same_shape(config, location: str, names: tuple[str, ...]) -> None:
     """Refuse a config whose `names` differ from the ones saved with the checkpoint."""
-    saved = checkpoint.load(location)["config"]
+    saved = saved_settings(checkpoint.load(location)["config"], config)
     differ = [
         f"{n}={getattr(config, n)!r} (checkpoint: {saved[n]!r})"
         for n in names

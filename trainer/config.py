@@ -12,9 +12,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from core.settings import ConfigError, field_docs, parse_assignment, set_setting
+from core.settings import (
+    ConfigError,
+    field_docs,
+    parse_assignment,
+    read_settings_file,
+    set_setting,
+)
 
 PHASES = ("encoder", "mllm", "adapt")
 
@@ -56,6 +60,12 @@ class TrainConfig:
     """Motion-description tokens of E_a; with CLIP's patches they must fill the decoder's text slot."""
     clip_layer: int = -2
     """CLIP hidden state used (-2: the penultimate block, as the release)."""
+    t5_attention_mask: bool = False
+    """Give T5 the padding mask. The release (FrozenT5Embedder, is_plan_3) and CogVideoX call T5
+    on the 30 padded tokens with no mask, so padding attends and shapes every token's features."""
+    t5_dtype: str = "fp32"
+    """T5's precision: `fp32` as the release (its T5 runs with autocast off), or `auto` (the
+    run's dtype: bf16 on GPU, half the memory of T5-XXL)."""
     clip_input: str = "resize"
     """How the first frame becomes CLIP's square input: `resize` squeezes the whole frame to
     224x224 (the release); `center_crop` keeps the aspect and crops the middle square (CLIP's own
@@ -69,7 +79,12 @@ class TrainConfig:
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     grad_clip: float = 1.0
     batch_size: int = 1
-    """Samples per rank and step."""
+    """Samples per rank and micro-batch (one forward and backward pass)."""
+    grad_accum: int = 1
+    """Micro-batches whose gradients add up before each optimiser step."""
+    global_batch: int = 0
+    """Samples per optimiser step over all ranks; when set, grad_accum is derived from it
+    (global_batch / (batch_size x ranks), which must divide). 0: batch_size x ranks x grad_accum."""
     seed: int = 0
     # bookkeeping
     log_every: int = 10
@@ -88,11 +103,16 @@ class DecoderFields:
     """The decoder D_a: its LoRA, its motion MLP, its noise schedule and how it samples."""
 
     decoder_lora_rank: int = 64
-    decoder_lora_alpha: int = 64
+    decoder_lora_alpha: int = 1
+    """LoRA scale = alpha / rank: 1 / 64 as the release (SAT's LoraMixin, lora_alpha defaults to 1)."""
     decoder_lora_targets: list[str] = field(
         default_factory=lambda: ["to_q", "to_k", "to_v", "to_out.0"]
     )
     """The 3D attention's query/key/value and output projections."""
+    train_adaln: bool = True
+    """Train the decoder's adaLN modulation layers in full (norm1.linear and norm2.linear of every
+    block: the path the timestep and the motion scope take), in the joint and adapt phases, as the
+    release (its `adaLN_modulations`). false: LoRA and the motion MLP only."""
     motion_hidden: int = 512
     """Width of the motion-scope MLP (sinusoid -> Linear -> SiLU -> Linear, last zero-initialised)."""
     noise_shift: float = 3.0
@@ -119,6 +139,9 @@ class EncoderConfig(DecoderFields, TrainConfig):
 
     lr: float = 2e-4
     encoder_warmup_steps: int = 10_000
+    warmup_trains_motion: bool = True
+    """During the warm-up the decoder's motion MLP trains with E_a (the release's warm-up list has
+    `flow`); false: the whole decoder waits for the joint steps."""
     max_steps: int = 90_000
     """10k warm-up + 80k joint steps."""
     text_drop_rate: float = 0.1
@@ -153,6 +176,12 @@ class MllmConfig(TrainConfig):
             "down_proj",
         ]
     )
+    train_embeddings: bool = True
+    """Train the LLM's whole embedding and lm_head, as the release (peft_models.py sets both
+    trainable); false: only the new special tokens' rows (peft trainable tokens)."""
+    train_norms: bool = True
+    """Train every RMSNorm beside the LoRA (input_layernorm, post_attention_layernorm, norm: the
+    release's modules_to_save)."""
     prompt_format: str = "paper"
     """Token layout of a turn: `paper` (<MS>/<ST>/<SC>/<ET>, <VS> + <ANIME_i> slots, [INST]) or
     `release` (the released model's <TURN>, <img><frame> + <frame_00000> slots, <ML>/<SC>/<ET>/
@@ -160,10 +189,12 @@ class MllmConfig(TrainConfig):
     max_turns: int = 4
     """Clips per game sequence (history + target); shorter where a film's run of captioned clips is.
     The paper trains short and plays long with a sliding window; it gives no number."""
-    mse_weight: float = 0.5
-    """alpha: weight of the MSE to the target shot's E_a representation (release: 1.0)."""
-    cosine_weight: float = 0.5
-    """beta: weight of (1 - cosine similarity) (paper ablation; 0 drops the term, as the release)."""
+    mse_weight: float = 1.0
+    """alpha: weight of the MSE to the target shot's E_a representation (the paper's main model
+    and the release's rec_loss_scale: 1.0)."""
+    cosine_weight: float = 0.0
+    """beta: weight of (1 - cosine similarity); the supplement's ablation uses alpha = beta = 0.5
+    (trainer/configs/mllm-cosine-ablation.yaml)."""
 
 
 @dataclass
@@ -190,6 +221,18 @@ CHOICES = {
     "sampler": ("dpm++2m", "ddim"),
     "guidance_schedule": ("dynamic", "constant"),
     "prompt_format": ("paper", "release"),
+    "t5_dtype": ("fp32", "auto"),
+}
+
+# Settings a checkpoint written before they existed did not save, at the values that trainer
+# used, so a later phase or `play` rebuilds its parts as they were trained.
+LEGACY_VALUES = {
+    "train_adaln": False,
+    "warmup_trains_motion": False,
+    "train_embeddings": False,
+    "train_norms": False,
+    "t5_attention_mask": True,
+    "t5_dtype": "auto",
 }
 RATES = ("text_drop_rate", "empty_text_rate", "image_drop_rate", "shot_drop_rate")
 
@@ -212,7 +255,7 @@ def load_config(phase: str, path: str | Path | None = None, overrides: list[str]
         raise ConfigError(f"unknown phase {phase!r} (known: {', '.join(PHASES)})")
     config = CONFIG_CLASSES[phase]()
     if path:
-        apply_mapping(config, phase, read_yaml(path), source=str(path))
+        apply_mapping(config, phase, read_settings_file(path), source=str(path))
     apply_overrides(config, overrides or [])
     return check(config)
 
@@ -226,19 +269,16 @@ def apply_overrides(config, items: list[str]) -> None:
 def config_from_dict(phase: str, data: dict):
     """Rebuild a config saved in a checkpoint (plain dict of fields)."""
     config = CONFIG_CLASSES[phase]()
-    for name, value in data.items():
+    for name, value in saved_settings(data, config).items():
         set_field(config, name, value, "checkpoint")
     return config
 
 
-def read_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: configuration file not found")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
-    return data
+def saved_settings(data: dict, config) -> dict:
+    """A checkpoint's settings, with the values of settings of `config`'s phase that did not exist
+    when it was made."""
+    legacy = {k: v for k, v in LEGACY_VALUES.items() if hasattr(config, k)}
+    return {**legacy, **data}
 
 
 def apply_mapping(config, phase: str, data: dict, source: str) -> None:

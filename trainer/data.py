@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from core import storage
-from core.film import REVIEW_FILE, SHARDS_DIR, SUMMARY_FILE
+from core.film import REVIEW_FILE, SHARDS_DIR, FilmFolder
 from core.shards import (
     RowLocation,
     check_schema_version,
@@ -162,7 +162,7 @@ def _clip_shards(location: str | Path) -> list[Path | str]:
             return [str(location)]
         return [
             str(storage.join(film, SHARDS_DIR, shard))
-            for film in storage.committed_film_dirs(location, SUMMARY_FILE)
+            for film in FilmFolder.discover(location)
             for shard in storage.list_names(storage.join(film, SHARDS_DIR))
             if shard.startswith("clips") and shard.endswith(".parquet")
         ]
@@ -324,11 +324,14 @@ def collate(samples: list[dict]) -> dict:
 
 
 class StepBatches(torch.utils.data.Sampler):
-    """Infinite batches for one rank, starting at `start_step`.
+    """Infinite micro-batches for one rank, starting at `start_step`.
 
-    Epoch e is the permutation of all samples seeded by (seed, e), padded by wrapping to a multiple
-    of batch_size x world_size so every rank takes the same number of batches (DDP needs that);
-    rank r takes the r-th batch_size slice of each global batch.
+    A step takes `accum` micro-batches of batch_size on each rank: a global batch of
+    batch_size x world_size x accum samples. Epoch e is the permutation of all samples seeded by
+    (seed, e), padded by wrapping to a multiple of the global batch so every rank takes the same
+    number of batches (DDP needs that); micro-batch k of a step covers the k-th batch_size x
+    world_size slice of the step's global batch, rank r its r-th batch_size part. So a step sees
+    the same samples, with the same sample ids, whatever the split into ranks and micro-batches.
     """
 
     def __init__(
@@ -339,20 +342,27 @@ class StepBatches(torch.utils.data.Sampler):
         rank: int = 0,
         world_size: int = 1,
         start_step: int = 0,
+        accum: int = 1,
     ):
         self.num_samples, self.batch_size, self.seed = num_samples, batch_size, seed
         self.rank, self.world_size, self.start_step = rank, world_size, start_step
-        self.global_batch = batch_size * world_size
+        self.accum = accum
+        self.global_batch = batch_size * world_size * accum
         self.steps_per_epoch = -(-num_samples // self.global_batch)
 
     def __iter__(self):
         for step in itertools.count(self.start_step):
-            yield self.batch_for_step(step)
+            for micro in range(self.accum):
+                yield self.batch_for_step(step, micro)
 
-    def batch_for_step(self, step: int) -> list[tuple[int, int]]:
+    def batch_for_step(self, step: int, micro: int = 0) -> list[tuple[int, int]]:
         epoch, offset = divmod(step, self.steps_per_epoch)
         order = self._epoch_order(epoch)
-        begin = offset * self.global_batch + self.rank * self.batch_size
+        begin = (
+            offset * self.global_batch
+            + micro * self.batch_size * self.world_size
+            + self.rank * self.batch_size
+        )
         positions = range(begin, begin + self.batch_size)
         base = epoch * self.steps_per_epoch * self.global_batch
         return [(order[p % self.num_samples], base + p) for p in positions]
@@ -373,8 +383,9 @@ def make_loader(
     world_size: int,
     start_step: int,
     num_workers: int,
+    accum: int = 1,
 ) -> torch.utils.data.DataLoader:
-    sampler = StepBatches(len(dataset), batch_size, seed, rank, world_size, start_step)
+    sampler = StepBatches(len(dataset), batch_size, seed, rank, world_size, start_step, accum)
     return torch.utils.data.DataLoader(
         dataset,
         batch_sampler=sampler,

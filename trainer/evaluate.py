@@ -1,13 +1,23 @@
-"""`animegamer eval`: the paper's metrics for generated shots against their reference clips.
+"""`animegamer eval`: the paper's metrics for generated shots.
 
-  CLIP-I   mean cosine similarity of CLIP image embeddings, generated frame vs reference frame
+  CLIP-I   mean cosine similarity of CLIP image embeddings, generated frame vs reference
   CLIP-T   mean cosine similarity of a generated frame's CLIP image embedding with its text
-  DreamSim mean DreamSim distance, generated frame vs reference frame (lower is closer)
+  DreamSim DreamSim similarity = 1 - DreamSim distance, generated frame vs reference: higher is
+           closer, as the paper reports it (0.740 for AnimeGamer); `dreamsim_distance` is the
+           distance itself
   ACC-F, MAE-F  the motion level measured on the generated shot vs the requested level
-           (pipeline/commands/motion_eval.py's code: the rule that labelled the training clips)
+           (pipeline/motion_eval.py: the rule that labelled the training clips)
+  judge    the MLLM-as-judge scores (1-10, six criteria) of a local InternVL (trainer/judge.py)
 
-Frames: `frames` evenly spaced frames of each clip, paired by position. DreamSim (Fu et al. 2023)
-is computed as its reference code does, over backbones given as local transformers folders: each
+Generated shots are the .mp4 files under the generated folder, named by their path in it
+without the suffix: `game-01/turn-003`. The paper's benchmark has no ground-truth video (its
+stories were written by GPT-4o), so CLIP-I and DreamSim compare each turn's shot with a reference
+image of the game's character: `--references` is a folder holding `<game>.png` (or .jpg, .jpeg,
+.webp) for each game folder, or one image for every shot. A folder of reference clips with the
+shots' names (`<name>.mp4`) compares shot with clip instead, frame by frame.
+
+Frames: `frames` evenly spaced frames of each clip; a reference image is compared with each of
+them. DreamSim (Fu et al. 2023) is computed as its reference code does, over backbones given as local transformers folders: each
 backbone embeds the 224x224 bicubic-resized frame normalised with its own mean and std (CLIP
 models: the projected image embedding; ViT/DINO models: the CLS token of the last block, before
 the final norm), the embeddings are concatenated, centred and scaled to unit length, and the
@@ -28,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-HELP = "CLIP-I, CLIP-T, DreamSim, ACC-F and MAE-F of generated shots against references."
+HELP = "CLIP-I, CLIP-T, DreamSim, ACC-F, MAE-F and the MLLM judge of generated game shots."
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
@@ -53,12 +64,28 @@ class EvalConfig:
     fps: float = 8.0
     """Rate the clips are sampled at before their motion is measured (the dataset's)."""
     device: str = "auto"
+    judge_model: str = ""
+    """InternVL checkpoint (a local folder; transformers' native `-hf` format for the
+    transformers engine) that judges each turn (`--judge`)."""
+    judge_engine: str = "transformers"
+    """Caption engine the judge runs on: `transformers` or `lmdeploy` (local only)."""
+    judge_prompt: str = "game_judge"
+    """Prompt name under prompts/ (or a prompt file) of the judge."""
+    judge_frames: int = 5
+    """Frames of each turn's shot the judge sees, in one row left to right."""
+    judge_frame_height: int = 240
+    """Height of each frame in the judge's row, in pixels."""
+    judge_max_new_tokens: int = 96
+    judge_batch_size: int = 4
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("generated", type=Path, nargs="?", help="folder of generated .mp4 shots")
     parser.add_argument(
-        "--references", type=Path, help="folder of reference .mp4 clips (same file names)"
+        "--references",
+        type=Path,
+        help="a reference image per game (<game>.png in a folder), one image, or a folder of "
+        "reference .mp4 clips with the shots' names",
     )
     parser.add_argument(
         "--texts",
@@ -67,6 +94,9 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--levels", type=Path, help="requested level per clip (motion-eval's format): ACC-F/MAE-F"
+    )
+    parser.add_argument(
+        "--judge", action="store_true", help="score each turn with the MLLM judge (judge_model)"
     )
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
     parser.add_argument(
@@ -92,7 +122,9 @@ def run(args) -> int:
             set_setting(config, *parse_assignment(item), "--set")
         if args.generated is None:
             raise ValueError("give the folder of generated shots")
-        result = evaluate(config, args.generated, args.references, args.texts, args.levels)
+        result = evaluate(
+            config, args.generated, args.references, args.texts, args.levels, args.judge
+        )
     print(json.dumps({k: v for k, v in result.items() if k != "per_clip"}, indent=1))
     if args.json:
         from core.io import write_json_atomic
@@ -107,46 +139,95 @@ def evaluate(
     references: Path | None = None,
     texts: Path | None = None,
     levels: Path | None = None,
+    judge: bool = False,
 ) -> dict:
-    """The metrics the inputs allow: CLIP-I and DreamSim need references, CLIP-T texts,
-    ACC-F/MAE-F requested levels."""
+    """The metrics the inputs allow: CLIP-I and DreamSim need references, CLIP-T and the judge
+    texts (given, or each game folder's play states.jsonl), ACC-F/MAE-F requested levels."""
     shots = _mp4s(generated)
     result: dict = {"clips": len(shots)}
     per_clip: dict[str, dict] = {name: {} for name in shots}
     frames = {name: sample_frames(path, config.frames) for name, path in shots.items()}
     device = _device(config.device)
     if references is not None:
-        refs = _mp4s(references)
-        missing = sorted(set(shots) - set(refs))
-        if missing:
-            raise FileNotFoundError(f"{references}: no reference for {', '.join(missing[:10])}")
-        ref_frames = {name: sample_frames(refs[name], config.frames) for name in shots}
+        ref_frames = {name: reference_frames(references, name, config.frames) for name in shots}
         clip = ClipScorer(config.clip_model, config.image_size, device)
         _score(
             per_clip, "clip_i", {n: clip.image_similarity(frames[n], ref_frames[n]) for n in shots}
         )
         if config.dreamsim_models:
             dreamsim = DreamSim(config.dreamsim_models, config.image_size, device)
-            _score(
-                per_clip,
-                "dreamsim",
-                {n: dreamsim.distance(frames[n], ref_frames[n]) for n in shots},
-            )
+            distances = {n: dreamsim.distance(frames[n], ref_frames[n]) for n in shots}
+            _score(per_clip, "dreamsim_distance", distances)
+            _score(per_clip, "dreamsim", {n: 1.0 - d for n, d in distances.items()})
+    if texts is not None or judge:
+        text_of = shot_texts(generated, shots, texts)
     if texts is not None:
-        text_of = read_texts(texts)
-        missing = sorted(set(shots) - set(text_of))
-        if missing:
-            raise ValueError(f"{texts}: no text for {', '.join(missing[:10])}")
         clip = ClipScorer(config.clip_model, config.image_size, device)
         _score(per_clip, "clip_t", {n: clip.text_similarity(frames[n], text_of[n]) for n in shots})
+    if judge:
+        from trainer.judge import judge_turns
+
+        judged = judge_turns(config, shots, text_of)
+        for name, values in judged.pop("per_clip").items():
+            per_clip[name] |= values
+        result |= judged
     if levels is not None:
         result |= motion_levels(generated, levels, config.fps)
-    for metric in ("clip_i", "dreamsim", "clip_t"):
+    for metric in ("clip_i", "dreamsim", "dreamsim_distance", "clip_t"):
         values = [c[metric] for c in per_clip.values() if metric in c]
         if values:
             result[metric] = float(np.mean(values))
     result["per_clip"] = per_clip
     return result
+
+
+def reference_frames(references: Path, name: str, count: int) -> np.ndarray:
+    """What shot `name` is compared with: a clip `<name>.mp4` in the references folder, else the
+    reference image of its game (`<game>.png`, game = the shot's first folder), or the one image
+    `references` names."""
+    if references.is_file():
+        return read_image(references)
+    if not references.is_dir():
+        raise FileNotFoundError(f"{references}: no such reference image or folder")
+    clip = references / f"{name}.mp4"
+    if clip.is_file():
+        return sample_frames(clip, count)
+    game = Path(name).parts[0] if len(Path(name).parts) > 1 else None
+    for suffix in IMAGE_SUFFIXES if game else ():
+        if (references / f"{game}{suffix}").is_file():
+            return read_image(references / f"{game}{suffix}")
+    wanted = f"{name}.mp4" + (f" or a {game}.png image of its game's character" if game else "")
+    raise FileNotFoundError(f"{references}: no reference for {name} (expected {wanted})")
+
+
+def read_image(path: Path) -> np.ndarray:
+    """One RGB image as a 1 x H x W x 3 frame array."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            return np.array(image.convert("RGB"))[None]
+    except (UnidentifiedImageError, OSError) as exc:
+        raise ValueError(f"{path}: not a readable image ({exc})") from None
+
+
+def shot_texts(generated: Path, shots: dict[str, Path], texts: Path | None) -> dict[str, str]:
+    """Each shot's instruction: from `texts` (keys: a shot's name, or its file name for a
+    single game), else from the states.jsonl play wrote beside each game's shots."""
+    found: dict[str, str] = {}
+    if texts is not None:
+        given = read_texts(texts)
+        found = {n: given.get(n) or given.get(Path(n).name, "") for n in shots}
+    else:
+        for name in shots:
+            states = generated / Path(name).parent / "states.jsonl"
+            if states.is_file():
+                found[name] = read_texts(states).get(Path(name).name, "")
+    missing = sorted(n for n in shots if not found.get(n))
+    if missing:
+        source = texts or "the games' states.jsonl"
+        raise ValueError(f"{source}: no text for {', '.join(missing[:10])}")
+    return found
 
 
 def _score(per_clip: dict, metric: str, values: dict) -> None:
@@ -157,7 +238,9 @@ def _score(per_clip: dict, metric: str, values: dict) -> None:
 def _mp4s(folder: Path) -> dict[str, Path]:
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: not a folder of clips")
-    found = {p.stem: p for p in sorted(folder.glob("*.mp4"))}
+    found = {
+        p.relative_to(folder).with_suffix("").as_posix(): p for p in sorted(folder.rglob("*.mp4"))
+    }
     if not found:
         raise FileNotFoundError(f"{folder}: no .mp4 clips")
     return found
@@ -201,13 +284,13 @@ def read_texts(path: Path) -> dict[str, str]:
 
 def motion_levels(generated: Path, levels: Path, fps: float) -> dict:
     """ACC-F and MAE-F with motion-eval's own code and the pipeline's motion settings."""
-    from pipeline.commands.motion_eval import (
+    from pipeline.config import load_config
+    from pipeline.motion_eval import (
         match_clips,
         measure_clip,
         read_requested_levels,
         summarise,
     )
-    from pipeline.config import load_config
     from stages.motion import MotionScope
 
     requested = read_requested_levels(levels)
@@ -274,8 +357,7 @@ class ClipScorer:
             return _unit(_features(self.model.get_image_features(pixel_values=pixels)))
 
     def image_similarity(self, generated: np.ndarray, reference: np.ndarray) -> float:
-        count = min(len(generated), len(reference))
-        a, b = self.images(generated[:count]), self.images(reference[:count])
+        a, b = _paired(self.images, generated, reference)
         return float((a * b).sum(-1).mean())
 
     def text_similarity(self, generated: np.ndarray, text: str) -> float:
@@ -328,9 +410,17 @@ class DreamSim:
         return _unit(embedding - embedding.mean(dim=-1, keepdim=True))
 
     def distance(self, generated: np.ndarray, reference: np.ndarray) -> float:
-        count = min(len(generated), len(reference))
-        a, b = self.embed(generated[:count]), self.embed(reference[:count])
+        a, b = _paired(self.embed, generated, reference)
         return float((1 - (a * b).sum(-1)).mean())
+
+
+def _paired(embed, generated: np.ndarray, reference: np.ndarray):
+    """Embeddings of frames paired by position, or of every generated frame with one reference
+    image (the benchmark's character picture)."""
+    if len(reference) == 1:
+        return embed(generated), embed(reference)
+    count = min(len(generated), len(reference))
+    return embed(generated[:count]), embed(reference[:count])
 
 
 def _features(output):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import itertools
 import json
 import math
 import shutil
@@ -20,6 +21,7 @@ from pathlib import Path
 import torch
 
 from core.io import write_text_atomic
+from core.settings import ConfigError
 from trainer import checkpoint, distributed
 from trainer.data import make_loader
 
@@ -44,22 +46,35 @@ def train(phase: str, config, build, resume: bool = True, log=print) -> list[dic
     """Run one phase; `build(config, device, dtype)` returns (model, dataset). Returns the metrics."""
     env = distributed.setup(config.device)
     dtype = distributed.pick_dtype(config.dtype, env.device)
+    accum = accumulation_steps(config, env.world_size)
     torch.manual_seed(config.seed)
     model, dataset = build(config, env.device, dtype)
     trainable, optimizer = make_optimizer(model, config)
     start = _start_step(phase, model, optimizer, config.out_dir, resume, env, log)
     if env.is_main:
         log(
-            f"[{phase}] {dataset.summary()}, {sum(p.numel() for p in trainable):,} trainable weights, "
-            f"{env.world_size} rank(s) on {env.device} in {dtype}, steps {start}..{config.max_steps}"
+            f"[{phase}] {dataset.summary()}, {env.world_size} rank(s) on {env.device} in {dtype}, "
+            f"{config.batch_size * env.world_size * accum} samples per step "
+            f"({config.batch_size} x {env.world_size} rank(s) x {accum} accumulated), "
+            f"steps {start}..{config.max_steps}"
         )
+        log(f"[{phase}] {describe_trainable(model)}")
     wrapped = _wrap(model, env)
     loader = make_loader(
-        dataset, config.batch_size, config.seed, env.rank, env.world_size, start, config.num_workers
+        dataset,
+        config.batch_size,
+        config.seed,
+        env.rank,
+        env.world_size,
+        start,
+        config.num_workers,
+        accum,
     )
+    micro_batches = iter(loader)
     metrics, clock = [], time.time()
-    for step, batch in zip(range(start, config.max_steps), loader):
-        record = _step(wrapped, model, optimizer, trainable, batch, step, config, env, dtype)
+    for step in range(start, config.max_steps):
+        batches = list(itertools.islice(micro_batches, accum))
+        record = _step(wrapped, model, optimizer, trainable, batches, step, config, env, dtype)
         metrics.append(record)
         if env.is_main:
             _log(phase, record, config, start, clock, log)
@@ -67,10 +82,50 @@ def train(phase: str, config, build, resume: bool = True, log=print) -> list[dic
             _save(phase, config, model, optimizer, step + 1, env, log)
     # The DDP wrapper's reducer holds the process group: freeing it after the group is destroyed
     # deadlocks in gloo's destructor (seen here: a rank hung at exit), so release it first.
-    del wrapped
+    del wrapped, micro_batches
     gc.collect()
     distributed.teardown()
     return metrics
+
+
+def accumulation_steps(config, world_size: int) -> int:
+    """Micro-batches per optimiser step: `grad_accum`, or what `global_batch` asks for."""
+    if config.global_batch <= 0:
+        if config.grad_accum < 1:
+            raise ConfigError(f"grad_accum={config.grad_accum}: must be 1 or more")
+        return config.grad_accum
+    per_pass = config.batch_size * world_size
+    if config.global_batch % per_pass:
+        raise ConfigError(
+            f"global_batch={config.global_batch} is not a multiple of batch_size x ranks = "
+            f"{config.batch_size} x {world_size}: choose a global batch or batch_size that divides"
+        )
+    return config.global_batch // per_pass
+
+
+# Named groups of trained weights, for the start-up line (first match wins).
+WEIGHT_GROUPS = (
+    ("LoRA", ("lora_",)),
+    ("adaLN modulation", ("norm1.linear", "norm2.linear")),
+    ("motion MLP", ("time_embedding.motion",)),
+    ("embedding", ("embed_tokens",)),
+    ("lm_head", ("lm_head",)),
+    ("RMSNorm", ("layernorm", ".norm.")),
+)
+
+
+def describe_trainable(model: torch.nn.Module) -> str:
+    """'N trainable weights: G1 n1, G2 n2, ...' by WEIGHT_GROUPS, else by the top-level module."""
+    counts: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            group = next(
+                (g for g, keys in WEIGHT_GROUPS if any(k in name for k in keys)),
+                name.split(".")[0] + "." + name.split(".")[1] if "." in name else name,
+            )
+            counts[group] = counts.get(group, 0) + p.numel()
+    parts = ", ".join(f"{group} {count:,}" for group, count in counts.items())
+    return f"{sum(counts.values()):,} trainable weights: {parts}"
 
 
 def make_optimizer(model, config) -> tuple[list, torch.optim.Optimizer]:
@@ -82,15 +137,26 @@ def make_optimizer(model, config) -> tuple[list, torch.optim.Optimizer]:
     return trainable, optimizer
 
 
-def _step(wrapped, model, optimizer, trainable, batch, step: int, config, env, dtype) -> dict:
-    """One optimiser step; returns its metrics averaged over ranks."""
+def _step(wrapped, model, optimizer, trainable, batches, step: int, config, env, dtype) -> dict:
+    """One optimiser step over `batches` (micro-batches of equal size, whose gradients add up);
+    returns its metrics averaged over micro-batches and ranks."""
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(config, step)
-    # Dropout draws from the global generator: reseed per step and rank so a resume replays it.
-    torch.manual_seed(config.seed * 7919 + step * env.world_size + env.rank)
-    with _autocast(env.device, dtype):
-        out = wrapped(batch, step)
-    out["loss"].backward()
+    totals: dict[str, torch.Tensor] = {}
+    for index, batch in enumerate(batches):
+        # Dropout draws from the global generator: reseed per micro-batch and rank so a resume
+        # replays it.
+        micro = step * len(batches) + index
+        torch.manual_seed(config.seed * 7919 + micro * env.world_size + env.rank)
+        # gradients are averaged over ranks once, after the last micro-batch
+        last = index == len(batches) - 1
+        sync = contextlib.nullcontext() if last or not env.enabled else wrapped.no_sync()
+        with sync:
+            with _autocast(env.device, dtype):
+                out = wrapped(batch, step)
+            (out["loss"] / len(batches)).backward()
+        for key, value in out.items():
+            totals[key] = totals.get(key, 0) + value.detach().float() / len(batches)
     getattr(model, "before_optimizer_step", lambda s: None)(step)
     torch.nn.utils.clip_grad_norm_(trainable, config.grad_clip)
     optimizer.step()
@@ -98,7 +164,7 @@ def _step(wrapped, model, optimizer, trainable, batch, step: int, config, env, d
     record = {
         "step": step + 1,
         "lr": optimizer.param_groups[0]["lr"],
-        **{k: distributed.mean_across_ranks(v) for k, v in out.items()},
+        **{k: distributed.mean_across_ranks(v) for k, v in totals.items()},
     }
     if not math.isfinite(record["loss"]):
         raise FloatingPointError(f"loss became {record['loss']} at step {step + 1}")

@@ -99,8 +99,6 @@ LAYOUTS = {
         extra_tokens=tuple(f"<Strength_{v}>" for v in range(-5, 6)),
     ),
 }
-# the paper's layout, for callers that do not choose
-STATE_TAGS = LAYOUTS["paper"].state_tags
 
 
 def layout(name: str) -> Layout:

@@ -1,7 +1,7 @@
 """Phase (a): train the shot encoder E_a with the decoder D_a on every captioned clip.
 
-For the first `encoder_warmup_steps` steps only E_a learns (the decoder's LoRA and motion MLP
-get no update), then both learn together; the loss is the decoder's diffusion loss. Condition
+For the first `encoder_warmup_steps` steps E_a and the decoder's motion MLP learn (the decoder's
+LoRA and adaLN modulation get no update), then all of them together, as the release; the loss is the decoder's diffusion loss. Condition
 dropout (models/encoder.py) zeroes parts of E_a's input per sample, so the decoder also learns the
 unconditional prediction that guidance needs; each step logs the share of each kind of drop.
 Run: `python -m trainer.train_encoder --config trainer/configs/encoder.yaml --shards DATASET`.
@@ -24,6 +24,7 @@ class EncoderPhase(nn.Module):
         self.encoder = build.shot_encoder(config, device, dtype)
         self.decoder = build.shot_decoder(config, device, dtype)
         self.seed, self.warmup = config.seed, config.encoder_warmup_steps
+        self.warmup_motion = config.warmup_trains_motion
         self.rates = (config.text_drop_rate, config.empty_text_rate, config.image_drop_rate)
 
     def forward(self, batch: dict, step: int) -> dict:
@@ -39,10 +40,13 @@ class EncoderPhase(nn.Module):
         return {"loss": loss, **drop.fractions()}
 
     def before_optimizer_step(self, step: int) -> None:
-        if (
-            step < self.warmup
-        ):  # warm-up: D_a frozen (its grads dropped, so AdamW leaves it as it is)
-            for p in self.decoder.parameters():
+        """Warm-up: the decoder waits (its grads dropped, so AdamW leaves it as it is), except its
+        motion MLP with `warmup_trains_motion`, as the release's warm-up list (`flow`, E_a)."""
+        if step >= self.warmup:
+            return
+        keep = {id(p) for p in self.decoder.motion_parameters()} if self.warmup_motion else set()
+        for p in self.decoder.parameters():
+            if id(p) not in keep:
                 p.grad = None
 
     def adapters(self) -> dict:

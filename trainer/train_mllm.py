@@ -40,8 +40,9 @@ class MllmPhase(nn.Module):
 
     def adapters(self) -> dict:
         llm = self.mllm.llm
-        # The new tokens' rows travel as peft trainable tokens; the full embedding matrices
-        # (2 x 131M weights for Mistral-7B) need not be copied into the adapter.
+        # Fully trained embeddings, lm_head and norms travel as peft modules_to_save; with
+        # train_embeddings false the new tokens' rows travel as trainable tokens, and the full
+        # matrices (2 x 131M weights for Mistral-7B) need not be copied into the adapter.
         weights = get_peft_model_state_dict(llm, save_embedding_layers=False)
         return {"mllm": (weights, llm.peft_config["default"], self.mllm.tokenizer)}
 

@@ -92,10 +92,10 @@ def _run(args: argparse.Namespace) -> int:
             continue
         for film_dir, summary in zip(group, summaries):
             print(
-                f"{film_dir}: {json.dumps(summary['by_status'])} "
-                f"({summary['from_cache']} from cache, {summary['seconds']} s)"
+                f"{film_dir}: {json.dumps(summary.by_status)} "
+                f"({summary.from_cache} from cache, {summary.seconds} s)"
             )
-            if summary.get("hint"):
+            if summary.hint:
                 print(caption_later_hint(film_dir))
     return WORK_FAILED if failed else 0
 
@@ -109,12 +109,8 @@ def _by_ip(films: list[Path], ip: str | None) -> list[tuple[str, list[Path]]]:
 
 
 def film_folders(path: Path) -> list[Path]:
-    """The film folder itself, or the film folders directly inside a dataset folder."""
-    if FilmFolder(path).has_shards():
-        return [path]
-    inside = (
-        sorted(p for p in path.iterdir() if FilmFolder(p).has_shards()) if path.is_dir() else []
-    )
+    """The film folder itself, or the film folders under a dataset folder (any depth)."""
+    inside = FilmFolder.discover(path)
     if not inside:
         raise FileNotFoundError(
             f"{path}: neither a film folder (with shards/) nor a folder of them"

@@ -67,6 +67,7 @@ ENGINE_ERRORS_BEFORE_STOP = 24
 
 @dataclass
 class CaptionConfig(Settings):
+    content_fields = ()  # captions are a later pass over the shards: the cut is the same
     model: str | None = None
     """InternVL checkpoint: a local folder (engines transformers, lmdeploy), a hub name where a
     network exists, or the served model name (engine openai). None: captions stay pending."""

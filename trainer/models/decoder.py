@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from diffusers.models.embeddings import Timesteps
 from peft import LoraConfig, get_peft_model_state_dict
 
+from trainer.models.precision import train_in_fp32
+
 
 class TimeEmbeddingWithMotion(nn.Module):
     """The pretrained timestep embedding plus the motion MLP's output (condition = sinusoid)."""
@@ -97,6 +99,7 @@ class ShotDecoder(nn.Module):
         lora_alpha: int,
         lora_targets: list[str],
         motion_hidden: int,
+        train_adaln: bool = True,
     ):
         super().__init__()
         config = transformer.config
@@ -133,6 +136,24 @@ class ShotDecoder(nn.Module):
         )
         self.transformer, self.vae, self.scheduler = transformer, vae, scheduler
         self.vae.requires_grad_(False)
+        if train_adaln:
+            for linear in self.adaln_modulations():
+                train_in_fp32(linear)
+
+    def adaln_modulations(self) -> list[nn.Module]:
+        """Each block's two adaLN modulation layers (timestep + motion embedding -> shift, scale,
+        gate of the video and text streams): the release's AdaLNMixin.adaLN_modulations, 12 x
+        width outputs per block. The final layer's modulation is not among them, as in the
+        release, whose list names `adaLN_modulations` only."""
+        return [
+            norm.linear
+            for block in self.transformer.transformer_blocks
+            for norm in (block.norm1, block.norm2)
+        ]
+
+    def motion_parameters(self) -> list[nn.Parameter]:
+        """The motion MLP's weights (the release's `flow_embed`)."""
+        return list(self.transformer.time_embedding.motion.parameters())
 
     @property
     def text_slot(self) -> int:

@@ -15,6 +15,7 @@ with a zero CLIP condition), so it is one fixed tensor for a given E_a.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -75,12 +76,14 @@ class ShotEncoder(nn.Module):
         text_tokens: int,
         clip_layer: int = -2,
         clip_input: str = "resize",
+        t5_attention_mask: bool = False,
     ):
         super().__init__()
         if clip_input not in ("resize", "center_crop"):
             raise ValueError(f"clip_input={clip_input!r}: choose resize or center_crop")
         self.clip, self.t5, self.tokenizer = clip, t5, t5_tokenizer
         self.text_tokens, self.clip_layer, self.clip_input = text_tokens, clip_layer, clip_input
+        self.t5_attention_mask = t5_attention_mask
         self.image_size = clip.config.image_size
         self.visual_dim, self.text_dim = int(clip.config.hidden_size), int(t5.config.d_model)
         self.visual_proj = projection(self.visual_dim, out_dim)
@@ -134,9 +137,13 @@ class ShotEncoder(nn.Module):
             truncation=True,
             return_tensors="pt",
         ).to(first_frames.device)
-        text = self.t5(
-            input_ids=tokens.input_ids, attention_mask=tokens.attention_mask
-        ).last_hidden_state
+        # The release and CogVideoX give T5 no mask: the padding's features are part of what the
+        # decoder was trained to read.
+        mask = tokens.attention_mask if self.t5_attention_mask else None
+        # an fp32 T5 runs in fp32 under the loop's bf16 autocast too, as the release's
+        fp32 = next(self.t5.parameters()).dtype == torch.float32
+        with torch.autocast(first_frames.device.type, enabled=False) if fp32 else nullcontext():
+            text = self.t5(input_ids=tokens.input_ids, attention_mask=mask).last_hidden_state
         return hidden[:, 1:].float(), text.float()
 
     def preprocess(self, frames: torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,9 @@
 History shots enter through the input projection (shot width -> LLM width); the target turn holds
 `num_queries` learnable query embeddings whose last hidden states go through the output projection
 back to shot width: that is the predicted shot representation, compared with E_a's representation
-of the real target shot. The paper's special tokens are added to the tokenizer; their embedding
-and output rows are trained (peft trainable tokens), the rest of the LLM through LoRA.
+of the real target shot. The paper's special tokens are added to the tokenizer. As the release,
+the whole embedding and lm_head and every RMSNorm train beside the LoRA (peft modules_to_save, in
+fp32); narrowed, only the new tokens' rows train (peft trainable tokens).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from peft import LoraConfig, get_peft_model
+from peft.utils import ModulesToSaveWrapper
 
+from trainer.models.precision import train_in_fp32
 from trainer.prompt import (
     IGNORE,
     PromptBuilder,
@@ -36,6 +39,8 @@ class GameStateModel(nn.Module):
         lora_dropout: float,
         lora_targets: list[str],
         prompt_format: str = "paper",
+        train_embeddings: bool = True,
+        train_norms: bool = True,
     ):
         super().__init__()
         new_ids = add_game_tokens(tokenizer, num_queries, prompt_format)
@@ -47,10 +52,13 @@ class GameStateModel(nn.Module):
                 lora_alpha=lora_alpha,
                 lora_dropout=lora_dropout,
                 target_modules=lora_targets,
-                trainable_token_indices={"embed_tokens": new_ids, "lm_head": new_ids},
                 task_type="CAUSAL_LM",
+                **fully_trained(new_ids, train_embeddings, train_norms),
             ),
         )
+        for module in self.llm.modules():
+            if isinstance(module, ModulesToSaveWrapper):
+                train_in_fp32(module.modules_to_save["default"])
         hidden = llm.config.hidden_size
         self.tokenizer, self.num_queries, self.shot_dim = tokenizer, num_queries, shot_dim
         self.prompts = PromptBuilder(tokenizer, num_queries, prompt_format)
@@ -116,6 +124,22 @@ class GameStateModel(nn.Module):
         cosine = 1 - F.cosine_similarity(predicted, target_shots.float(), dim=-1).mean()
         total = ce + mse_weight * mse + cosine_weight * cosine
         return {"loss": total, "ce": ce.detach(), "mse": mse.detach(), "cosine": cosine.detach()}
+
+
+# The release's modules_to_save (configs/clm_models/mistral-7b.yaml): every RMSNorm of the LLM.
+NORMS = ["input_layernorm", "post_attention_layernorm", "norm"]
+
+
+def fully_trained(new_ids: list[int], embeddings: bool, norms: bool) -> dict:
+    """LoraConfig arguments for what trains beside the LoRA: the whole embedding and lm_head (the
+    release) or only the new tokens' rows, and the RMSNorms."""
+    whole = (["embed_tokens", "lm_head"] if embeddings else []) + (NORMS if norms else [])
+    rows = (
+        {}
+        if embeddings
+        else {"trainable_token_indices": {"embed_tokens": new_ids, "lm_head": new_ids}}
+    )
+    return {"modules_to_save": whole or None, **rows}
 
 
 def state_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

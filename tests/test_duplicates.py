@@ -1,0 +1,203 @@
+"""The duplicate search that scales (issue 20): exactly the rule of the scan it replaced, whatever
+the order films arrive in, and a folder pass that reads only what is new."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_clip, write_film
+
+from pipeline.duplicates import INDEX_FILE, INDEX_SCHEMA, choose_kept, near_pairs
+from pipeline.quality import apply_quality
+from stages.quality import RejectConfig, hamming
+
+
+def scan(rows: list[dict], thresholds: RejectConfig) -> dict[str, str]:
+    """The rule as the quadratic scan wrote it before the index: each clip, in visiting order,
+    against every clip kept so far."""
+    rows = sorted(
+        (r for r in rows if r["fit"] and r["quality_hashes"]),
+        key=lambda r: (r["film_name"], r["film_id"], r["start_frame"], r["clip_id"]),
+    )
+    kept: list[dict] = []
+    found = {}
+    for row in rows:
+        for other in kept:
+            if len(other["quality_hashes"]) != len(row["quality_hashes"]):
+                continue
+            a = np.asarray(other["quality_hashes"], np.int64)
+            b = np.asarray(row["quality_hashes"], np.int64)
+            if hamming(a, b).mean() > thresholds.duplicate_max_distance:
+                continue
+            if other["film_id"] == row["film_id"] and (
+                not thresholds.duplicate_within_film or other["scene_index"] == row["scene_index"]
+            ):
+                continue
+            found[row["clip_id"]] = other["clip_id"]
+            break
+        else:
+            kept.append(row)
+    return found
+
+
+def flipped(hashes: list[int], bits: int, rng) -> list[int]:
+    """`hashes` with `bits` bits flipped, spread over the frames."""
+    values = np.asarray(hashes, np.int64).view(np.uint64).copy()
+    for position in rng.choice(64 * len(values), bits, replace=False):
+        values[position // 64] ^= np.uint64(1) << np.uint64(position % 64)
+    return values.view(np.int64).tolist()
+
+
+def random_clips(rng, films: int = 6, per_film: int = 60) -> list[dict]:
+    """Clips with random hashes, a fifth of them copies of another clip (in another film or the
+    same one, same scene or not) at 0 to 60 bits, a few unfit, a few hashed with two frames."""
+    rows = []
+    for film in range(films):
+        for k in range(per_film):
+            width = 2 if k % 17 == 0 else 4
+            rows.append(
+                {
+                    "clip_id": f"{film:02d}{k:04d}".ljust(32, "0"),
+                    "film_name": f"ep{(film * 7) % films:02d}",
+                    "film_id": f"film{film}",
+                    "scene_index": k // 5,
+                    "start_frame": 48 * k,
+                    "quality_hashes": rng.integers(-(2**63), 2**63 - 1, width).tolist(),
+                    "fit": bool(rng.random() > 0.05),
+                }
+            )
+    for row in rng.choice(len(rows), len(rows) // 5, replace=False):
+        source = rows[int(rng.integers(len(rows)))]
+        bits = int(rng.choice([0, 10, 30, 47, 48, 49, 60]))
+        hashes = source["quality_hashes"]
+        if len(hashes) == len(rows[row]["quality_hashes"]):
+            rows[row]["quality_hashes"] = flipped(hashes, min(bits, 64 * len(hashes)), rng)
+    return rows
+
+
+def as_table(rows: list[dict]) -> pa.Table:
+    names = ["clip_id", "film_name", "film_id", "scene_index", "start_frame", "quality_hashes"]
+    fields = [INDEX_SCHEMA.field(n) for n in names]
+    return pa.Table.from_pylist([{n: r[n] for n in names} for r in rows], schema=pa.schema(fields))
+
+
+@pytest.mark.parametrize("within_film", [True, False])
+@pytest.mark.parametrize("distance", [12.0, 7.5])
+def test_the_index_finds_exactly_what_the_scan_found(within_film, distance):
+    rng = np.random.default_rng(5)
+    rows = random_clips(rng)
+    thresholds = RejectConfig(duplicate_max_distance=distance, duplicate_within_film=within_film)
+    expected = scan(rows, thresholds)
+    assert len(expected) > 15  # planted copies were found, across films and within them
+    for shuffle in range(3):
+        order = rng.permutation(len(rows)) if shuffle else np.arange(len(rows))
+        shuffled = [rows[i] for i in order]
+        table = as_table(shuffled)
+        fit = np.array([r["fit"] for r in shuffled])
+        # searched in two halves, as a pass that adds films searches only the new clips
+        new = np.zeros(len(rows), bool)
+        new[len(rows) // 2 :] = True
+        pairs = near_pairs(table, ~new, thresholds) + near_pairs(table, new, thresholds)
+        # the first search gives the old half's pairs; the second, those with a new clip
+        chosen = choose_kept(table, fit, pairs, thresholds)
+        found = {r["clip_id"]: d for r, d in zip(shuffled, chosen) if d}
+        assert found == expected
+
+
+def _folder(root: Path, rng, names: list[str]) -> dict[str, list]:
+    """Film folders of synthetic clips under `root`; ep01's clips 0-3 are in ep00 as well (a
+    shared opening, a few bits apart), ep02 repeats its own clip 1 as clip 7 (a recap)."""
+    clips = {}
+    base = [rng.integers(-(2**63), 2**63 - 1, 4).tolist() for _ in range(8)]
+    for n, name in enumerate(names):
+        own = [rng.integers(-(2**63), 2**63 - 1, 4).tolist() for _ in range(8)]
+        if name in ("ep00", "ep01"):
+            own[:4] = [flipped(h, 20 * n, rng) for h in base[:4]]
+        if name == "ep02":
+            own[7] = flipped(own[1], 8, rng)
+        clips[name] = [
+            make_clip(i, film_id=name, film_name=name, quality_hashes=h) for i, h in enumerate(own)
+        ]
+    for name in names:
+        write_film(root / name, clips[name])
+    return clips
+
+
+def _decisions(root: Path) -> dict[str, tuple]:
+    table = pa.concat_tables(
+        pq.read_table(p, columns=["clip_id", "usable", "duplicate_of"])
+        for p in sorted(root.glob("**/shards/*.parquet"))
+    )
+    return {r["clip_id"]: (r["usable"], r["duplicate_of"]) for r in table.to_pylist()}
+
+
+def test_films_added_one_by_one_end_as_a_pass_over_all_of_them(tmp_path):
+    rng = np.random.default_rng(3)
+    names = ["ep00", "ep01", "ep02", "ep03"]
+    whole = tmp_path / "whole"
+    clips = _folder(whole, rng, names)
+    outcome = apply_quality(whole, RejectConfig())
+    expected = _decisions(whole)
+    kept = {c.clip_id: c for c in clips["ep00"]}
+    duplicates = {i: d for i, (_, d) in expected.items() if d}
+    assert len(duplicates) == 5 and outcome.usable == 32 - 5
+    assert {duplicates[c.clip_id] for c in clips["ep01"][:4]} <= set(kept)
+    assert duplicates[clips["ep02"][7].clip_id] == clips["ep02"][1].clip_id
+    assert (whole / INDEX_FILE).is_file()
+    again = apply_quality(whole, RejectConfig())
+    assert again.read_films == 0 and again.rewritten_films == 0 and _decisions(whole) == expected
+    # the same films arriving one at a time, the kept copy's film last
+    growing = tmp_path / "growing"
+    growing.mkdir()
+    for name in ["ep03", "ep01", "ep02", "ep00"]:
+        shutil.copytree(whole / name, growing / name)
+        outcome = apply_quality(growing, RejectConfig())
+        assert outcome.read_films <= 2  # the new film, and one whose duplicates it changed
+    assert _decisions(growing) == expected
+
+
+def test_a_lost_or_damaged_index_is_rebuilt(tmp_path):
+    rng = np.random.default_rng(4)
+    root = tmp_path / "out"
+    _folder(root, rng, ["ep00", "ep01"])
+    apply_quality(root, RejectConfig())
+    expected = _decisions(root)
+    (root / INDEX_FILE).write_bytes(b"not parquet")
+    assert apply_quality(root, RejectConfig()).read_films == 2 and _decisions(root) == expected
+    # a wider distance than the index was searched with: searched again
+    wider = apply_quality(root, RejectConfig(duplicate_max_distance=40.0))
+    assert wider.read_films == 2 and wider.by_reason.get("duplicate", 0) >= 4
+
+
+def test_hashes_that_differ_in_their_top_bit_are_counted_bit_by_bit():
+    """numpy counts the bits of a signed value's absolute value: a near-copy whose hashes differ
+    in a top bit read 63 bits away instead of 2, and was missed."""
+    near = np.array([-(2**63) + 1, 5], np.int64)
+    copy = np.array([1, 4], np.int64)
+    assert hamming(near, copy).tolist() == [1, 1]
+    assert hamming(np.int64(-(2**63)), np.int64(1)) == 2
+
+
+def test_films_nested_at_any_depth_are_one_folder(tmp_path):
+    """A franchise folder of series folders of episodes: one pass, one duplicate rule."""
+    from core.film import FilmFolder
+
+    rng = np.random.default_rng(6)
+    flat = tmp_path / "flat"
+    _folder(flat, rng, ["ep00", "ep01"])
+    nested = tmp_path / "nested"
+    for name, series in (("ep00", "series-a"), ("ep01", "series-b/season-1")):
+        shutil.copytree(flat / name, nested / series / name)
+    assert [p.relative_to(nested).as_posix() for p in FilmFolder.discover(nested)] == [
+        "series-a/ep00",
+        "series-b/season-1/ep01",
+    ]
+    apply_quality(flat, RejectConfig())
+    apply_quality(nested, RejectConfig())
+    assert _decisions(nested) == _decisions(flat)
+    assert sum(d is not None for _, d in _decisions(nested).values()) == 4

@@ -1,0 +1,241 @@
+"""Shot boundaries with gradual transitions (issue 18), on a labelled film made here from real shots
+of the bundled media: every transition's frames are known exactly, so a clip that reaches into one
+is found, and so is a shot that lost its clip."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+
+import av
+import cv2
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import BIKES, BUNNY, SINTEL, local_config
+
+from pipeline.ip import load_ip
+from pipeline.runner import run_film
+
+FPS = 20  # a 2-s window is 40 frames: the real shots below are 50 to 66 frames long
+SIZE = (320, 180)  # (w, h)
+
+
+@dataclass
+class LabelledFilm:
+    frames: list[np.ndarray] = field(default_factory=list)
+    shots: list[tuple[int, int]] = field(default_factory=list)  # clean frames of each shot
+    transitions: list[tuple[str, int, int]] = field(default_factory=list)  # kind, [start, stop)
+    cuts: list[int] = field(default_factory=list)
+    flashes: list[int] = field(default_factory=list)
+
+
+def _read(path, start: int, stop: int, letterbox: tuple[int, int] | None = None) -> list:
+    """Frames [start, stop) of a film as RGB at SIZE (centre-cropped to 16:9)."""
+    out = []
+    with av.open(str(path)) as container:
+        for i, frame in enumerate(container.decode(video=0)):
+            if i >= stop:
+                break
+            if i >= start:
+                rgb = frame.to_ndarray(format="rgb24")
+                if letterbox:
+                    rgb = rgb[letterbox[0] : letterbox[1]]
+                out.append(_fit(rgb))
+    return out
+
+
+def _fit(rgb: np.ndarray) -> np.ndarray:
+    h, w = rgb.shape[:2]
+    target_w = min(w, int(h * 16 / 9))
+    x = (w - target_w) // 2
+    return cv2.resize(rgb[:, x : x + target_w], SIZE, interpolation=cv2.INTER_AREA)
+
+
+def _blend(a: np.ndarray, b: np.ndarray, alpha: float) -> np.ndarray:
+    return (
+        (a.astype(np.float32) * (1 - alpha) + b.astype(np.float32) * alpha).round().astype(np.uint8)
+    )
+
+
+def _join(film: LabelledFilm, shot: list[np.ndarray], kind: str, length: int) -> None:
+    """Append `shot`, joined to the film's last shot by a transition of `kind` that uses the
+    last length/2 frames of the one and the first length/2 of the other."""
+    if not film.frames:
+        film.shots.append((0, len(shot)))
+        film.frames += shot
+        return
+    half = length // 2
+    start = len(film.frames) - half
+    tail, head = film.frames[start:], shot[:half]
+    del film.frames[start:]
+    if kind == "cut":
+        film.cuts.append(len(film.frames) + len(tail))
+        film.frames += tail + head
+    elif kind == "dissolve":
+        film.frames += [
+            _blend(a, b, (k + 1) / (length + 1)) for k, (a, b) in enumerate(zip(tail, head))
+        ]
+    elif kind in ("fadeblack", "fadewhite"):
+        colour = np.full_like(tail[0], 0 if kind == "fadeblack" else 255)
+        film.frames += [_blend(a, colour, (k + 1) / (half + 1)) for k, a in enumerate(tail)]
+        film.frames += [colour] * 4
+        film.frames += [_blend(colour, b, (k + 1) / (half + 1)) for k, b in enumerate(head)]
+    elif kind == "wipe":  # the new shot slides in from the left edge
+        for k, (a, b) in enumerate(zip(tail, head)):
+            edge = int(SIZE[0] * (k + 1) / (half + 1))
+            frame = a.copy()
+            frame[:, :edge] = b[:, :edge]
+            film.frames.append(frame)
+    if kind != "cut":
+        film.transitions.append((kind, start, len(film.frames)))
+    previous_start = film.shots[-1][0]
+    film.shots[-1] = (previous_start, start if kind != "cut" else film.cuts[-1])
+    first = len(film.frames)
+    film.frames += shot[half:]
+    film.shots.append((first, len(film.frames)))
+
+
+def build_labelled_film(path) -> LabelledFilm:
+    bunny, sintel_box = _read(BUNNY, 0, 132), (58, 422)
+    film = LabelledFilm()
+    _join(film, bunny[:66], "", 0)
+    # the film opens on black (6 frames) and fades in over the next 8
+    for k in range(14):
+        film.frames[k] = _blend(np.zeros_like(film.frames[k]), film.frames[k], max(0, k - 5) / 9)
+    film.transitions.append(("fadein", 0, 14))
+    film.shots[0] = (14, film.shots[0][1])
+    _join(film, _read(BIKES, 76, 137), "cut", 0)
+    _join(film, _read(SINTEL, 900, 966, sintel_box), "dissolve", 12)
+    # one white frame in the middle of the desert shot: a flash, not a boundary
+    flash = film.shots[-1][0] + 20
+    film.frames[flash] = _blend(film.frames[flash], np.full_like(film.frames[flash], 255), 0.8)
+    film.flashes.append(flash)
+    _join(film, _read(BIKES, 187, 242), "fadeblack", 12)
+    _join(film, _read(SINTEL, 571, 621, sintel_box), "fadewhite", 8)
+    _join(film, bunny[66:], "wipe", 6)
+    _join(film, _read(SINTEL, 131, 194, sintel_box), "dissolve", 16)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=FPS)
+        stream.width, stream.height, stream.pix_fmt = SIZE[0], SIZE[1], "yuv420p"
+        stream.options = {"crf": "16", "preset": "ultrafast"}
+        for rgb in film.frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return film
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    path = tmp_path_factory.mktemp("labelled") / "labelled.mp4"
+    return path, build_labelled_film(path)
+
+
+def _run(path, out, **settings):
+    # small clips: the geometry is not what is tested here
+    config = local_config(clips__height=96, clips__width=160, motion__enabled=False, **settings)
+    result = run_film(path, out, config, load_ip(None))
+    assert result.ok, result.message
+    manifest = pd.read_parquet(result.film_dir / "manifest.parquet")
+    summary = json.loads((result.film_dir / "summary.json").read_text())
+    return manifest, summary
+
+
+def _reaching_into(manifest, spans) -> list[str]:
+    """Usable clips holding a frame of a transition."""
+    bad = []
+    for row in manifest[manifest["usable"]].itertuples():
+        for kind, start, stop in spans:
+            if row.start_frame < stop and start < row.end_frame:
+                bad.append(
+                    f"[{row.start_frame}, {row.end_frame}) reaches into {kind} [{start}, {stop})"
+                )
+    return bad
+
+
+def _shots_with_a_usable_clip(manifest, shots) -> int:
+    usable = manifest[manifest["usable"]]
+    return sum(
+        any(a <= r.start_frame and r.end_frame <= b for r in usable.itertuples()) for a, b in shots
+    )
+
+
+@pytest.mark.slow
+def test_labelled_film_is_what_its_labels_say(labelled):
+    path, film = labelled
+    assert len(film.shots) == 7 and [k for k, _, _ in film.transitions] == [
+        "fadein",
+        "dissolve",
+        "fadeblack",
+        "fadewhite",
+        "wipe",
+        "dissolve",
+    ]
+    clean = [b - a for a, b in film.shots]
+    assert min(clean) >= 2 * FPS, clean  # every shot is long enough for one clip
+    with av.open(str(path)) as container:
+        assert container.streams.video[0].frames == len(film.frames)
+
+
+@pytest.mark.slow
+def test_fades_through_black_are_trimmed_and_cuts_and_flashes_kept(labelled, tmp_path):
+    """CPU default (no learned detector): the fade-in and the fades through black and through
+    white are spans no usable clip reaches into, the hard cut splits, the flash splits nothing."""
+    path, film = labelled
+    manifest, summary = _run(path, tmp_path / "out")
+    fades = [t for t in film.transitions if t[0] in ("fadein", "fadeblack", "fadewhite")]
+    assert _reaching_into(manifest, fades) == []
+    starts = {s for s, _ in summary["scenes"]}
+    assert set(film.cuts) <= starts
+    assert summary["drops"].get("transition", 0) >= 4
+    opening = manifest[manifest["start_frame"] < film.shots[1][0]]
+    # the opening shot fades in: it is trimmed, not rejected
+    assert opening["usable"].any(), opening[["start_frame", "reject_reasons"]]
+    # the flash splits nothing (quality may still reject the clip holding it: its own rule)
+    flash = film.flashes[0]
+    assert not {flash, flash + 1} & starts, summary["scenes"]
+
+
+@pytest.mark.slow
+def test_transnetv2_spans_keep_clips_out_of_a_dissolve(labelled, tmp_path):
+    """With the learned detector the 8-frame dissolve becomes a span no clip reaches into, where
+    the CPU default cuts once inside it. What it still misses on this film (the 6-frame
+    dissolve, the 3-frame wipe, the end of the fade from white) is in docs/scenes.md."""
+    path, film = labelled
+    manifest, summary = _run(path, tmp_path / "out", scenes__gradual="transnetv2")
+    last_dissolve = film.transitions[-1]
+    assert last_dissolve[0] == "dissolve"
+    assert _reaching_into(manifest, [last_dissolve]) == []
+    _, start, stop = last_dissolve
+    held = [s for s, e in summary["scenes"] if start <= s < stop]
+    assert held, "a transition scene inside the dissolve"
+    assert set(film.cuts) <= {s for s, _ in summary["scenes"]}
+    assert summary["stage_seconds"]["transitions"] > 0
+
+
+@pytest.mark.slow
+def test_transnetv2_loads_without_touching_global_state():
+    """The package's constructor seeds every global generator and turns on torch's deterministic
+    mode for the whole process; loading it here must do neither, and read tensors only."""
+    import torch
+
+    from stages.transnet import load_transnet, transition_probabilities
+
+    random.seed(7)
+    np.random.seed(7)
+    torch.manual_seed(7)
+    before = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state().clone())
+    load_transnet.cache_clear()
+    model = load_transnet("cpu")
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert random.getstate() == before[0]
+    assert (np.random.get_state()[1] == before[1]).all()
+    assert torch.equal(torch.get_rng_state(), before[2])
+    # the weights are the trained ones: a hard cut between two flat colours is found
+    frames = np.zeros((60, 27, 48, 3), np.uint8)
+    frames[30:] = (200, 120, 40)
+    p = transition_probabilities(model, frames)
+    assert p.shape == (60,) and p[29:31].max() > 0.5 and p[:20].max() < 0.2
