@@ -35,9 +35,10 @@ import pyarrow.parquet as pq
 from core import storage
 from core.film import FilmFolder
 from core.io import write_table_atomic
+from core.record import caption_status_for
 from core.schema import caption_arrow_field
 from core.vocabulary import CAPTION_FIELD, EDITABLE_FIELDS, REVIEW
-from prompts.game import instruction_text
+from prompts.game import row_instruction
 
 REVIEW_VERSION = "1"
 
@@ -137,24 +138,14 @@ def apply_review(row: dict, review: Review | None) -> dict:
     decision = review.decision if review else None
     usable, reasons = effective_quality(row.get("usable"), row.get("reject_reasons"), decision)
     seen = {**row, "usable": usable, "reject_reasons": reasons, "review_decision": decision}
+    if decision and "caption_status" in row:  # what captioning will do with the clip now
+        seen["caption_status"] = caption_status_for(usable, row["caption_status"])
     if review and review.fields:
         seen.update(review.fields)
         if "characters" in review.fields:
             seen["num_characters"] = len(review.fields["characters"])
-        seen["instruction"] = _instruction(seen) or row.get("instruction")
+        seen["instruction"] = row_instruction(seen) or row.get("instruction")
     return seen
-
-
-def _instruction(row: dict) -> str | None:
-    """The game instruction of the corrected fields, by the captioner's own rule (prompts.game);
-    None while a part of it is still missing."""
-    return instruction_text(
-        row.get("characters"),
-        row.get("subject"),
-        row.get("adverb"),
-        row.get("motion_description"),
-        row.get("environment"),
-    )
 
 
 def review_counts(reviews: dict[str, Review], clip_ids: Iterable[str]) -> dict[str, int]:

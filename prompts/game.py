@@ -11,6 +11,8 @@ nothing of the project, so every package may use it without an import cycle.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 # A line `play` accepts as a game instruction.
 INSTRUCTION_PATTERN = re.compile(r"^Character:\s*[^;]+;\s*Motion:\s*[^;]+;\s*Background:\s*.+$")
@@ -45,4 +47,15 @@ def instruction_text(
     # the instruction keeps the demo's lower-case motion ("quickly flying"), T5 the paper's casing
     return (
         f"Character: {who}; Motion: {action[:1].lower() + action[1:]}; Background: {environment}."
+    )
+
+
+def row_instruction(row: Mapping[str, Any]) -> str | None:
+    """`instruction_text` of a clip row's caption fields (a missing column counts as missing)."""
+    return instruction_text(
+        row.get("characters"),
+        row.get("subject"),
+        row.get("adverb"),
+        row.get("motion_description"),
+        row.get("environment"),
     )

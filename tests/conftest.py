@@ -14,6 +14,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -48,6 +50,14 @@ SINTEL_REFERENCES = [
 ]
 ARTIFACTS = ROOT / "test-artifacts"  # what a failing browser or notebook test leaves to look at
 CLIP_FRAMES, CLIP_FPS = 16, 8.0  # a clip: 16 frames at 8 fps
+CLI = (sys.executable, "-m", "pipeline.cli")  # the `animegamer` command, in a fresh process
+
+
+def animegamer(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `animegamer ARGS` as a user does (a new process, from the project root)."""
+    return subprocess.run(
+        [*CLI, *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def make_video(
@@ -132,16 +142,20 @@ def local_config(**sections):
     return load_config(None, overrides)
 
 
-@pytest.fixture(scope="session")
-def bikes_dataset(tmp_path_factory) -> Path:
-    """The film folder the real pipeline makes from bikes.mp4 (motion on, captions pending)."""
+def cut_film(film: Path, out: Path) -> Path:
+    """The film folder the real pipeline makes from `film` (local executor, captions pending)."""
     from pipeline.ip import load_ip
     from pipeline.runner import run_film
 
-    out = tmp_path_factory.mktemp("bikes_dataset")
-    result = run_film(BIKES, out, local_config(), load_ip(None))
+    result = run_film(film, out, local_config(), load_ip(None))
     assert result.ok, result.message
     return result.film_dir
+
+
+@pytest.fixture(scope="session")
+def bikes_dataset(tmp_path_factory) -> Path:
+    """The film folder the real pipeline makes from bikes.mp4 (motion on, captions pending)."""
+    return cut_film(BIKES, tmp_path_factory.mktemp("bikes_dataset"))
 
 
 @pytest.fixture(scope="session")
@@ -154,13 +168,7 @@ def film_dir(bikes_dataset) -> Path:
 @pytest.fixture(scope="session")
 def sintel_dataset(tmp_path_factory) -> Path:
     """The film folder the real pipeline makes from the bundled sample film."""
-    from pipeline.ip import load_ip
-    from pipeline.runner import run_film
-
-    out = tmp_path_factory.mktemp("sintel_dataset")
-    result = run_film(SINTEL, out, local_config(), load_ip(None))
-    assert result.ok, result.message
-    return result.film_dir
+    return cut_film(SINTEL, tmp_path_factory.mktemp("sintel_dataset"))
 
 
 # ---------------------------------------------------------------- the clip factory

@@ -14,20 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BIKES, ROOT
+from conftest import BIKES, ROOT, animegamer
 
 # A film named as films are: a space, an apostrophe and parentheses.
 AWKWARD_NAME = "Kiki's Delivery Service (1989).mp4"
-
-
-def animegamer(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def assert_one_line_error(run: subprocess.CompletedProcess[str], status: int, *words: str) -> None:

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import av
 import numpy as np
 import pytest
-from conftest import BIKES, ROOT, local_config, make_video
+from conftest import BIKES, animegamer, local_config, make_video
 
 from core.shards import read_clips
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
 from stages.probe import FilmError, Probe
+
+
+def _dataset(*args, out):
+    """`animegamer dataset ARGS --out OUT` in this process's executor, without a progress bar."""
+    return animegamer("dataset", *args, "--out", out, "--executor", "local", "--quiet")
 
 
 def _write(path, data: bytes):
@@ -104,25 +107,7 @@ def test_cli_reports_bad_film_and_still_processes_the_good_one(tmp_path):
     good = make_video(tmp_path / "good.mp4", cuts=(50,), num_frames=110, fps=24)
     bad = tmp_path / "bad.mp4"
     bad.write_text("garbage")
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pipeline.cli",
-            "dataset",
-            str(bad),
-            str(good),
-            "--out",
-            str(tmp_path / "out"),
-            "--executor",
-            "local",
-            "--quiet",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = _dataset(bad, good, out=tmp_path / "out")
     assert run.returncode == 1
     assert f"error: {bad}: not a readable video" in run.stderr
     assert "Traceback" not in run.stderr + run.stdout
@@ -132,13 +117,7 @@ def test_cli_reports_bad_film_and_still_processes_the_good_one(tmp_path):
 
 @pytest.mark.slow
 def test_cli_help_lists_every_setting():
-    run = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "dataset", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = animegamer("dataset", "--help", timeout=120)
     assert run.returncode == 0
     for name in (
         "crop.box",
@@ -169,25 +148,7 @@ def test_cli_help_lists_every_setting():
     ],
 )
 def test_bad_settings_stop_before_any_film_with_one_line(tmp_path, args, message):
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pipeline.cli",
-            "dataset",
-            str(BIKES),
-            "--out",
-            str(tmp_path),
-            "--executor",
-            "local",
-            "--quiet",
-            *args,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = _dataset(BIKES, *args, out=tmp_path)
     assert run.returncode == 2
     assert message in run.stderr and "Traceback" not in run.stderr
     assert not list(tmp_path.iterdir())
@@ -216,25 +177,7 @@ def test_a_crop_box_that_does_not_fit_fails_only_its_film(tmp_path):
         "name: x\nfilms:\n  - path: small.mp4\n"
         "    overrides: {crop: {box: [0, 0, 640, 360]}}\n  - path: good.mp4\n"
     )
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pipeline.cli",
-            "dataset",
-            "--ip",
-            str(manifest),
-            "--out",
-            str(tmp_path / "out"),
-            "--executor",
-            "local",
-            "--quiet",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = _dataset("--ip", manifest, out=tmp_path / "out")
     assert run.returncode == 1
     assert f"error: {small.resolve()}: crop box [0, 0, 640, 360] does not fit" in run.stderr
     assert "Traceback" not in run.stdout + run.stderr

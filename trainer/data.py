@@ -33,7 +33,7 @@ from core.shards import (
 from core.video import decode_image, decode_mp4
 from core.vocabulary import GAME_STATES, STATE_NAMES
 from pipeline.review import REJECT, Review, apply_review, read_review_file
-from prompts.game import action_text, instruction_text
+from prompts.game import action_text, row_instruction
 
 CATALOG_COLUMNS = [
     "clip_id",
@@ -175,13 +175,7 @@ def _clip_shards(location: str | Path) -> list[Path | str]:
 def instruction_of(row: dict) -> str | None:
     """The clip's game instruction; composed from the caption fields by the captioning side's
     own rule (prompts.game) when the shard has none."""
-    return row["instruction"] or instruction_text(
-        row["characters"],
-        row["subject"],
-        row["adverb"],
-        row["motion_description"],
-        row["environment"],
-    )
+    return row.get("instruction") or row_instruction(row)
 
 
 def is_captioned(row: dict) -> bool:

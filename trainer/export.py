@@ -31,24 +31,8 @@ from pathlib import Path
 
 HELP = "Export clip shards as the release decoder's WebDataset tars or a CogVideoX LoRA folder."
 FORMATS = ("webdataset", "cogvideox")
-COLUMNS = [
-    "clip_id",
-    "film_id",
-    "clip_index",
-    "status",
-    "motion_scope",
-    "motion_level",
-    "instruction",
-    "characters",
-    "subject",
-    "motion_description",
-    "environment",
-    "adverb",
-    "num_frames",
-    "fps",
-    "start_time",
-    "end_time",
-]
+# read besides the trainer's light columns (trainer.data.CATALOG_COLUMNS): the sample metadata
+TIMING_COLUMNS = ["num_frames", "fps", "start_time", "end_time"]
 MEDIA = ["video", "first_frame"]
 
 
@@ -115,7 +99,8 @@ def _rows(locations: list[str]) -> Iterator[dict]:
     import pyarrow.parquet as pq
 
     from core.shards import check_schema_version, shard_paths
-    from prompts.game import action_text, instruction_text
+    from prompts.game import action_text
+    from trainer.data import CATALOG_COLUMNS, instruction_of
 
     paths = list(dict.fromkeys(p.resolve() for loc in locations for p in shard_paths(Path(loc))))
     if not paths:
@@ -124,18 +109,13 @@ def _rows(locations: list[str]) -> Iterator[dict]:
         parquet = pq.ParquetFile(path)
         check_schema_version(parquet.schema_arrow, path)
         names = parquet.schema_arrow.names
-        columns = [c for c in COLUMNS + MEDIA + ["usable"] if c in names]
+        wanted = [*CATALOG_COLUMNS, *TIMING_COLUMNS, *MEDIA, "usable"]
+        columns = [c for c in wanted if c in names]
         for group in range(parquet.num_row_groups):
             for row in parquet.read_row_group(group, columns=columns).to_pylist():
                 row["usable"] = row.get("usable") is not False
                 row["action"] = action_text(row.get("adverb"), row.get("motion_description"))
-                row["instruction"] = row.get("instruction") or instruction_text(
-                    row.get("characters"),
-                    row.get("subject"),
-                    row.get("adverb"),
-                    row.get("motion_description"),
-                    row.get("environment"),
-                )
+                row["instruction"] = instruction_of(row)
                 yield row
 
 
