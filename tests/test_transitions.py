@@ -107,7 +107,7 @@ def build_labelled_film(path) -> LabelledFilm:
     film.transitions.append(("fadein", 0, 14))
     film.shots[0] = (14, film.shots[0][1])
     _join(film, _read(BIKES, 76, 137), "cut", 0)
-    _join(film, _read(SINTEL, 900, 966, sintel_box), "dissolve", 12)
+    _join(film, _read(SINTEL, 874, 940, sintel_box), "dissolve", 12)  # before its own fade
     # one white frame in the middle of the desert shot: a flash, not a boundary
     flash = film.shots[-1][0] + 20
     film.frames[flash] = _blend(film.frames[flash], np.full_like(film.frames[flash], 255), 0.8)
