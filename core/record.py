@@ -30,6 +30,19 @@ CAPTION_OK = "ok"
 CAPTION_FAILED = "caption_failed"
 CAPTION_PENDING = "pending"
 SKIPPED_UNUSABLE = "skipped_unusable"  # the quality stage rejected the clip (docs/quality.md)
+
+
+def caption_status_for(usable: bool, status: str | None) -> str | None:
+    """A clip's caption status once its usability is decided (by the quality pass or a review):
+    an uncaptioned clip that is not usable says captioning will skip it; one that became usable
+    is pending again. Captioned and failed clips keep their status."""
+    if not usable and status == CAPTION_PENDING:
+        return SKIPPED_UNUSABLE
+    if usable and status == SKIPPED_UNUSABLE:
+        return CAPTION_PENDING
+    return status
+
+
 SKIPPED_CLIP_ERROR = "skipped_clip_error"
 SKIPPED_NO_VIDEO = "skipped_no_video"
 SKIPPED_NO_MOTION_LEVEL = "skipped_no_motion_level"

@@ -97,6 +97,7 @@ _REVIEWED = (
     "usable",
     "reject_reasons",
     "review_decision",
+    "caption_status",
 )
 
 

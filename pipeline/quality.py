@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from core.film import SHARDS_DIR, FilmFolder, QualityCounts
+from core.film import SHARDS_DIR, FilmFolder, FilmSummary, QualityCounts
 from core.io import write_json_atomic
-from core.record import CAPTION_PENDING, SKIPPED_UNUSABLE
+from core.record import caption_status_for
 from core.shards import (
     check_schema_version,
     replace_column,
@@ -98,6 +98,14 @@ def load_thresholds(location: Path, default: RejectConfig) -> tuple[RejectConfig
         return RejectConfig(**{k: v for k, v in data.items() if k in known}), True
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a quality thresholds file ({exc})") from None
+
+
+def film_thresholds(summary: FilmSummary | None) -> RejectConfig:
+    """The thresholds that decided a film's clips (its summary.json's `quality`), else the
+    defaults: what the report and the review page show each value against."""
+    saved = summary.quality.thresholds if summary and summary.quality else {}
+    known = {f.name for f in fields(RejectConfig)}
+    return RejectConfig(**{k: v for k, v in saved.items() if k in known})
 
 
 def save_thresholds(location: Path, thresholds: RejectConfig) -> Path:
@@ -220,12 +228,7 @@ def _wanted(row: dict, decided: tuple) -> tuple:
     """(usable, reasons, duplicate_of, caption_status): an uncaptioned clip that is not usable
     says captioning will skip it; one that became usable is pending again."""
     usable, reasons, duplicate_of = decided
-    status = row["caption_status"]
-    if not usable and status == CAPTION_PENDING:
-        status = SKIPPED_UNUSABLE
-    elif usable and status == SKIPPED_UNUSABLE:
-        status = CAPTION_PENDING
-    return usable, reasons, duplicate_of, status
+    return usable, reasons, duplicate_of, caption_status_for(usable, row["caption_status"])
 
 
 def _rewrite_film(film: Path, wanted: dict[str, tuple]) -> None:

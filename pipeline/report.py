@@ -39,10 +39,14 @@ from core.video import rotate_frame
 from core.vocabulary import REJECT_REASONS
 from pipeline import __version__
 from pipeline.explore import Dataset, DatasetError, Film, animated_preview, open_dataset
+from pipeline.quality import film_thresholds
+from stages.quality import RejectConfig, quality_measures
 
 NOT_AVAILABLE = "not available"
-# Drop reasons on the timeline: no green or red, which mark good and failed clips.
-_DROP_COLORS = ["#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+# Clips on the timeline (a rejected clip: by the quality stage or in review)
+_CLIP_COLORS = {"usable": "#2e9e5b", "rejected": "#c7c7c7", "failed": "#d62728"}
+# Drop reasons on the timeline: no green, grey or red, which mark the clips.
+_DROP_COLORS = ["#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf"]
 TOP_VALUES = 12  # bars per caption histogram: the long tail is read in the notebook
 
 
@@ -127,7 +131,7 @@ def _film_section(dataset: Dataset, film: Film, options: ReportOptions) -> str:
         "<h3>Clips</h3>",
         _preview_grid(dataset, manifest, options),
         "<h3>Rejected clips</h3>",
-        _rejected_clips(dataset, manifest, options),
+        _rejected_clips(dataset, manifest, options, film_thresholds(film.summary)),
         "<h3>Failed clips</h3>",
         _failed_clips(manifest),
         "<h3>Stage timings</h3>",
@@ -263,7 +267,11 @@ def _timeline(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str:
         spans = [(s / fps, (e - s) / fps) for s, e in scenes]
         ax.broken_barh(spans, (2.1, 0.8), facecolors=["#6c8ebf", "#a9c4eb"] * len(spans))
     clips = [(r.start_time, r.end_time - r.start_time) for r in manifest.itertuples()]
-    colors = ["#2e9e5b" if s == "ok" else "#d62728" for s in manifest["status"]]
+    usable = manifest["usable"] if "usable" in manifest else pd.Series(True, manifest.index)
+    colors = [
+        _CLIP_COLORS["failed" if status != "ok" else "usable" if ok else "rejected"]
+        for status, ok in zip(manifest["status"], usable.fillna(True).astype(bool))
+    ]
     ax.broken_barh(clips, (1.1, 0.8), facecolors=colors, edgecolor="white", linewidth=0.3)
     for index, (reason, group) in enumerate(drops.groupby("reason")):
         spans = [(r.start_time, r.end_time - r.start_time) for r in group.itertuples()]
@@ -285,7 +293,12 @@ def _timeline(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str:
     if duration:
         ax.set_xlim(0, duration)
     note = "" if scenes else _not_available("no scene list in summary.json")
-    return _plot_img(figure, "timeline", "timeline of scenes, clips and drops") + note
+    key = " ".join(
+        f'<span class="swatch" style="background:{color}"></span>{name}'
+        for name, color in _CLIP_COLORS.items()
+    )
+    legend = f'<p class="note timeline-key">clips: {key}</p>'
+    return _plot_img(figure, "timeline", "timeline of scenes, clips and drops") + legend + note
 
 
 def _preview_grid(dataset: Dataset, manifest: pd.DataFrame, options: ReportOptions) -> str:
@@ -305,7 +318,17 @@ def _preview_grid(dataset: Dataset, manifest: pd.DataFrame, options: ReportOptio
         f"Each preview loops the clip's {_first(manifest, 'num_frames')} frames at "
         f"{_first(manifest, 'fps')} fps."
     )
+    missing = int((~playable["instruction"].map(_has_instruction)).sum())
+    if missing:
+        loop += (
+            f' <span class="na">{missing} of {len(playable)} clips have no instruction yet '
+            "(captions not run on them: make caption)</span>"
+        )
     return f'<p class="note">{shown} {loop}</p><div class="grid">{"".join(cards)}</div>'
+
+
+def _has_instruction(instruction) -> bool:
+    return isinstance(instruction, str) and bool(instruction)
 
 
 def _preview_card(
@@ -322,11 +345,8 @@ def _preview_card(
     if isinstance(decision, str):
         motion += f" · {decision}ed in review"
     instruction = row["instruction"]
-    text = (
-        f"<q>{html.escape(instruction)}</q>"
-        if isinstance(instruction, str) and instruction
-        else '<span class="na">no instruction yet (captions not run)</span>'
-    )
+    # a clip without one says nothing: the grid says once how many have none (_preview_grid)
+    text = f"<q>{html.escape(instruction)}</q>" if _has_instruction(instruction) else ""
     return (
         f'<figure class="clip" title="{html.escape(row["clip_id"])}">'
         f'<img class="{css}" src="{_data_uri(data, mime)}" width="{width}" height="{height}" '
@@ -347,14 +367,19 @@ def _usable_text(manifest: pd.DataFrame) -> str | None:
 
 
 def _rejection_line(row: pd.Series, note: str) -> str:
+    """`note` is HTML (the measures, the deciding ones in bold)."""
     reasons = row.get("reject_reasons")
     if row.get("usable", True) or reasons is None:
         return ""
-    text = "rejected: " + ", ".join(reasons) + (f" ({note})" if note else "")
-    return f'<br><span class="na">{html.escape(text)}</span>'
+    text = html.escape("rejected: " + ", ".join(reasons))
+    return f'<br><span class="na">{text}</span>' + (
+        f'<br><span class="measures">{note}</span>' if note else ""
+    )
 
 
-def _rejected_clips(dataset: Dataset, manifest: pd.DataFrame, options: ReportOptions) -> str:
+def _rejected_clips(
+    dataset: Dataset, manifest: pd.DataFrame, options: ReportOptions, thresholds: RejectConfig
+) -> str:
     if "usable" not in manifest:
         return _not_available("the shards have no usable column")
     rejected = manifest[~manifest["usable"].astype(bool)]
@@ -371,7 +396,11 @@ def _rejected_clips(dataset: Dataset, manifest: pd.DataFrame, options: ReportOpt
         cards = [
             # a class of their own: the clip grid's previews stay one per shown clip
             _preview_card(
-                dataset, row, options.preview_width, _quality_note(row), "rejected-preview"
+                dataset,
+                row,
+                options.preview_width,
+                _quality_note(row, thresholds),
+                "rejected-preview",
             )
             for _, row in shown.iterrows()
         ]
@@ -383,19 +412,15 @@ def _rejected_clips(dataset: Dataset, manifest: pd.DataFrame, options: ReportOpt
     return "".join(parts)
 
 
-def _quality_note(row: pd.Series) -> str:
-    """The measured values behind a rejection, on one line."""
-    notes = []
-    area = row.get("quality_text_area")
-    if area is not None and not pd.isna(area):
-        notes.append(f"text area {area:.4f}")
-    luma = row.get("quality_luma_mean")
-    if luma is not None and len(luma):
-        notes.append(f"brightness {luma[0]:.0f} to {luma[-1]:.0f}")
-    duplicate = row.get("duplicate_of")
-    if isinstance(duplicate, str):
-        notes.append(f"duplicate of {duplicate[:8]}")
-    return "; ".join(notes)
+def _quality_note(row: pd.Series, thresholds: RejectConfig) -> str:
+    """The measured values behind a rejection, each beside its threshold; the ones that decided
+    in bold (HTML)."""
+    reasons = row.get("reject_reasons")
+    measures = quality_measures(row, thresholds, [] if reasons is None else list(reasons))
+    return "; ".join(
+        f"<b>{html.escape(text)}</b>" if decided else html.escape(text)
+        for _, text, decided in measures
+    )
 
 
 def _anchor_text(text: str) -> str:
@@ -875,6 +900,9 @@ h2 small { color: #888; font-weight: normal; }
 table { border-collapse: collapse; }
 td, th { border-bottom: 1px solid #eee; padding: 3px 10px; text-align: left; vertical-align: top; }
 .note { color: #555; }
+.swatch { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 10px;
+  vertical-align: middle; border-radius: 2px; }
+.measures b { color: #8a1f11; }
 .na { color: #a15c00; background: #fff6e5; padding: 6px 10px; border-radius: 4px;
       display: inline-block; }
 .grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr)); gap: 14px; }

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from core import storage
 from core.film import FilmFolder
 from core.io import write_table_atomic
+from core.record import caption_status_for
 from core.schema import caption_arrow_field
 from core.vocabulary import CAPTION_FIELD, EDITABLE_FIELDS, REVIEW
 from prompts.game import row_instruction
@@ -137,6 +138,8 @@ def apply_review(row: dict, review: Review | None) -> dict:
     decision = review.decision if review else None
     usable, reasons = effective_quality(row.get("usable"), row.get("reject_reasons"), decision)
     seen = {**row, "usable": usable, "reject_reasons": reasons, "review_decision": decision}
+    if decision and "caption_status" in row:  # what captioning will do with the clip now
+        seen["caption_status"] = caption_status_for(usable, row["caption_status"])
     if review and review.fields:
         seen.update(review.fields)
         if "characters" in review.fields:

@@ -41,9 +41,11 @@ import pyarrow as pa
 
 from core.film import FilmFolder
 from core.io import write_table_atomic
+from core.record import CAPTION_OK
 from core.shards import shard_paths
 from pipeline.explore import Dataset, DatasetError, Film, open_dataset
 from pipeline.manifest import reviewed_manifest, shard_table
+from pipeline.quality import film_thresholds
 from pipeline.review import (
     ACCEPT,
     DECISIONS,
@@ -58,6 +60,7 @@ from pipeline.review import (
     review_counts,
 )
 from stages.captioning.parsing import ParseError, check_character_names, check_state_value
+from stages.quality import RejectConfig, quality_measures
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,7 @@ class _Snapshot:
     rows: dict[str, list[dict]]  # film slug -> the columns the page shows, in clip order
     film_of: dict[str, str]  # clip id -> film slug
     position: dict[str, int]  # clip id -> its index in its film's rows
+    thresholds: dict[str, RejectConfig]  # film slug -> the thresholds that decided its clips
 
 
 @dataclass
@@ -155,7 +159,8 @@ class ReviewApp:
             rows[slug] = sorted(table.select(shown).to_pylist(), key=lambda r: r["clip_index"])
         film_of = {row["clip_id"]: slug for slug, film_rows in rows.items() for row in film_rows}
         position = {r["clip_id"]: i for film_rows in rows.values() for i, r in enumerate(film_rows)}
-        return _Snapshot(signature, dataset, tables, rows, film_of, position)
+        thresholds = {film.slug: film_thresholds(film.summary) for film in dataset.films}
+        return _Snapshot(signature, dataset, tables, rows, film_of, position, thresholds)
 
     def clips(self, query: dict[str, str]) -> dict:
         """GET /api/clips: the clips passing the filters, with facets and review counts."""
@@ -183,6 +188,11 @@ class ReviewApp:
             "facets": listing.facets,
             "editable": list(EDITABLE_FIELDS),
             "sheets": {slug: self.sheet(slug) for slug in snapshot.rows},
+            # a film nobody captioned has no caption fields to correct (the page locks them)
+            "captioned": {
+                slug: any(r.get("caption_status") == CAPTION_OK for r in rows)
+                for slug, rows in snapshot.rows.items()
+            },
         }
 
     def _listing(self, snapshot: _Snapshot) -> _Listing:
@@ -196,7 +206,10 @@ class ReviewApp:
         for slug, rows in snapshot.rows.items():
             reviews = self.store(slug).load()
             counts[slug] = review_counts(reviews, (r["clip_id"] for r in rows))
-            everything += [_clip_json(slug, row, reviews.get(row["clip_id"])) for row in rows]
+            limits = snapshot.thresholds[slug]
+            everything += [
+                _clip_json(slug, row, reviews.get(row["clip_id"]), limits) for row in rows
+            ]
         listing = _Listing(key, everything, counts, _facets(everything))
         with self._lock:
             self._listed = listing
@@ -247,7 +260,8 @@ class ReviewApp:
 
         review = self.store(slug).record(clip_id, decision, note, fields, rewrite_manifest)
         row = rows[snapshot.position[clip_id]]
-        return {"clip": _clip_json(slug, row, review), "counts": counts}
+        clip = _clip_json(slug, row, review, snapshot.thresholds[slug])
+        return {"clip": clip, "counts": counts}
 
     def store(self, slug: str) -> ReviewStore:
         """The review.parquet of a film (one store per film: it holds the film's lock)."""
@@ -334,16 +348,27 @@ _SHOWN_COLUMNS = (
     "num_frames fps width height status error motion_scope motion_level caption_status "
     "instruction num_characters"
 ).split() + [*EDITABLE_FIELDS, *QUALITY_COLUMNS]
+# the measured values behind the automatic flags: shown beside their thresholds, not sent raw
+_MEASURED = ("quality_luma_mean", "quality_luma_peak", "quality_text_area")
+_SHOWN_COLUMNS += _MEASURED
 
 
-def _clip_json(slug: str, row: dict, review: Review | None) -> dict:
-    """A clip as the page sees it: the shown columns as reviewed, and what the review changed."""
+def _clip_json(slug: str, row: dict, review: Review | None, thresholds: RejectConfig) -> dict:
+    """A clip as the page sees it: the shown columns as reviewed, what the review changed, and
+    the automatic flags with the measured values beside their thresholds."""
     auto_usable = True if row.get("usable") is None else bool(row["usable"])
+    auto_reasons = list(row.get("reject_reasons") or [])
+    measures = quality_measures(row, thresholds, auto_reasons)
+    seen = {k: v for k, v in apply_review(row, review).items() if k not in _MEASURED}
     return {
         "duplicate_of": None,  # until the shards carry the quality columns
-        **apply_review(row, review),
+        **seen,
         "film": slug,
-        "auto": {"usable": auto_usable, "reject_reasons": list(row.get("reject_reasons") or [])},
+        "auto": {
+            "usable": auto_usable,
+            "reject_reasons": auto_reasons,
+            "measures": [{"reason": r, "text": t, "decided": d} for r, t, d in measures],
+        },
         "model": {name: row.get(name) for name in (review.fields if review else {})},
         "review": review.to_json() if review else None,
         "video": f"/media/{row['clip_id']}.mp4",

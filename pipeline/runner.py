@@ -81,6 +81,7 @@ class PrepareJob:
     out_dir: str | Path
     config: PipelineConfig
     ip: IP
+    force: bool = False  # cut again even if a complete run committed the film
 
 
 @dataclass
@@ -123,10 +124,12 @@ def run_films(
     ip: IP,
     executor: Executor | None = None,
     ip_for: dict[str, IP] | None = None,
+    force: bool = False,
 ) -> list[FilmResult]:
     """All films at once: each film's probe, crop, segments and finalize are tasks, with a bounded
     number of films in flight; one bad film never stops the others. Results in input order.
-    `ip_for` maps a film (str of its path) to its own IP; the others belong to `ip`."""
+    `ip_for` maps a film (str of its path) to its own IP; the others belong to `ip`. `force`
+    cuts complete films again instead of skipping them."""
     executor = executor or make_executor(
         config.run.executor, config.run.num_cpus, config.run.progress
     )
@@ -138,7 +141,7 @@ def run_films(
             work.append((index, path, film_config(config, film_ip, path), film_ip))
         except ConfigError as exc:
             results[index] = FilmResult(str(path), None, False, str(exc))
-    scheduler = _FilmScheduler(executor, out_dir, config.run.films_in_flight)
+    scheduler = _FilmScheduler(executor, out_dir, config.run.films_in_flight, force)
     for index, outcome in scheduler.run_resumable(work).items():
         results[index] = _as_result(paths[index], outcome)
     done = [r for r in results if r is not None]
@@ -323,8 +326,14 @@ class _FilmScheduler:
     """Drives films through prepare -> segments -> finalize on the executor. Only this loop runs
     in the driver; it touches no film data, it only submits tasks and routes their results."""
 
-    def __init__(self, executor: Executor, out_dir: str | Path, films_in_flight: int | None):
-        self.executor, self.out_dir = executor, out_dir
+    def __init__(
+        self,
+        executor: Executor,
+        out_dir: str | Path,
+        films_in_flight: int | None,
+        force: bool = False,
+    ):
+        self.executor, self.out_dir, self.force = executor, out_dir, force
         self.limit = films_in_flight or 2 * executor.slots()
         self.tasks: dict[Hashable, _Step] = {}  # every task in flight, with its step
         self.segments: dict[int, list[Hashable]] = {}  # film index -> its segment tasks, in order
@@ -370,7 +379,7 @@ class _FilmScheduler:
         return len({step.index for step in self.tasks.values()})
 
     def _start(self, index: int, path, config: PipelineConfig, ip: IP) -> None:
-        job = PrepareJob(path, self.out_dir, config, ip)
+        job = PrepareJob(path, self.out_dir, config, ip, self.force)
         self.tasks[self.executor.submit(prepare_film, job)] = _Preparing(index, job, time.time())
 
     def _advance(self, task: Hashable) -> None:
@@ -467,7 +476,7 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
             f"{job.config.clips.seconds:g} s"
         )
     film_dir = storage.join(job.out_dir, film.slug)
-    previous = _complete_summary(film_dir, job.config, job.ip)
+    previous = None if job.force else _complete_summary(film_dir, job.config, job.ip)
     if previous is not None:
         return FilmResult(
             str(job.path),

@@ -278,6 +278,51 @@ def clip_reasons(row: Mapping, thresholds: RejectConfig) -> list[str]:
     return reasons
 
 
+def quality_measures(
+    row: Mapping, thresholds: RejectConfig, reasons: Sequence[str] = ()
+) -> list[tuple[str, str, bool]]:
+    """The stored values behind a clip's decision, each beside its threshold, for people (the
+    report, the review page): (reason, "value (threshold)", whether that reason rejected the
+    clip: it is in `reasons`, the clip's stored or reviewed reject_reasons)."""
+    measures = []
+    peaks, means = row.get("quality_luma_peak"), row.get("quality_luma_mean")
+    if peaks is not None and len(peaks):
+        black = sum(is_black(p, thresholds) for p in peaks)
+        first = "black" if is_black(peaks[0], thresholds) else "not black"
+        text = (
+            f"black frames {black} of {len(peaks)}, first {first} (rejected: the first, or more "
+            f"than {thresholds.black_max_frames}; black: 99 % of pixels at most grey "
+            f"{thresholds.black_luma:g})"
+        )
+        measures.append((BLACK, text, BLACK in reasons))
+    if means is not None and len(means):
+        m = np.asarray(means, dtype=float) + 4.0
+        median = float(np.median(m))
+        ratio = max(median / m[0], median / m[-1])
+        text = (
+            f"brightness {means[0]:.0f} to {means[-1]:.0f}, median {median - 4:.0f}; the darker "
+            f"end {ratio:.2f}x darker (fade: at least {thresholds.fade_min_ratio:g}x, climbing "
+            "steadily)"
+        )
+        measures.append((FADE, text, FADE in reasons))
+        if len(means) >= 3 and thresholds.flash_min_jump >= 0:
+            jump = float((np.asarray(means[1:-1]) - np.maximum(means[:-2], means[2:])).max())
+            text = f"brightest jump {jump:.0f} (flash: at least {thresholds.flash_min_jump:g})"
+            measures.append((FLASH, text, FLASH in reasons))
+    area = row.get("quality_text_area")
+    if area is not None and not np.isnan(area):
+        text = f"text area {area:.4f} (text: over {thresholds.text_max_area:g})"
+        measures.append((TEXT, text, TEXT in reasons))
+    duplicate = row.get("duplicate_of")
+    if isinstance(duplicate, str):
+        text = (
+            f"duplicate of {duplicate[:8]} (frame hashes at most "
+            f"{thresholds.duplicate_max_distance:g} bits apart)"
+        )
+        measures.append((DUPLICATE, text, DUPLICATE in reasons))
+    return measures
+
+
 def decide(values: Mapping, thresholds: RejectConfig) -> tuple[bool, list[str]]:
     """(usable, reject_reasons) of a clip from its stored values: its own measurements
     (`clip_reasons`) and, when the folder pass found one, `duplicate_of`.

@@ -5,6 +5,7 @@ What is rejected and why is printed by the sample-film test (run pytest with -s 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -396,6 +397,18 @@ def test_quality_calibrate_rewrites_decisions_from_stored_values(sintel_out, tmp
 
 
 @pytest.mark.slow
+def test_quality_calibrate_dry_run_counts_film_by_film_and_writes_nothing(sintel_out, capsys):
+    before = {p: p.stat().st_mtime_ns for p in sintel_out.rglob("*") if p.is_file()}
+    assert cli_main(["quality-calibrate", str(sintel_out), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    m = manifest_of(sintel_out)
+    assert out.startswith(f"{len(m)} clips;")
+    own = pd.Series([r for rs in m["reject_reasons"] for r in rs if r != "duplicate"])
+    for reason, count in own.value_counts().items():
+        assert f"  {reason}: {count}" in out
+    assert {p: p.stat().st_mtime_ns for p in sintel_out.rglob("*") if p.is_file()} == before
+
+
 def test_captioning_skips_unusable_clips(sintel_out, tmp_path):
     from pipeline.caption_films import caption_film
 
@@ -440,6 +453,17 @@ def test_report_and_notebook_show_rejected_clips_by_reason(sintel_out):
     assert "<h3>Rejected clips</h3>" in page
     for reason, count in by_reason.items():
         assert f'id="rejected-{reason}">{reason}: {count} clips' in page
+    # each measured value beside its threshold, the ones that rejected the clip in bold
+    assert re.search(r"<b>text area 0\.\d{4} \(text: over 0\.004\)</b>", page)
+    assert re.search(
+        r"<b>brightness \d+ to \d+, median \d+; the darker end [\d.]+x darker "
+        r"\(fade: at least 1\.6x, climbing steadily\)</b>",
+        page,
+    )
+    assert re.search(r"[^>]text area 0\.0000 \(text: over 0\.004\)", page)  # measured, not deciding
+    # the timeline tells usable from rejected clips, and the missing captions are said once
+    assert 'clips: <span class="swatch" style="background:#2e9e5b"></span>usable' in page
+    assert "#c7c7c7" in page and page.count("no instruction yet") == 1
 
 
 @pytest.mark.slow

@@ -138,3 +138,24 @@ def test_ctrl_c_under_ray_is_one_line_without_ray_noise(tmp_path):
     command = [a for a in _cli(film, out) if a not in ("--executor", "local")]
     run = _interrupt_once_a_segment_is_done(command + ["--set", "run.num_cpus=1"], out)
     _check_interrupted(run, out)
+
+
+@pytest.mark.slow
+def test_force_cuts_a_finished_film_again(tmp_path):
+    """`--force` re-cuts a film that a complete run committed (by default it is skipped), to the
+    same clips."""
+    film = make_video(tmp_path / "short.mp4", size=(144, 256), num_frames=72, seed=3)
+    out = tmp_path / "out"
+    first = subprocess.run(_cli(film, out), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    film_dir = next(out.glob("short-*"))
+    before = _rows(film_dir)
+    summary = film_dir / "summary.json"
+    written = summary.stat().st_mtime_ns
+    again = subprocess.run(
+        _cli(film, out, "--force"), cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stderr
+    assert "already complete" not in again.stdout and ": done:" in again.stdout
+    assert summary.stat().st_mtime_ns != written
+    assert _rows(film_dir) == before

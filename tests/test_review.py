@@ -103,6 +103,11 @@ def _clips(server, query: str = "") -> dict:
     return data
 
 
+def _one_of_each(clips: int) -> dict[str, int]:
+    """The review counts after one rejection and one corrected acceptance."""
+    return {"clips": clips, "reviewed": 2, "accepted": 1, "rejected": 1, "corrected": 1, "stale": 0}
+
+
 def _manifest(film: Path) -> dict[str, dict]:
     rows = pq.read_table(film / "manifest.parquet").to_pylist()
     return {row["clip_id"]: row for row in rows}
@@ -277,14 +282,7 @@ def test_filters_select_clips_by_every_field(film, server):
     assert everything["total"] == len(ids) and len(everything["clips"]) == len(ids)
     assert everything["facets"]["character"] == ["Scales", "Sintel"]
     assert everything["facets"]["reason"] == ["review"]
-    assert everything["counts"]["bikes"] == {
-        "clips": len(ids),
-        "reviewed": 2,
-        "accepted": 1,
-        "rejected": 1,
-        "corrected": 1,
-        "stale": 0,
-    }
+    assert everything["counts"]["bikes"] == _one_of_each(len(ids))
 
     def chosen(query):
         return [c["clip_id"] for c in _clips(server, query)["clips"]]
@@ -545,14 +543,7 @@ def test_decisions_survive_a_server_restart_and_show_in_the_notebook_api(film):
     }
     dataset = open_dataset(film.parent)
     state = dataset.review_state.loc["bikes"].to_dict()
-    assert state == {
-        "clips": len(ids),
-        "reviewed": 2,
-        "accepted": 1,
-        "rejected": 1,
-        "corrected": 1,
-        "stale": 0,
-    }
+    assert state == _one_of_each(len(ids))
     manifest = dataset.manifest.set_index("clip_id")
     assert manifest.loc[ids[0], "review_decision"] == "reject"
     assert manifest.loc[ids[1], "environment"] == "road"
@@ -604,10 +595,10 @@ def test_an_accepted_clip_is_usable_whatever_the_automatic_flags_said(film, serv
         pq.write_table(replace_column(table, "reject_reasons", [["text"]] * len(table)), shard)
     _post(server, {"clip_id": ids[0], "decision": "accept"})
     clips = {c["clip_id"]: c for c in _clips(server)["clips"]}
-    assert clips[ids[0]]["usable"] is True and clips[ids[0]]["auto"] == {
-        "usable": False,
-        "reject_reasons": ["text"],
-    }
+    auto = clips[ids[0]]["auto"]
+    assert clips[ids[0]]["usable"] is True
+    assert (auto["usable"], auto["reject_reasons"]) == (False, ["text"])
+    assert {m["reason"]: m["decided"] for m in auto["measures"]}["text"] is True
     assert clips[ids[1]]["usable"] is False and clips[ids[1]]["reject_reasons"] == ["text"]
     catalog = ClipCatalog([film])
     assert [catalog.rows[s[0]]["clip_id"] for s in clip_samples(catalog)] == [ids[0]]
@@ -643,6 +634,30 @@ def test_captioning_follows_the_review_and_leaves_the_automatic_flags_in_the_sha
     assert {i: shard[i]["usable"] for i in ids} == automatic  # the shards keep the automatic flags
     manifest = _manifest(film)
     assert [manifest[i]["usable"] for i in ids] == [True, False, False]
+
+
+def test_an_accept_makes_an_uncaptioned_rejected_clip_pending(film, server):
+    """An accepted clip that the quality stage had rejected will be captioned: the manifest and
+    the page say `pending`, as re-thresholding does; a rejected uncaptioned clip says skipped."""
+    from core.record import CAPTION_PENDING, SKIPPED_UNUSABLE
+
+    ids = [c["clip_id"] for c in _clips(server)["clips"]]
+    statuses = {ids[0]: SKIPPED_UNUSABLE, ids[1]: CAPTION_PENDING, ids[2]: CAPTION_PENDING}
+    for shard in (film / "shards").glob("*.parquet"):
+        table = pq.read_table(shard)
+        clip_ids = table.column("clip_id").to_pylist()
+        table = replace_column(table, "usable", [i != ids[0] for i in clip_ids])
+        table = replace_column(table, "caption_status", [statuses[i] for i in clip_ids])
+        pq.write_table(table, shard)
+    status, answer = _post(server, {"clip_id": ids[0], "decision": "accept"})
+    assert (status, answer["clip"]["caption_status"]) == (200, CAPTION_PENDING)
+    assert _post(server, {"clip_id": ids[1], "decision": "reject"})[0] == 200
+    manifest = _manifest(film)
+    assert [manifest[i]["caption_status"] for i in ids] == [
+        CAPTION_PENDING,
+        SKIPPED_UNUSABLE,
+        CAPTION_PENDING,
+    ]
 
 
 @pytest.mark.slow
@@ -818,3 +833,88 @@ def test_the_page_rejects_with_the_keyboard_and_saves_a_corrected_field(film, se
     ]
     shot = Image.open(ARTIFACTS / "review-page.png")
     assert shot.width == 1280 and shot.height >= 900
+
+
+@pytest.mark.slow
+def test_the_page_takes_filters_from_its_address_shows_measures_and_keeps_connections_clean(
+    film_dir, tmp_path, chromium
+):
+    """An uncaptioned film with one clip rejected for text: the address's filters select it, the
+    automatic flags show each value beside its threshold (the deciding one in bold), the caption
+    fields are locked, and a request refused early leaves the browser's kept-alive connection
+    usable for the next one."""
+    first = {}
+
+    def plant_text(row: dict) -> dict:
+        if not first:
+            first["id"] = row["clip_id"]
+            row.update(usable=False, reject_reasons=["text"], quality_text_area=0.02)
+        return row
+
+    film = rewrite_film(film_dir, tmp_path / "data" / "bikes", plant_text)
+    server = _start(film)
+    try:
+        session = chromium.open(server.url + "?usable=false&decision=none", width=1280, height=900)
+        chromium.call("Network.enable", session=session)
+        chromium.wait_until("document.body.dataset.state === 'ready'", session)
+        listed = chromium.evaluate(
+            "[...document.querySelectorAll('#list li')].map(li => li.dataset.clip)", session
+        )
+        assert listed == [first["id"]]
+        chosen = chromium.evaluate(
+            "({usable: document.querySelector('#filters').elements.usable.value, "
+            "decision: document.querySelector('#filters').elements.decision.value})",
+            session,
+        )
+        assert chosen == {"usable": "false", "decision": "none"}
+        flags = chromium.evaluate(
+            "(() => { const dd = [...document.querySelectorAll('#facts dt')]"
+            ".find(dt => dt.textContent === 'automatic flags').nextElementSibling;"
+            " return {text: dd.innerText, bold: [...dd.querySelectorAll('b')]"
+            ".map(b => b.textContent)}; })()",
+            session,
+        )
+        assert flags["bold"] == ["text area 0.0200 (text: over 0.004)"]
+        assert "brightness" in flags["text"] and "(fade: at least 1.6x" in flags["text"]
+        locked = chromium.evaluate(
+            "({subject: document.querySelector('#edit').elements.subject.disabled, "
+            "note: document.querySelector('#edit').elements.note.disabled, "
+            "said: !document.querySelector('#uncaptioned').hidden})",
+            session,
+        )
+        assert locked == {"subject": True, "note": False, "said": True}
+        chromium.screenshot(session, ARTIFACTS / "review-page-filtered.png")
+
+        # a refused POST (wrong content type), then a GET, as the page's fetches send them
+        answers = chromium.evaluate(
+            f"""(async () => {{
+              const refused = await fetch('/api/review', {{method: 'POST',
+                headers: {{'Content-Type': 'text/plain'}},
+                body: JSON.stringify({{clip_id: '{first["id"]}', decision: 'reject'}})}});
+              await refused.text();
+              const next = await fetch('/api/clips?limit=1');
+              return [refused.status, next.status, (await next.json()).total];
+            }})()""",
+            session,
+        )
+        assert answers == [415, 200, 3]
+        connections = [
+            e["params"]["response"]["connectionId"]
+            for e in chromium.events
+            if e.get("sessionId") == session
+            and e.get("method") == "Network.responseReceived"
+            and "/api/" in e["params"]["response"]["url"]
+        ]
+        assert len(connections) >= 2 and connections[-1] == connections[-2]  # one connection
+
+        # choosing a filter on the page puts it in the address
+        chromium.evaluate(
+            "(() => { const s = document.querySelector('#filters').elements.decision;"
+            " s.value = ''; s.dispatchEvent(new Event('change', {bubbles: true})); })()",
+            session,
+        )
+        chromium.wait_until("document.body.dataset.state === 'ready'", session)
+        assert chromium.evaluate("location.search", session) == "?usable=false"
+    finally:
+        _stop(server)
+    assert not (film / REVIEW_FILE).exists()

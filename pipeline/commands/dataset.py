@@ -47,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="cut finished films again (by default a film a complete run committed is skipped); "
+        "review decisions are kept",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="list the films, their IPs, durations and planned segments; cut nothing",
@@ -83,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         return print_plan(plan_films(films, args.out, config, ip, ips))
     prepare_output_folder(args.out)
     with work_errors(RuntimeError, FileNotFoundError):  # the caption engine, after the cutting
-        results = run_films(films, args.out, config, ip, ip_for=ips)
+        results = run_films(films, args.out, config, ip, ip_for=ips, force=args.force)
     for result in results:
         if result.ok:
             print(result.message)
