@@ -19,6 +19,7 @@ Segment boundaries are forced scene boundaries: the decoder starts a little befo
 
 from __future__ import annotations
 
+import math
 import shutil
 import time
 from collections import defaultdict, deque
@@ -46,6 +47,7 @@ from stages.scenes import BlackRuns, SceneConfig, SceneCuts
 from stages.transnet import TransNetSpans
 
 WARMUP_SECONDS = 1.0
+SEGMENT_SLACK = 0.05  # of a segment: how far past `seconds` one may run
 
 
 @dataclass
@@ -64,13 +66,16 @@ class SegmentJob:
 
 
 def plan_segments(film: FilmInfo, seconds: float) -> list[SegmentSpan]:
-    """Cut the film into equal segments of about `seconds`.
+    """Cut the film into the fewest equal segments of at most `seconds` (5 % over is let pass, so
+    that a film of exactly N times `seconds` makes N).
 
+    At most, not about: a film a little longer than `seconds` makes two tasks, not one twice as
+    long as its neighbours', so a folder of such films keeps every core busy to its end.
     The plan depends on the film and the configuration only, never on the machine, so the same
     film gives the same clips on a laptop and on any cluster. Every boundary is a forced scene
     boundary, which costs at most one clip.
     """
-    count = max(1, round(film.duration / seconds))
+    count = max(1, math.ceil(film.duration / seconds - SEGMENT_SLACK))
     bounds = [round(i * film.num_frames / count) for i in range(count)] + [film.num_frames]
     return [
         SegmentSpan(index=i, start=bounds[i], stop=bounds[i + 1], is_last=i == count - 1)

@@ -42,7 +42,7 @@ def test_dry_run_lists_films_and_segments_and_cuts_nothing(tmp_path, capsys):
     shutil.copy(BIKES, films / BIKES.name)
     shutil.copy(BUNNY, films / BUNNY.name)
     out = tmp_path / "out"
-    args = ["dataset", str(films), "--out", str(out), "--dry-run", "--set", "run.segment_seconds=4"]
+    args = ["dataset", str(films), "--out", str(out), "--dry-run", "--set", "run.segment_seconds=6"]
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"{films / BUNNY.name}: ip generic, 5.3 s, 132 frames, 1 segment")

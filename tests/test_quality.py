@@ -397,6 +397,18 @@ def test_quality_calibrate_rewrites_decisions_from_stored_values(sintel_out, tmp
 
 
 @pytest.mark.slow
+def test_quality_calibrate_dry_run_counts_film_by_film_and_writes_nothing(sintel_out, capsys):
+    before = {p: p.stat().st_mtime_ns for p in sintel_out.rglob("*") if p.is_file()}
+    assert cli_main(["quality-calibrate", str(sintel_out), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    m = manifest_of(sintel_out)
+    assert out.startswith(f"{len(m)} clips;")
+    own = pd.Series([r for rs in m["reject_reasons"] for r in rs if r != "duplicate"])
+    for reason, count in own.value_counts().items():
+        assert f"  {reason}: {count}" in out
+    assert {p: p.stat().st_mtime_ns for p in sintel_out.rglob("*") if p.is_file()} == before
+
+
 def test_captioning_skips_unusable_clips(sintel_out, tmp_path):
     from pipeline.caption_films import caption_film
 

@@ -69,11 +69,15 @@ def run(args) -> int:
         apply_overrides(config, args.overrides)
     thresholds = config.reject
     if args.dry_run:
-        rows = [row for film in film_folders(args.dataset) for row in read_pass_rows(film)]
-        own = Counter(
-            r for row in rows for r in decide({**row, "duplicate_of": None}, thresholds)[1]
-        )
-        print(f"{len(rows)} clips; own reasons with these thresholds (duplicates not searched):")
+        own: Counter[str] = Counter()
+        clips = 0
+        for film in film_folders(args.dataset):  # one film's rows in memory at a time
+            rows = read_pass_rows(film)
+            clips += len(rows)
+            own.update(
+                r for row in rows for r in decide({**row, "duplicate_of": None}, thresholds)[1]
+            )
+        print(f"{clips} clips; own reasons with these thresholds (duplicates not searched):")
         for reason, count in sorted(own.items()):
             print(f"  {reason}: {count}")
         return 0
