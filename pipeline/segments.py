@@ -167,6 +167,7 @@ class _SegmentRun:
         warmup = int(WARMUP_SECONDS * film.fps) + lag
         cuts: set[int] = set()
         self.transition_frames: set[int] = set()
+        self.flash_frames: set[int] = set()
         waiting: deque[tuple[int, Frame]] = deque()
         last = seg.start
         frames = reader.frames(max(0, seg.start - warmup), min(film.num_frames, seg.stop + lag))
@@ -177,6 +178,7 @@ class _SegmentRun:
             frame = self._frame(index, picture)
             for cut in _timed(self.seconds, "scenes", self.detector.process, frame):
                 self._add_cut(cut, cuts)
+            self.flash_frames.update(self.detector.take_flashes())
             for cut in _timed(self.seconds, "boundaries", self.black_runs.process, frame):
                 self._add_cut(cut, cuts)
             self.transition_frames.update(self.black_runs.take_transition_frames())
@@ -189,6 +191,7 @@ class _SegmentRun:
                 self._settle(waiting.popleft()[1], cuts)
         for cut in self.detector.finish(last + 1):
             self._add_cut(cut, cuts)
+        self.flash_frames.update(self.detector.take_flashes())
         self.black_runs.finish(last + 1)
         if self.gradual is not None:
             found = _timed(self.seconds, "transitions", self.gradual.finish, last + 1)
@@ -210,6 +213,7 @@ class _SegmentRun:
         self.settled = frame.index
         frame.starts_scene = frame.index == self.job.segment.start or frame.index in cuts
         frame.in_transition = frame.index in self.transition_frames
+        frame.is_flash = frame.index in self.flash_frames
         self.frames_decoded += 1
         if self.frames_decoded % 64 == 0:
             self.report(64)
