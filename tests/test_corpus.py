@@ -97,7 +97,8 @@ def test_a_film_that_fails_is_counted_in_dataset_json(tmp_path):
     out = tmp_path / "out"
     assert main(["dataset", str(films), "--out", str(out), *LOCAL]) == 1
     overview = json.loads((out / "dataset.json").read_text())
-    assert overview["films"] == 1 and overview["films_failed"] == 1
+    # every film is counted once: cut (a folder) or failed before cutting
+    assert (overview["films"], overview["films_cut"], overview["films_failed"]) == (2, 1, 1)
     [failed] = overview["failed_films"]
     assert failed["path"] == str(films / "broken.mp4")
     assert failed["error"].startswith(f"{films / 'broken.mp4'}: not a readable video")
