@@ -10,12 +10,17 @@ embedded Ray of its size, warmed up first).
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import av
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sintel_trailer.mp4"
@@ -37,36 +42,72 @@ def make_corpus(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.mp4"))
 
 
-def _split_sample(folder: Path) -> None:
+def _key_frames() -> tuple[list[int], int]:
+    """The sample's key frame times and the time its last frame ends (stream time base)."""
     with av.open(str(SAMPLE)) as probe:
         stream = probe.streams.video[0]
         pts = [(p.pts, p.is_keyframe) for p in probe.demux(stream) if p.pts is not None]
         keys = [t for t, key in pts if key]
         times = sorted(t for t, _ in pts)
-        span = times[-1] + (times[1] - times[0])  # the end of the last frame
+        return keys, times[-1] + (times[1] - times[0])  # the end of the last frame
+
+
+def _split_sample(folder: Path) -> None:
+    keys, span = _key_frames()
     for k in range(PIECES):
         _remux_rotated(folder / f"sintel_part{k}.mp4", keys[round(k * len(keys) / PIECES)], span)
 
 
-def _remux_rotated(path: Path, start: int, span: int) -> None:
-    """The sample from key frame `start` to its end, then from its beginning up to `start`."""
+def _remux_rotated(path: Path, start: int, span: int, seconds: float = 0.0) -> None:
+    """The sample from key frame `start` to its end, then from its beginning up to `start`; again
+    and again until the film is `seconds` long (it ends before the first key frame past that)."""
     tmp = path.with_suffix(".tmp.mp4")
     with av.open(str(tmp), "w") as out:
         with av.open(str(SAMPLE)) as first:
             target = out.add_stream_from_template(first.streams.video[0])
-        for keep, shift in (
-            (lambda pts: pts >= start, -start),
-            (lambda pts: pts < start, span - start),
-        ):
-            with av.open(str(SAMPLE)) as source:
-                for packet in source.demux(source.streams.video[0]):
-                    if packet.pts is None or packet.dts is None or not keep(packet.pts):
-                        continue
-                    packet.pts += shift
-                    packet.dts += shift
-                    packet.stream = target
-                    out.mux(packet)
+            end = int(seconds / (first.streams.video[0].time_base or 1))
+        for offset in range(0, max(end, 1), span):
+            for keep, shift in (
+                (lambda pts: pts >= start, offset - start),
+                (lambda pts: pts < start, offset + span - start),
+            ):
+                if not _mux_part(out, target, keep, shift, end):
+                    tmp.rename(path)
+                    return
     tmp.rename(path)
+
+
+def _mux_part(out, target, keep: Callable[[int], bool], shift: int, end: int) -> bool:
+    """The sample's packets that `keep`, shifted by `shift`; False once a key frame at or past
+    `end` came (the film is long enough), leaving that one out."""
+    with av.open(str(SAMPLE)) as source:
+        for packet in source.demux(source.streams.video[0]):
+            if packet.pts is None or packet.dts is None or not keep(packet.pts):
+                continue
+            if end and packet.is_keyframe and packet.pts + shift >= end:
+                return False
+            packet.pts += shift
+            packet.dts += shift
+            packet.stream = target
+            out.mux(packet)
+    return True
+
+
+LONG_FILMS = 3
+LONG_SECONDS = 130.0
+
+
+def make_long_corpus(folder: Path) -> list[Path]:
+    """Three films of about 130 s (made once, then reused): the sample started at three of its
+    key frames, wrapped around and repeated, so each has content, and a clip id, of its own."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"sintel_long{k}.mp4" for k in range(LONG_FILMS)]
+    if all(p.exists() for p in paths):
+        return paths
+    keys, span = _key_frames()
+    for k, path in enumerate(paths):
+        _remux_rotated(path, keys[round(k * len(keys) / LONG_FILMS)], span, LONG_SECONDS)
+    return paths
 
 
 def _warm_up(job, report) -> None:
@@ -129,3 +170,155 @@ def corpus_figure(work: Path) -> dict:
         "outputs_identical": same,
         "load_average_before_and_after": [round(load_before, 1), round(os.getloadavg()[0], 1)],
     }
+
+
+def _machine_cpu_seconds() -> float:
+    """Busy CPU seconds of the whole machine since boot (/proc/stat: every field but idle and
+    iowait), every process's, other users' included."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class _TreeCpu:
+    """CPU seconds of one process and all its descendants, including those that end before it
+    (Ray's workers): every 0.1 s each live process's total is noted, and the last note counts."""
+
+    def __init__(self, root: int):
+        self.root = root
+        self.seen: dict[tuple[int, float], tuple[str, float]] = {}  # (pid, start) -> name, CPU
+        self.sizes: Counter[int] = Counter()  # how often the tree had each number of processes
+
+    def sample(self) -> None:
+        try:
+            top = psutil.Process(self.root)
+            tree = [top, *top.children(recursive=True)]
+        except psutil.Error:
+            return
+        self.sizes[len(tree)] += 1
+        for proc in tree:
+            try:
+                times = proc.cpu_times()
+                key = (proc.pid, proc.create_time())
+                name = self.seen.get(key, ("",))[0]
+                if not name.startswith("ray::") or name == "ray::IDLE":
+                    name = _process_name(proc)  # a Ray worker: named by its first task
+                self.seen[key] = (name, times.user + times.system)
+            except psutil.Error:
+                pass
+
+    def seconds(self) -> float:
+        return sum(cpu for _, cpu in self.seen.values())
+
+    def by_name(self) -> dict[str, list[float]]:
+        """CPU seconds of each process, by name."""
+        names: dict[str, list[float]] = {}
+        for name, cpu in self.seen.values():
+            names.setdefault(name, []).append(round(cpu, 1))
+        return names
+
+
+PROCESS_NAMES = {  # a part of a Ray process's command line: what the process is
+    "gcs_server": "gcs_server",
+    "raylet": "raylet",
+    "dashboard/agent": "dashboard_agent",
+    "runtime_env/agent": "runtime_env_agent",
+    "dashboard/dashboard.py": "dashboard_api_server",
+    "autoscaler/_private/monitor.py": "autoscaler_monitor",
+    "log_monitor": "log_monitor",
+}
+
+
+def _process_name(proc: psutil.Process) -> str:
+    """What a process of the run is: the driver, Ray's GCS, raylet, one of its agents, or a worker
+    by the task it runs (Ray sets its workers' titles to `ray::TASK`)."""
+    words = proc.cmdline()
+    title = words[0] if len(words) == 1 else " ".join(words[:3])
+    for part, name in PROCESS_NAMES.items():
+        if part in title:
+            return name
+    if title.startswith("ray::"):
+        return title.split()[0]
+    return "driver" if "pipeline.cli" in title else title[:40]
+
+
+def timed_run(films: Path, out: Path, sets: Sequence[str] = ()) -> dict:
+    """`animegamer dataset FILMS --out OUT` in its own process, as a user runs it (Ray's start and
+    every import included): wall seconds, the CPU seconds of its process tree and of the machine,
+    and cores busy on average (the tree's CPU over the wall time)."""
+    shutil.rmtree(out, ignore_errors=True)
+    command = [sys.executable, "-m", "pipeline.cli", "dataset", str(films), "--out", str(out)]
+    command += ["--quiet", *(a for s in sets for a in ("--set", s))]
+    machine, began = _machine_cpu_seconds(), time.perf_counter()
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    tree = _TreeCpu(process.pid)
+    while process.poll() is None:
+        tree.sample()
+        time.sleep(0.1)
+    wall = time.perf_counter() - began
+    machine = _machine_cpu_seconds() - machine
+    stdout, stderr = process.communicate()
+    if process.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{stdout.decode()}{stderr.decode()}")
+    cpu = tree.seconds()
+    return {
+        "wall_seconds": round(wall, 1),
+        "cpu_seconds": round(cpu, 1),
+        "machine_cpu_seconds": round(machine, 1),
+        "cores_busy": round(cpu / wall, 2),
+        "processes_most": max(tree.sizes, default=0),
+        "cpu_by_process": tree.by_name(),
+    }
+
+
+def executors_figure(work: Path, pairs: int = 2) -> dict:
+    """The corpus row: the folder of three ~130-s films with the local executor and with the
+    embedded Ray, `pairs` times back to back (so both see the same neighbours), then the embedded
+    Ray once more with run.num_cpus=1. Each is a whole `animegamer dataset` process: Ray's start
+    and every import are in its time. CPU is the run's own process tree (sampled, so other users
+    of the machine are left out); the machine's /proc/stat figure is beside it."""
+    films = make_long_corpus(work / "corpus_long_films")
+    load_before = os.getloadavg()[0]
+    runs: dict[str, list[dict]] = {"local": [], "ray": []}
+    for _ in range(pairs):
+        runs["local"].append(timed_run(films[0].parent, work / "corpus_local", LOCAL))
+        runs["ray"].append(timed_run(films[0].parent, work / "corpus_ray"))
+    one_cpu = timed_run(films[0].parent, work / "corpus_ray_1cpu", ["run.num_cpus=1"])
+    outputs = [work / "corpus_local", work / "corpus_ray", work / "corpus_ray_1cpu"]
+    return {
+        "films": len(films),
+        "film_seconds": [round(_duration(f), 1) for f in films],
+        "pairs": pairs,
+        **{
+            f"{name}_{key}": [r[key] for r in found] for name, found in runs.items() for key in KEYS
+        },
+        **{f"{key}_ratio_ray_to_local": _ratios(runs, key) for key in KEYS[:3]},
+        "ray_cpu_by_process": runs["ray"][-1]["cpu_by_process"],
+        "ray_1cpu": {key: one_cpu[key] for key in KEYS},
+        "outputs_identical": _same_outputs(outputs),
+        "load_average_before_and_after": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+    }
+
+
+LOCAL = ["run.executor=local"]
+KEYS = ("wall_seconds", "cpu_seconds", "machine_cpu_seconds", "cores_busy")
+
+
+def _ratios(runs: dict[str, list[dict]], key: str) -> list[float]:
+    """Ray over local, pair by pair."""
+    return [round(r[key] / max(loc[key], 1e-9), 2) for loc, r in zip(runs["local"], runs["ray"])]
+
+
+def _duration(film: Path) -> float:
+    with av.open(str(film)) as container:
+        return float((container.duration or 0) / av.time_base)
+
+
+def _same_outputs(folders: Sequence[Path]) -> bool:
+    """Every Parquet file (shards, manifests, drops) byte for byte the same in every folder."""
+    first = sorted(p.relative_to(folders[0]) for p in folders[0].rglob("*.parquet"))
+    return bool(first) and all(
+        sorted(p.relative_to(other) for p in other.rglob("*.parquet")) == first
+        and all((other / name).read_bytes() == (folders[0] / name).read_bytes() for name in first)
+        for other in folders[1:]
+    )

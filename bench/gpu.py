@@ -34,6 +34,8 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -96,6 +98,17 @@ def run_part(name: str, measure, settings: Settings, rows: list[dict], on_row=No
 def one_line(exc: BaseException, limit: int = 400) -> str:
     text = " ".join(f"{type(exc).__name__}: {exc}".split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def within_memory(measure: Callable[[], dict]) -> dict:
+    """`measure()`'s figures, or `{"error": ...}` when it runs out of GPU memory (a sweep then
+    leaves its larger settings out); GPU memory is released either way."""
+    try:
+        return measure()
+    except torch.OutOfMemoryError as exc:
+        return {"error": one_line(exc, 120)}
+    finally:
+        release_memory()
 
 
 def release_memory() -> None:
@@ -168,15 +181,17 @@ def memflow_rows(settings: Settings):
     largest = max(settings.memflow_batches)
     for batch, bf16 in [(b, False) for b in settings.memflow_batches if b > 1] + [(largest, True)]:
         label = f"{size} batch {batch}, model in lockstep" + (", bf16 autocast" if bf16 else "")
-        try:
-            rate = memflow_lockstep(stage.backend, frames, batch, settings.device, bf16)
-            peak = peak_memory_gib(settings.device)
-        except torch.OutOfMemoryError as exc:
-            yield {"setting": label, "error": one_line(exc, 120)}
+        row = within_memory(
+            partial(lockstep_row, stage.backend, frames, batch, settings.device, bf16)
+        )
+        yield {"setting": label, **row}
+        if "error" in row:
             break
-        finally:
-            release_memory()
-        yield {"setting": label, "pairs_per_s": round(rate, 2), "peak_mem_gib": peak}
+
+
+def lockstep_row(backend, frames, batch: int, device: str, bf16: bool) -> dict:
+    rate = memflow_lockstep(backend, frames, batch, device, bf16)
+    return {"pairs_per_s": round(rate, 2), "peak_mem_gib": peak_memory_gib(device)}
 
 
 def memflow_lockstep(backend, frames, batch: int, device: str, bf16: bool = False) -> float:
@@ -355,13 +370,10 @@ def train_a_rows(settings: Settings):
             f"E_a + CogVideoX-2B LoRA r{config.decoder_lora_rank}, {config.frame_height}x"
             f"{config.frame_width}x{config.num_frames}, batch {batch_size}, grad ckpt"
         )
-        try:
-            row = time_steps(model, config, batch, settings)
-        except torch.OutOfMemoryError as exc:
-            yield {"setting": label, "error": one_line(exc, 120)}
+        row = within_memory(partial(time_steps, model, config, batch, settings))
+        if "error" in row:
+            yield {"setting": label, **row}
             break
-        finally:
-            release_memory()
         # The VAE encoding inside the step (not in the model FLOPs): timed on its own.
         video = batch["video"].to(device)
         synchronise(settings.device)
@@ -450,13 +462,10 @@ def mllm_steps(model, settings: Settings, encoder_dir: Path, checkpointing: bool
             f"({max(lengths)} tokens), batch {batch_size}"
             + (", grad ckpt" if checkpointing else "")
         )
-        try:
-            row = time_steps(model, config, batch, settings)
-        except torch.OutOfMemoryError as exc:
-            yield {"setting": label, "error": one_line(exc, 120)}
+        row = within_memory(partial(time_steps, model, config, batch, settings))
+        if "error" in row:
+            yield {"setting": label, **row}
             break
-        finally:
-            release_memory()
         yield {"setting": label, **with_mfu(row, mllm_step_flops(model, batch, lengths), settings)}
 
 

@@ -12,7 +12,7 @@ Each film is decoded bare (FFmpeg's own threads, every core) right before and ri
 pipeline runs on it; the ratio is pipeline time over the mean of the two. Both wall-clock and CPU
 seconds are given: CPU seconds count every process of the run (this one and Ray's, which are its
 children), and on a machine shared with other work they move far less than wall time does.
-Ray's workers run at niceness 0, as the bare decode does. Peak memory is the largest summed
+The embedded Ray's workers run at this process's niceness, as the bare decode does. Peak memory is the largest summed
 resident size of this process tree, sampled every 0.2 s.
 Stage shares are shares of the workers' CPU seconds (summary.json's stage_seconds).
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -353,11 +352,6 @@ def main(argv=None) -> int:
 
     ray_began = time.perf_counter()
     executor = make_executor(args.executor, None, progress=False)
-    if args.executor == "ray":
-        # Ray runs its workers at niceness 15 unless told otherwise (its job manager says 0 too):
-        # on a machine shared with other work they would lose the CPUs the bare decode, at 0,
-        # keeps, and the ratio would measure the neighbours.
-        os.environ.setdefault("RAY_worker_niceness", "0")
     executor.start()
     report = {
         "executor": args.executor,
@@ -387,17 +381,28 @@ def main(argv=None) -> int:
 
 
 def _print_corpus(report: dict) -> int:
-    from bench.corpus import corpus_figure
+    from bench.corpus import corpus_figure, executors_figure
 
     report["corpus"] = corpus_figure(OUT)
     print(json.dumps(report["corpus"], indent=2), flush=True)
+    report["corpus_executors"] = executors_figure(OUT)
+    print(json.dumps(report["corpus_executors"], indent=2), flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "bench.json").write_text(json.dumps(report, indent=2))
-    corpus = report["corpus"]
+    corpus, row = report["corpus"], report["corpus_executors"]
     print(
         f"corpus: {corpus['films']} short films in {corpus['seconds_one_cpu']} s on one CPU, "
         f"{corpus['seconds_all_cores']} s on {corpus['cores']} cores: "
         f"x{corpus['speedup']} (outputs identical: {corpus['outputs_identical']})"
+    )
+    print(
+        f"corpus of {row['films']} ~2-min films, embedded Ray over local executor, pair by pair: "
+        f"wall x{row['wall_seconds_ratio_ray_to_local']}, "
+        f"CPU x{row['cpu_seconds_ratio_ray_to_local']} (run's processes), "
+        f"machine CPU x{row['machine_cpu_seconds_ratio_ray_to_local']}; cores busy "
+        f"{row['local_cores_busy']} local, {row['ray_cores_busy']} Ray, "
+        f"{row['ray_1cpu']['cores_busy']} Ray with run.num_cpus=1 "
+        f"(outputs identical: {row['outputs_identical']}; load {row['load_average_before_and_after']})"
     )
     return 0
 

@@ -43,11 +43,13 @@ class RunConfig(Settings):
     executor: str = "ray"
     """'ray' (a local Ray starts by itself; RAY_ADDRESS joins a cluster) or 'local' (one process)."""
     segment_seconds: float = 120.0
-    """Films are cut into equal time segments of about this length, processed in parallel (a
-    feature film makes about 45). Each boundary is a forced scene boundary: a scene tail under
+    """Films are cut into the fewest equal time segments of at most this length (5 % over is let
+    pass), processed in parallel (a 90-min feature film makes 45; a 130-s film, 2). Each boundary is a forced scene boundary: a scene tail under
     2 s there is dropped and counted as segment_tail, at most one clip per boundary."""
     num_cpus: int | None = None
-    """CPUs for the embedded Ray; None lets Ray use the machine."""
+    """Cores this run may use on this machine: the embedded Ray gets that many CPUs and its
+    processes are held to that many cores, as is the local executor's work; None: every core.
+    Ignored on a cluster (RAY_ADDRESS), whose nodes declare their own CPUs."""
     films_in_flight: int | None = None
     """Films being probed, cut or finalized at once; None: twice the cluster's CPUs. Bounds the
     driver's and the object store's memory on corpora of thousands of films."""

@@ -32,10 +32,14 @@ def summarize_films(film_dirs: list, failed_films: list[dict] | None = None) -> 
     """Totals over the given film folders (those without a committed summary.json left out)."""
     films = [line for line in map(_film_line, film_dirs) if line is not None]
     usable = [f["usable_clips"] for f in films if f["usable_clips"] is not None]
+    failed = len(failed_films or [])
     return {
-        "films": len(films),
+        # films = films_cut + films_failed: every film, with a folder of clips or failed before
+        # cutting (those of the last run); films_complete is among films_cut
+        "films": len(films) + failed,
+        "films_cut": len(films),
         "films_complete": sum(f["complete"] for f in films),
-        "films_failed": len(failed_films or []),
+        "films_failed": failed,
         "clips": sum(f["clips"] for f in films),
         "clips_failed": sum(f["clips_failed"] for f in films),
         "usable_clips": sum(usable) if usable else None,

@@ -109,8 +109,9 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, progress: bool = True):
+    def __init__(self, progress: bool = True, num_cpus: int | None = None):
         self.progress = progress
+        self.num_cpus = num_cpus
         self._bar: tqdm | None = None
 
     def start(self) -> None:
@@ -129,7 +130,8 @@ class LocalExecutor:
     def submit(self, fn: JobFn, job: Any, resources: Resources = ONE_CPU) -> _LocalTask:
         report = self._bar.update if self._bar is not None else _ignore
         try:
-            return _LocalTask(_placed(fn(job, report), "local"))
+            with cpu_cap(self.num_cpus):  # the job's threads (its clip lane) inherit the cap
+                return _LocalTask(_placed(fn(job, report), "local"))
         except Exception as exc:  # recorded by the caller; other jobs go on
             return _LocalTask(exc)
 
@@ -215,14 +217,17 @@ class RayExecutor:
     @contextmanager
     def progress_bar(self, desc: str) -> Iterator[tqdm]:
         ray = self._ray()
-        self._counter = _progress_counter(ray)
+        # The counter is an actor, so a worker process of its own: only for a bar that is shown.
+        self._counter = _progress_counter(ray) if self.progress else None
         with _bar(0, desc, self.progress) as bar:
             self._bar = bar
             try:
                 yield bar
-                bar.update(ray.get(self._counter.take.remote()))
+                if self._counter is not None:
+                    bar.update(ray.get(self._counter.take.remote()))
             finally:
-                ray.kill(self._counter)  # one per run: never leave it idling in a worker
+                if self._counter is not None:
+                    ray.kill(self._counter)  # one per run: never leave it idling in a worker
                 self._counter, self._bar = None, None
 
     def map(self, fn: JobFn, jobs: list, total: int, desc: str) -> list:
@@ -259,23 +264,88 @@ def init_ray(num_cpus: int | None = None):
         logging.getLogger(RAY_TOKEN_WARNING_LOGGER).setLevel(logging.ERROR)
         address = os.environ.get("RAY_ADDRESS")
         began = time.perf_counter()
-        ray.init(
-            # "local", not None: given None, Ray joins whatever cluster its address file names,
-            # and a `ray start` cluster that died without `ray stop` leaves that file behind
-            # (ray.init then waits forever on the dead address).
-            address=address or "local",
-            num_cpus=None if address else num_cpus,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            log_to_driver=True,
-            runtime_env={"env_vars": {"PYTHONPATH": _project_root()}},
-        )
+        if address:
+            _join_cluster(ray, address)
+        else:
+            _start_embedded(ray, num_cpus)
         log.info(
             "ray started in %.1f s (%s)",
             time.perf_counter() - began,
             address or "embedded local cluster",
         )
     return ray
+
+
+def _join_cluster(ray, address: str) -> None:
+    """A cluster's workers were started by `ray start` on other machines, with environments of
+    their own: the runtime_env tells them where this project's code is."""
+    ray.init(
+        address=address,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        log_to_driver=True,
+        runtime_env={"env_vars": {"PYTHONPATH": _project_root()}},
+    )
+
+
+def _start_embedded(ray, num_cpus: int | None) -> None:
+    """Ray's processes on this machine are this process's children and inherit its environment
+    and CPU affinity: so no runtime_env (one would give the tasks a second worker pool, started
+    after the first, its own imports paid again), and `num_cpus` pins them to that many cores."""
+    with _children_inherit(num_cpus):
+        ray.init(
+            # "local", not None: given None, Ray joins whatever cluster its address file names,
+            # and a `ray start` cluster that died without `ray stop` leaves that file behind
+            # (ray.init then waits forever on the dead address).
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=True,
+        )
+
+
+@contextmanager
+def _children_inherit(num_cpus: int | None) -> Iterator[None]:
+    """While Ray starts its processes: this project's root first on PYTHONPATH (the workers
+    import the same code as the driver, whatever else is installed), workers at this process's
+    niceness rather than Ray's default 15 (unless RAY_worker_niceness says otherwise: the
+    embedded Ray stands in for this process, which a busy machine would not slow down by
+    itself), and this thread held to `num_cpus` cores (processes it starts inherit that mask).
+    All restored afterwards."""
+    previous = os.environ.get("PYTHONPATH")
+    paths = [_project_root(), *(previous.split(os.pathsep) if previous else [])]
+    settings = {
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+        "RAY_worker_niceness": os.environ.get("RAY_worker_niceness", str(os.nice(0))),
+    }
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        with cpu_cap(num_cpus):
+            yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+@contextmanager
+def cpu_cap(num_cpus: int | None) -> Iterator[None]:
+    """Hold the calling thread, and every thread and process it starts meanwhile, to the first
+    `num_cpus` of the cores it may use (None or at least that many: no change). Linux only;
+    elsewhere no change."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not num_cpus or not allowed or num_cpus >= len(allowed):
+        yield
+        return
+    os.sched_setaffinity(0, allowed[:num_cpus])
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 class LocalStageRunner:
@@ -384,7 +454,7 @@ def _replicas_that_fit(ray, resources) -> int:
 
 def make_executor(name: str, num_cpus: int | None = None, progress: bool = True) -> Executor:
     if name == "local":
-        return LocalExecutor(progress)
+        return LocalExecutor(progress, num_cpus)
     if name == "ray":
         return RayExecutor(num_cpus, progress)
     raise ValueError(f"unknown executor {name!r} (ray or local)")

@@ -214,12 +214,10 @@ class Dataset:
         stage seconds, in total and per film (OUT/dataset.json holds the same for a run)."""
         from pipeline.corpus import DATASET_SUMMARY, summarize_films
 
-        summary = summarize_films([film.path for film in self.films])
         path = self.root / DATASET_SUMMARY
-        if path.is_file():  # the films that failed before cutting have no folder to read
-            summary["failed_films"] = json.loads(path.read_text()).get("failed_films", [])
-            summary["films_failed"] = len(summary["failed_films"])
-        return summary
+        # the films that failed before cutting have no folder to read: the last run named them
+        failed = json.loads(path.read_text()).get("failed_films", []) if path.is_file() else []
+        return summarize_films([film.path for film in self.films], failed)
 
     @property
     def review_state(self) -> pd.DataFrame:

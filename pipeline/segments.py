@@ -19,6 +19,7 @@ Segment boundaries are forced scene boundaries: the decoder starts a little befo
 
 from __future__ import annotations
 
+import math
 import shutil
 import time
 from collections import defaultdict, deque
@@ -46,6 +47,7 @@ from stages.scenes import BlackRuns, SceneConfig, SceneCuts
 from stages.transnet import TransNetSpans
 
 WARMUP_SECONDS = 1.0
+SEGMENT_SLACK = 0.05  # of a segment: how far past `seconds` one may run
 
 
 @dataclass
@@ -64,13 +66,16 @@ class SegmentJob:
 
 
 def plan_segments(film: FilmInfo, seconds: float) -> list[SegmentSpan]:
-    """Cut the film into equal segments of about `seconds`.
+    """Cut the film into the fewest equal segments of at most `seconds` (5 % over is let pass, so
+    that a film of exactly N times `seconds` makes N).
 
+    At most, not about: a film a little longer than `seconds` makes two tasks, not one twice as
+    long as its neighbours', so a folder of such films keeps every core busy to its end.
     The plan depends on the film and the configuration only, never on the machine, so the same
     film gives the same clips on a laptop and on any cluster. Every boundary is a forced scene
     boundary, which costs at most one clip.
     """
-    count = max(1, round(film.duration / seconds))
+    count = max(1, math.ceil(film.duration / seconds - SEGMENT_SLACK))
     bounds = [round(i * film.num_frames / count) for i in range(count)] + [film.num_frames]
     return [
         SegmentSpan(index=i, start=bounds[i], stop=bounds[i + 1], is_last=i == count - 1)
@@ -162,6 +167,7 @@ class _SegmentRun:
         warmup = int(WARMUP_SECONDS * film.fps) + lag
         cuts: set[int] = set()
         self.transition_frames: set[int] = set()
+        self.flash_frames: set[int] = set()
         waiting: deque[tuple[int, Frame]] = deque()
         last = seg.start
         frames = reader.frames(max(0, seg.start - warmup), min(film.num_frames, seg.stop + lag))
@@ -172,6 +178,7 @@ class _SegmentRun:
             frame = self._frame(index, picture)
             for cut in _timed(self.seconds, "scenes", self.detector.process, frame):
                 self._add_cut(cut, cuts)
+            self.flash_frames.update(self.detector.take_flashes())
             for cut in _timed(self.seconds, "boundaries", self.black_runs.process, frame):
                 self._add_cut(cut, cuts)
             self.transition_frames.update(self.black_runs.take_transition_frames())
@@ -184,6 +191,7 @@ class _SegmentRun:
                 self._settle(waiting.popleft()[1], cuts)
         for cut in self.detector.finish(last + 1):
             self._add_cut(cut, cuts)
+        self.flash_frames.update(self.detector.take_flashes())
         self.black_runs.finish(last + 1)
         if self.gradual is not None:
             found = _timed(self.seconds, "transitions", self.gradual.finish, last + 1)
@@ -205,6 +213,7 @@ class _SegmentRun:
         self.settled = frame.index
         frame.starts_scene = frame.index == self.job.segment.start or frame.index in cuts
         frame.in_transition = frame.index in self.transition_frames
+        frame.is_flash = frame.index in self.flash_frames
         self.frames_decoded += 1
         if self.frames_decoded % 64 == 0:
             self.report(64)

@@ -71,13 +71,15 @@ class Frame:
     splitting crops and scales into I420 without going through RGB (core/frames.py). Each is
     computed when called, so a stage that never asks never pays. `starts_scene` and
     `in_transition` (the frame is part of a fade or dissolve: no clip may hold it) are known once
-    scene detection has settled the frame (its lag has passed)."""
+    scene detection has settled the frame (its lag has passed), and so is `is_flash` (one bright
+    frame inside a shot, stages/scenes.py SceneCuts: a clip shows the frame before it instead)."""
 
     index: int
     small: Callable[[], np.ndarray]
     planes: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]
     starts_scene: bool = False
     in_transition: bool = False
+    is_flash: bool = False
 
 
 Found = TypeVar("Found")

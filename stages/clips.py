@@ -210,6 +210,7 @@ class ClipSplitter:
         self.scene_clips = 0
         self.clip_count = 0
         self.window: _Window | None = None
+        self.previous: tuple[int, _Once] | None = None  # the last frame of the open scene
         self.scenes: list[list[int]] = []  # [start_frame, end_frame_exclusive]
 
     def process(self, frame: Frame) -> list[Clip | Drop]:
@@ -220,22 +221,28 @@ class ClipSplitter:
             self._open_scene(index, frame.in_transition)
         out += self._close_passed_windows(index)
         fitted = _Once(lambda: self.to_bt601(fit_i420(frame.planes(), self.region, self.config)))
-        self._take_samples(index, fitted)
+        shown = (index, fitted)
+        if frame.is_flash and self.previous is not None:
+            shown = self.previous  # a one-frame flash is not sampled: the frame before it is
+        self.previous = shown
+        self._take_samples(index, shown)
         window = self.window
         if window is not None and window.fits and index == window.end_frame - 1:
             out += self._close_window()
             # When the 2-s boundary falls inside this frame (23.976 fps, say), the frame on
             # screen at the next window's start is this one: it is that window's first sample.
-            self._take_samples(index, fitted)
+            self._take_samples(index, shown)
         return out
 
-    def _take_samples(self, index: int, fitted: _Once) -> None:
+    def _take_samples(self, index: int, shown: tuple[int, _Once]) -> None:
+        """Take frame `index` for the samples due at it; `shown` is the frame stored in its
+        place (itself, or the frame before a flash), whose index the clip records."""
         window = self.window
         if window is None or not window.fits:
             return
         for m, sample in enumerate(window.sample_indices):
             if sample == index:
-                window.samples[m] = fitted()
+                window.sample_indices[m], window.samples[m] = shown[0], shown[1]()
 
     def finish(self, end: int) -> list[Clip | Drop]:
         """End of the segment (`end` is its exclusive end frame)."""
@@ -247,6 +254,7 @@ class ClipSplitter:
     def _open_scene(self, index: int, transition: bool = False) -> None:
         self.scene_index += 1
         self.scene_clips = 0
+        self.previous = None  # never show a frame of the scene before in place of a flash
         self.scene_start_time = self.times[index]
         self.scenes.append([index, index])
         self.in_transition = transition

@@ -194,7 +194,8 @@ class SceneCuts:
     A flash (one frame unlike both its neighbours, which are alike: an explosion, a camera
     flash) gives a detector two cuts, into the frame and out of it, and would split one shot in
     two. Two cuts one frame apart whose outer frames differ by less than `FLASH_MAX_DIFFERENCE`
-    (mean grey level) are dropped, one frame later than the detector reports them.
+    (mean grey level) are dropped, one frame later than the detector reports them, and the flash
+    frame is remembered (`take_flashes`): clip sampling shows the frame before it instead.
     """
 
     FLASH_MAX_DIFFERENCE = 12.0
@@ -210,6 +211,7 @@ class SceneCuts:
         self.fps = fps
         self.extra_lag = int(round(config.lag_seconds * fps))
         self.held: list[int] = []  # a cut that may be the start of a flash
+        self.flashes: list[int] = []  # flash frames found and not yet taken
         buffered = int(getattr(self.detector, "event_buffer_length", 0)) + 3
         self.greys: deque[tuple[int, np.ndarray]] = deque(maxlen=buffered)
 
@@ -234,10 +236,16 @@ class SceneCuts:
         for held in self.held:
             if held + 1 in cuts and self._is_flash(held):
                 cuts = [c for c in cuts if c != held + 1]
+                self.flashes.append(held)
             else:
                 out.append(held)
         self.held = cuts
         return out
+
+    def take_flashes(self) -> list[int]:
+        """The flash frames found since the last call."""
+        flashes, self.flashes = self.flashes, []
+        return flashes
 
     def _release(self) -> list[int]:
         held, self.held = self.held, []

@@ -657,8 +657,17 @@ def chromium(tmp_path_factory):
     browser.close()
 
 
+# Fixtures that cut the whole sample film (about 10 s on the development machine): a test that
+# asks for one is slow whether or not it says so, so that `make test-fast` never builds them.
+SLOW_FIXTURES = {"sintel_dataset", "sintel_out"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects by marker
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests run only where CUDA is present."""
+    """Tests of the costly fixtures are `slow`; `gpu` tests run only where CUDA is present."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     try:
         import torch
 

@@ -25,6 +25,20 @@ def test_without_cuda_it_says_so_and_exits_0(monkeypatch, capsys, tmp_path):
     assert not out.exists()
 
 
+def test_a_setting_that_runs_out_of_memory_becomes_an_error_row(monkeypatch):
+    released = []
+    monkeypatch.setattr(bench_gpu, "release_memory", lambda: released.append(True))
+
+    def too_big() -> dict:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    assert bench_gpu.within_memory(too_big) == {
+        "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 80.00 GiB"
+    }
+    assert bench_gpu.within_memory(lambda: {"pairs_per_s": 9.2}) == {"pairs_per_s": 9.2}
+    assert released == [True, True]  # memory is given back after a failure and a success
+
+
 def test_unknown_part_is_refused(capsys):
     assert bench_gpu.main(["--device", "cpu", "--parts", "memflow,warp"]) == 2
     assert "warp" in capsys.readouterr().err

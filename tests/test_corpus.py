@@ -42,7 +42,7 @@ def test_dry_run_lists_films_and_segments_and_cuts_nothing(tmp_path, capsys):
     shutil.copy(BIKES, films / BIKES.name)
     shutil.copy(BUNNY, films / BUNNY.name)
     out = tmp_path / "out"
-    args = ["dataset", str(films), "--out", str(out), "--dry-run", "--set", "run.segment_seconds=4"]
+    args = ["dataset", str(films), "--out", str(out), "--dry-run", "--set", "run.segment_seconds=6"]
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"{films / BUNNY.name}: ip generic, 5.3 s, 132 frames, 1 segment")
@@ -97,7 +97,8 @@ def test_a_film_that_fails_is_counted_in_dataset_json(tmp_path):
     out = tmp_path / "out"
     assert main(["dataset", str(films), "--out", str(out), *LOCAL]) == 1
     overview = json.loads((out / "dataset.json").read_text())
-    assert overview["films"] == 1 and overview["films_failed"] == 1
+    # every film is counted once: cut (a folder) or failed before cutting
+    assert (overview["films"], overview["films_cut"], overview["films_failed"]) == (2, 1, 1)
     [failed] = overview["failed_films"]
     assert failed["path"] == str(films / "broken.mp4")
     assert failed["error"].startswith(f"{films / 'broken.mp4'}: not a readable video")

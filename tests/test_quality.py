@@ -409,6 +409,7 @@ def test_quality_calibrate_dry_run_counts_film_by_film_and_writes_nothing(sintel
     assert {p: p.stat().st_mtime_ns for p in sintel_out.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.slow
 def test_captioning_skips_unusable_clips(sintel_out, tmp_path):
     from pipeline.caption_films import caption_film
 

@@ -1,9 +1,14 @@
-"""The Ray executor end to end, once: same shards as the in-process executor."""
+"""The Ray executor end to end, once: same shards as the in-process executor; the embedded Ray's
+worker pool and the CPU cap of run.num_cpus, in both executors."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import psutil
 import pytest
-from conftest import BIKES, local_config
+from conftest import BIKES, ROOT, local_config
 
 from core.shards import read_clips
 from pipeline.ip import load_ip
@@ -14,7 +19,7 @@ from pipeline.runner import run_film
 def test_ray_executor_matches_local(tmp_path, bikes_dataset):
     import ray
 
-    config = local_config(run__executor="ray", run__num_cpus=2, run__segment_seconds=4)
+    config = local_config(run__executor="ray", run__num_cpus=2, run__segment_seconds=6)
     try:
         result = run_film(BIKES, tmp_path, config, load_ip(None))
     finally:
@@ -31,3 +36,81 @@ def test_ray_executor_matches_local(tmp_path, bikes_dataset):
     for clip in far:
         assert clip.clip_id in by_id
         assert by_id[clip.clip_id].video == clip.video
+
+
+def _where_it_runs():
+    """A job that reports what a task sees of its worker: its process, the cores it may use (its
+    own and those of a thread it starts), and which checkout's code it imports. (Made inside a
+    function, so Ray sends it by value: the workers cannot import this test module.)"""
+
+    def job(_, report) -> dict:
+        import os
+        import threading
+        import time
+
+        import pipeline
+
+        seen = {}
+        thread = threading.Thread(target=lambda: seen.update(cores=os.sched_getaffinity(0)))
+        thread.start()
+        thread.join()
+        time.sleep(0.3)  # long enough that one worker cannot take every task before another starts
+        return {
+            "pid": os.getpid(),
+            "cores": sorted(os.sched_getaffinity(0)),
+            "thread_cores": sorted(seen["cores"]),
+            "code": pipeline.__file__,
+        }
+
+    return job
+
+
+def _ray_workers() -> dict[int, tuple[tuple[int, ...], int]]:
+    """The cores each Python worker process may use and its niceness, by process id, of the
+    embedded Ray this process started (its agents left out)."""
+    [raylet] = [p for p in psutil.Process().children() if p.name() == "raylet"]
+    workers = {}
+    for process in raylet.children():
+        try:
+            if "Agent" not in " ".join(process.cmdline()):
+                workers[process.pid] = (tuple(process.cpu_affinity()), process.nice())
+        except psutil.NoSuchProcess:  # a worker that just ended is no longer one
+            pass
+    return workers
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to hold one")
+def test_embedded_ray_is_one_pool_on_num_cpus_cores_running_this_checkout():
+    """No runtime_env in the embedded Ray (it would start a second pool beside the prestarted
+    one), no progress actor when no bar is shown, and run.num_cpus=1 holds every worker, and
+    every thread a task starts, to one core, while the driver keeps its cores; the workers run at
+    the driver's niceness (not Ray's 15), as the local executor's work does."""
+    import ray
+
+    from pipeline.executor import RayExecutor
+
+    driver_cores = os.sched_getaffinity(0)
+    executor = RayExecutor(num_cpus=1, progress=False)
+    try:
+        results = executor.map(_where_it_runs(), list(range(4)), 4, "probe")
+        workers = _ray_workers()
+    finally:
+        ray.shutdown()
+    assert len({r["pid"] for r in results}) == 1
+    assert len(workers) == 1, workers
+    assert all(r["cores"] == r["thread_cores"] and len(r["cores"]) == 1 for r in results)
+    assert all(len(cores) == 1 and nice == os.nice(0) for cores, nice in workers.values())
+    assert {Path(r["code"]).parent.parent for r in results} == {ROOT}
+    assert os.sched_getaffinity(0) == driver_cores
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to hold one")
+def test_the_local_executor_holds_a_job_to_num_cpus_cores():
+    from pipeline.executor import LocalExecutor
+
+    before = os.sched_getaffinity(0)
+    task = LocalExecutor(progress=False, num_cpus=1).submit(_where_it_runs(), None)
+    seen = task.value
+    assert len(seen["cores"]) == 1 and seen["thread_cores"] == seen["cores"]
+    assert seen["pid"] == os.getpid() and os.sched_getaffinity(0) == before

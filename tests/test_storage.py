@@ -116,7 +116,7 @@ def test_committed_segments_are_reused(bucket, local_reference):
 
     films = put_films(bucket)
     out = f"{bucket}/dataset"
-    config = local_config(run__segment_seconds=4)
+    config = local_config(run__segment_seconds=6)
     plan = prepare_film(PrepareJob(films[0], out, config, load_ip(None)))
     first = plan.segments[0]
     run_stored_segment(_segment_job(plan, config, load_ip(None), first))

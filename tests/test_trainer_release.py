@@ -440,16 +440,7 @@ def _tiny_eval_models(folder: Path) -> dict:
     CLIPVisionModelWithProjection(CLIPVisionConfig(**vision, projection_dim=16)).save_pretrained(
         folder / "ds_clip"
     )
-    ViTModel(
-        ViTConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=32,
-            patch_size=8,
-        )
-    ).save_pretrained(folder / "ds_dino")
+    ViTModel(ViTConfig(**vision)).save_pretrained(folder / "ds_dino")
     return {
         "clip_model": str(folder / "clip"),
         "dreamsim_models": [str(folder / "ds_dino"), str(folder / "ds_clip")],

@@ -194,9 +194,15 @@ def test_fades_through_black_are_trimmed_and_cuts_and_flashes_kept(labelled, tmp
     opening = manifest[manifest["start_frame"] < film.shots[1][0]]
     # the opening shot fades in: it is trimmed, not rejected
     assert opening["usable"].any(), opening[["start_frame", "reject_reasons"]]
-    # the flash splits nothing (quality may still reject the clip holding it: its own rule)
+    # the flash splits nothing and costs its shot nothing: the clip over it shows the frame
+    # before the flash instead, so the quality stage's flash rule has nothing to reject
     flash = film.flashes[0]
     assert not {flash, flash + 1} & starts, summary["scenes"]
+    (flash_shot,) = [(a, b) for a, b in film.shots if a <= flash < b]
+    assert _shots_with_a_usable_clip(manifest, [flash_shot]) == 1
+    over = manifest[(manifest["start_frame"] <= flash) & (flash < manifest["end_frame"])]
+    assert len(over) == 1 and flash not in set(over.iloc[0]["frame_indices"])
+    assert flash - 1 in set(over.iloc[0]["frame_indices"])
 
 
 @pytest.mark.slow
