@@ -74,12 +74,14 @@ def make_video(
     codec="libx264",
     motion=2,
     black=(),
+    white=(),
 ) -> Path:
     """Write a video whose scenes are distinct random textures drifting `motion` px per frame.
 
     `size` is the full frame (height, width); `border` = (top/bottom bar, left/right bar) of
     black. `cuts` are the frame indices that start a new scene. `frame_times` (seconds) gives a
-    variable frame rate. Frames in `black` (a range) are black, as in a fade.
+    variable frame rate. Frames in `black` (a range) are black, as in a fade; frames in `white`
+    are white, as in a camera flash.
     """
     height, width = size
     bar_y, bar_x = border
@@ -105,6 +107,8 @@ def make_video(
                 frame[bar_y : height - bar_y, bar_x : width - bar_x] = np.roll(
                     textures[scene], shift, axis=1
                 )
+            if i in white:
+                frame[...] = 255
             video_frame = av.VideoFrame.from_ndarray(frame, format="rgb24")
             if frame_times is not None:
                 video_frame.pts = int(round(frame_times[i] * 1000))

@@ -236,3 +236,17 @@ def test_cuts_reported_late_are_counted_and_lag_seconds_absorbs_them(tmp_path):
     assert held.summary.late_cuts == 0
     assert 50 in [s for s, _ in held.summary.scenes]
     _assert_no_clip_spans_a_cut(_manifest(held.film_dir), held.summary.scenes)
+
+
+def test_a_one_frame_flash_is_not_sampled_and_costs_no_clip(tmp_path):
+    """A white frame inside a still shot splits nothing, and the clip over it stores the frame
+    before it instead (its index in frame_indices), so the quality flash rule keeps the clip."""
+    flash = 21  # the 8th sample of the scene's first window (every 3rd frame at 24 fps)
+    film = make_video(tmp_path / "flash.mp4", num_frames=60, motion=0, white=(flash,))
+    config = local_config(motion__enabled=False, clips__height=96, clips__width=160)
+    result = run_film(film, tmp_path / "out", config, load_ip(None))
+    assert [s for s, _ in result.summary.scenes] == [0]
+    manifest = _manifest(result.film_dir)
+    assert len(manifest) == 1 and manifest["usable"].all(), manifest["reject_reasons"].tolist()
+    indices = manifest.iloc[0]["frame_indices"].tolist()
+    assert flash not in indices and indices[7] == flash - 1
