@@ -188,6 +188,11 @@ def test_fades_through_black_are_trimmed_and_cuts_and_flashes_kept(labelled, tmp
     manifest, summary = _run(path, tmp_path / "out")
     fades = [t for t in film.transitions if t[0] in ("fadein", "fadeblack", "fadewhite")]
     assert _reaching_into(manifest, fades) == []
+    # every labelled transition but the wipe (docs/scenes.md: nothing here catches it) is kept
+    # out of usable clips, and all shots but the wiped one keep a usable clip
+    not_wipes = [t for t in film.transitions if t[0] != "wipe"]
+    assert _reaching_into(manifest, not_wipes) == []
+    assert _shots_with_a_usable_clip(manifest, film.shots) >= len(film.shots) - 1
     starts = {s for s, _ in summary["scenes"]}
     assert set(film.cuts) <= starts
     assert summary["drops"].get("transition", 0) >= 4
