@@ -26,7 +26,7 @@ import av
 import cv2
 import numpy as np
 
-from stages.transnet import INPUT_SIZE, load_transnet
+from stages.transnet import INPUT_SIZE, colour_distance, load_transnet
 
 WINDOW_FRAMES = 48  # 2 s at the sample's 24 fps; other rates: see `windows`
 
@@ -43,14 +43,6 @@ def read_small(path: str) -> np.ndarray:
 
 def windows(scenes: list[list[int]], length: int) -> list[tuple[int, int]]:
     return [(k, k + length) for a, b in scenes for k in range(a, b - length + 1, length)]
-
-
-def colour_distance(a: np.ndarray, b: np.ndarray) -> float:
-    def hist(image: np.ndarray) -> np.ndarray:
-        h = cv2.calcHist([image], [0, 1, 2], None, [4, 4, 4], [0, 256] * 3).ravel()
-        return h / h.sum()
-
-    return 0.5 * float(np.abs(hist(a) - hist(b)).sum())
 
 
 def main() -> None:

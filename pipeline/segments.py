@@ -44,7 +44,7 @@ from stages.clips import ClipSplitter
 from stages.crop import CropBox
 from stages.probe import FilmInfo
 from stages.scenes import BlackRuns, SceneConfig, SceneCuts
-from stages.transnet import TransNetSpans
+from stages.transnet import GatedTransNet, TransNetSpans
 
 WARMUP_SECONDS = 1.0
 SEGMENT_SLACK = 0.05  # of a segment: how far past `seconds` one may run
@@ -123,6 +123,11 @@ class _SegmentRun:
         self.detector = SceneCuts(config.scenes, film.fps)
         self.black_runs = BlackRuns(config.scenes, film.fps)
         self.gradual = _gradual_detector(config.scenes)
+        self.gated = _gated_detector(config.scenes)
+        # frames a window still to be judged may reach back: its length and the gate's context
+        self.gated_reach = (
+            math.ceil(config.clips.seconds * film.fps) + 2 + GatedTransNet.GATE_CONTEXT
+        )
         small_size = _small_size(film, config.scenes.width)
         self.pictures = PlaneSource(
             film.rotation, small_size, _detect_box(film, job.crop, small_size)
@@ -163,7 +168,12 @@ class _SegmentRun:
 
     def _decode_and_cut(self, reader: FrameReader) -> None:
         film, seg = self.job.film, self.job.segment
-        lag = max(self.detector.lag, self.black_runs.lag, self.gradual.lag if self.gradual else 0)
+        lag = max(
+            self.detector.lag,
+            self.black_runs.lag,
+            self.gradual.lag if self.gradual else 0,
+            self.gated.lag if self.gated else 0,
+        )
         warmup = int(WARMUP_SECONDS * film.fps) + lag
         cuts: set[int] = set()
         self.transition_frames: set[int] = set()
@@ -185,6 +195,9 @@ class _SegmentRun:
             if self.gradual is not None:
                 found = _timed(self.seconds, "transitions", self.gradual.process, frame)
                 self.transition_frames.update(found)
+            if self.gated is not None:
+                oldest = self.settled - self.gated_reach
+                _timed(self.seconds, "transitions", self.gated.add, frame, oldest)
             if seg.start <= index < seg.stop:
                 waiting.append((decoded, frame))
             while waiting and waiting[0][0] <= decoded - lag:
@@ -228,8 +241,28 @@ class _SegmentRun:
         for item in items:
             if isinstance(item, Drop):
                 self.drops.append(item)
+            elif (dropped := self._judged(item)) is not None:
+                self.drops.append(dropped)
             else:
                 self.lane.submit(item)
+
+    def _judged(self, clip: Clip) -> Drop | None:
+        """With scenes.gradual=gated, a clip whose window TransNetV2 marks becomes a drop."""
+        if self.gated is None:
+            return None
+        why = _timed(
+            self.seconds, "transitions", self.gated.judge, clip.start_frame, clip.end_frame
+        )
+        if why is None:
+            return None
+        return Drop(
+            reason="transition",
+            start_frame=clip.start_frame,
+            end_frame=clip.end_frame,
+            start_time=clip.start_time,
+            end_time=clip.end_time,
+            detail=why,
+        )
 
     def _timed_iter(self, name: str, iterator):
         while True:
@@ -324,14 +357,25 @@ def frame_stage_resources(config: PipelineConfig) -> dict[str, Resources]:
     """What the frame-level stages a segment runs with `config` reserve, by name (those that
     reserve nothing beyond the task's CPU are left out): the learned transition detector when it
     runs on a GPU."""
-    gradual = _gradual_detector(config.scenes)  # cheap: loads nothing
+    gradual = _gradual_detector(config.scenes) or _gated_detector(config.scenes)  # loads nothing
     return {"transitions": gradual.resources} if gradual is not None else {}
 
 
 def _gradual_detector(config: SceneConfig) -> TransNetSpans | None:
-    if config.gradual == "off":
+    if config.gradual != "transnetv2":
         return None
     return TransNetSpans(config.gradual_threshold, config.gradual_min_frames, config.gradual_device)
+
+
+def _gated_detector(config: SceneConfig) -> GatedTransNet | None:
+    if config.gradual != "gated":
+        return None
+    return GatedTransNet(
+        config.gradual_gate,
+        config.gradual_threshold,
+        config.gradual_min_frames,
+        config.gradual_device,
+    )
 
 
 def _detect_box(film: FilmInfo, crop: CropBox, small_size: tuple[int, int]) -> tuple[int, ...]:

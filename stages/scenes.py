@@ -132,7 +132,7 @@ DETECTORS = {
 }
 
 
-GRADUAL_DETECTORS = ("off", "transnetv2")
+GRADUAL_DETECTORS = ("off", "transnetv2", "gated")
 
 
 @dataclass
@@ -171,7 +171,13 @@ class SceneConfig(Settings):
     gradual: str = "off"
     """Learned detector of gradual transitions (dissolves, fades through any colour, wipes):
     off, or transnetv2 (stages/transnet.py; about 13 times the cost of decoding on one CPU
-    thread, so meant for GPU nodes: docs/scenes.md). Its transition frames hold no clip."""
+    thread, so meant for GPU nodes: docs/scenes.md). Its transition frames hold no clip. Or
+    gated: TransNetV2 only on the clip windows whose first and last frames' colours differ by at
+    least `gradual_gate`, a window it marks dropped as `transition` (on the sample about +100 %
+    of the pipeline's CPU, over issue 18's 25 % budget: docs/scenes.md)."""
+    gradual_gate: float = 0.35
+    """gradual=gated: the colour-histogram distance (0-1) between a window's first and last frame
+    from which TransNetV2 looks at the window."""
     gradual_threshold: float = 0.5
     """A frame is part of a transition when TransNetV2's probability exceeds this."""
     gradual_min_frames: int = 3

@@ -16,7 +16,8 @@ start) and reports the frames of every run of at least `min_frames` frames above
 transition frames. Shorter runs (a hard cut, a one-frame flash) are left to the cut detector, so a
 flash never costs a shot here. On one CPU thread it runs at about 43 frames/s (issue 18), some 13
 times the cost of decoding a 480p frame: meant for GPU nodes, or CPU runs that can pay for it
-(docs/scenes.md).
+(docs/scenes.md). `GatedTransNet` (scenes.gradual=gated) runs it only on the clip windows whose
+colours change, and drops a window it marks: about 3.6x decoding on the sample.
 """
 
 from __future__ import annotations
@@ -177,8 +178,72 @@ def _window_probabilities(model: Any, window: np.ndarray) -> np.ndarray:
     to mark every frame of a transition. (The single-frame head marks one frame per transition:
     on the sample it gives the fog transition at frames 118-124 a single frame over 0.5, where
     this head gives 119-123; and the dragon's dissolve none, where this head gives 827-867.)"""
+    return _raw_many_hot(model, window)[CONTEXT : CONTEXT + KEPT]
+
+
+def colour_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Total-variation distance (0-1) of two pictures' 4x4x4 colour histograms."""
+
+    def histogram(image: np.ndarray) -> np.ndarray:
+        counts = cv2.calcHist([image], [0, 1, 2], None, [4, 4, 4], [0, 256] * 3).ravel()
+        return counts / counts.sum()
+
+    return 0.5 * float(np.abs(histogram(a) - histogram(b)).sum())
+
+
+class GatedTransNet:
+    """scenes.gradual=gated: TransNetV2 on a planned clip window only when its first and last
+    frames' colours differ by at least `gate` (a window inside one shot rarely changes colours
+    that much; a dissolve or a fade always does), on the window plus GATE_CONTEXT frames each
+    side. Keeps the network inputs (48x27 RGB, 4 KB each) of the frames a window may still need.
+    Measured in docs/scenes.md (bench/gated_transnet.py)."""
+
+    GATE_CONTEXT = 16
+
+    def __init__(self, gate: float, threshold: float, min_frames: int, device: str = "auto"):
+        self.gate, self.threshold, self.min_frames = gate, threshold, max(1, min_frames)
+        self.device = resolve_device(device)
+        self.resources = Resources(cpus=1.0, gpus=1.0 if uses_cuda(self.device) else 0.0)
+        self.inputs: dict[int, np.ndarray] = {}
+        self.model: Any = None
+
+    @property
+    def lag(self) -> int:
+        """Frames past a window's end that must be decoded before it is judged: its context."""
+        return self.GATE_CONTEXT
+
+    def add(self, frame: Frame, oldest_needed: int) -> None:
+        self.inputs[frame.index] = network_input(frame.small())
+        for index in [i for i in self.inputs if i < oldest_needed]:
+            del self.inputs[index]
+
+    def judge(self, start: int, stop: int) -> str | None:
+        """Why window [start, stop) is not one shot (a drop's detail), or None."""
+        first, last = self.inputs.get(start), self.inputs.get(stop - 1)
+        if first is None or last is None:
+            return None
+        distance = colour_distance(first, last)
+        if distance < self.gate:
+            return None
+        span = range(start - self.GATE_CONTEXT, stop + self.GATE_CONTEXT)
+        indices = [i for i in span if i in self.inputs]
+        if self.model is None:
+            self.model = load_transnet(pick_device(self.device, "scenes.gradual_device"))
+        window = np.stack([self.inputs[i] for i in indices])
+        probabilities = _raw_many_hot(self.model, window)
+        marked = [
+            i for i, p in zip(indices, probabilities) if start <= i < stop and p > self.threshold
+        ]
+        if len(marked) < self.min_frames:
+            return None
+        return (
+            f"TransNetV2 marks {len(marked)} frames from {marked[0]} (colour change {distance:.2f})"
+        )
+
+
+def _raw_many_hot(model: Any, window: np.ndarray) -> np.ndarray:
     import torch
 
     with torch.inference_mode():
         _, every_frame = model.predict_raw(torch.from_numpy(window[None]).to(model.device))
-    return every_frame[0, CONTEXT : CONTEXT + KEPT, 0].float().cpu().numpy()
+    return every_frame[0, :, 0].float().cpu().numpy()

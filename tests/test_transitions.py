@@ -250,3 +250,21 @@ def test_transnetv2_loads_without_touching_global_state():
     frames[30:] = (200, 120, 40)
     p = transition_probabilities(model, frames)
     assert p.shape == (60,) and p[29:31].max() > 0.5 and p[:20].max() < 0.2
+
+
+@pytest.mark.slow
+def test_gated_transnetv2_drops_the_sample_windows_across_the_dissolve_and_logo(tmp_path):
+    """scenes.gradual=gated: only windows whose colours change run the network; on the sample
+    it drops the two windows over the dragon's dissolve and the one over the logo fading in, and
+    leaves the single-shot windows (the hand's big motion among them) alone."""
+    config = local_config(clips__height=96, clips__width=160, scenes__gradual="gated")
+    result = run_film(SINTEL, tmp_path / "out", config, load_ip(None))
+    assert result.ok, result.message
+    manifest = pd.read_parquet(result.film_dir / "manifest.parquet")
+    drops = pd.read_parquet(result.film_dir / "drops.parquet")
+    judged = drops[drops["detail"].str.startswith("TransNetV2 marks")]
+    assert judged["reason"].eq("transition").all()
+    assert sorted(judged["start_frame"]) == [792, 840, 936]
+    assert {571, 700, 888} <= set(manifest[manifest["usable"]]["start_frame"])
+    assert not set(manifest["start_frame"]) & {792, 840, 936}
+    assert result.summary.stage_seconds["transitions"] > 0
