@@ -1,4 +1,5 @@
-"""Make `import torchvision` work beside the CPU torch this project pins.
+"""Make `import torchvision` work beside the CPU torch this project pins, and `import ptlflow`
+beside faiss-cpu.
 
 The only torchvision wheel built for torch 2.13.0 is a CUDA build; on a CPU-only torch its C++
 extension does not load, so the operator schemas `torchvision::nms` and `torchvision::qnms` are
@@ -11,7 +12,9 @@ defining the schemas before it would abort the process at its load.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from types import ModuleType
 
 _MISSING_OPS = {
     "nms": "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
@@ -62,3 +65,30 @@ def _extension_loads(torch) -> bool:
     except (OSError, RuntimeError):
         return False
     return True
+
+
+def import_ptlflow() -> ModuleType:
+    """ptlflow, imported so that faiss-cpu beside it does not break the import.
+
+    ptlflow imports every model it ships when it is imported. Its SCV model probes faiss at that
+    moment (`faiss.StandardGpuResources()`) and catches only ImportError, but faiss-cpu (the
+    duplicate search's index, pipeline/duplicates.py) has no GPU resources: the probe raises
+    AttributeError and takes the whole package down, MemFlow with it. So while ptlflow imports,
+    faiss reads as absent (a None entry in sys.modules makes `import faiss` raise ImportError) and
+    SCV, a model this project does not use, takes its no-faiss path; faiss is then put back as it
+    was, for the duplicate search.
+    """
+    ensure_torchvision_importable()  # ptlflow imports torchvision
+    if "ptlflow" in sys.modules:
+        return sys.modules["ptlflow"]
+    absent = object()
+    faiss = sys.modules.get("faiss", absent)
+    sys.modules["faiss"] = None  # type: ignore[assignment]
+    try:
+        import ptlflow
+    finally:
+        if faiss is absent:
+            del sys.modules["faiss"]
+        else:
+            sys.modules["faiss"] = faiss  # type: ignore[assignment]
+    return ptlflow

@@ -274,11 +274,11 @@ class MemFlowBackend:
         return uses_cuda(self.device_name)
 
     def load(self) -> None:
-        from core.compat import ensure_torchvision_importable
-
-        ensure_torchvision_importable()  # before ptlflow: it imports torchvision
-        import ptlflow
         import torch
+
+        from core.compat import import_ptlflow
+
+        ptlflow = import_ptlflow()
 
         try:
             self._device = torch.device(pick_device(self.device_name, "motion.memflow_device"))

@@ -502,3 +502,26 @@ def test_real_clips_spread_over_several_levels():
     )
     assert len(rows) >= 15
     assert len(counts) >= 3 and max(counts.values()) < 0.6 * len(rows)
+
+
+def test_ptlflow_imports_beside_faiss_cpu_in_one_process():
+    """The duplicate search imports faiss-cpu; MemFlow's ptlflow must still import after it (its
+    SCV model's faiss probe raises AttributeError on faiss-cpu), and faiss must stay usable."""
+    import subprocess
+    import sys
+
+    script = (
+        "import faiss\n"
+        "from core.compat import import_ptlflow\n"
+        "ptlflow = import_ptlflow()\n"
+        "import sys\n"
+        "assert sys.modules['faiss'] is faiss and hasattr(faiss, 'IndexBinaryFlat')\n"
+        "assert callable(ptlflow.get_model)\n"
+        "print('ok')\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "ok"
