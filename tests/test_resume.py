@@ -87,6 +87,14 @@ INTERRUPTED_LINE = re.compile(
 )
 
 
+def _film_to_interrupt(tmp_path):
+    """Sixty two-second segments at a small size: when the first segment commits, the others
+    still take seconds, so on a loaded machine the SIGINT cannot arrive after the run ended."""
+    return make_video(
+        tmp_path / "long.mp4", size=(144, 256), cuts=(70, 200, 330), num_frames=2880, seed=7
+    )
+
+
 def _interrupt_once_a_segment_is_done(command: list[str], out) -> subprocess.CompletedProcess:
     """Run `command` in its own process group and send the whole group SIGINT (what Ctrl-C in a
     terminal does: Ray's processes get it too) once a segment has committed its DONE marker."""
@@ -122,7 +130,7 @@ def _check_interrupted(run: subprocess.CompletedProcess, out) -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_says_how_far_the_run_got_in_one_line(tmp_path):
-    film = make_video(tmp_path / "long.mp4", cuts=(70, 200, 330), num_frames=480, fps=24, seed=7)
+    film = _film_to_interrupt(tmp_path)
     out = tmp_path / "out"
     run = _interrupt_once_a_segment_is_done(_cli(film, out), out)
     _check_interrupted(run, out)
@@ -133,7 +141,7 @@ def test_ctrl_c_says_how_far_the_run_got_in_one_line(tmp_path):
 def test_ctrl_c_under_ray_is_one_line_without_ray_noise(tmp_path):
     """Ray's workers and raylet get the SIGINT as well; none of their complaints, nor Ray's
     start-up warning about token authentication, reaches the user."""
-    film = make_video(tmp_path / "long.mp4", cuts=(70, 200, 330), num_frames=480, fps=24, seed=7)
+    film = _film_to_interrupt(tmp_path)
     out = tmp_path / "out"
     command = [a for a in _cli(film, out) if a not in ("--executor", "local")]
     run = _interrupt_once_a_segment_is_done(command + ["--set", "run.num_cpus=1"], out)
