@@ -504,6 +504,7 @@ def test_real_clips_spread_over_several_levels():
     assert len(counts) >= 3 and max(counts.values()) < 0.6 * len(rows)
 
 
+@pytest.mark.slow  # imports ptlflow (lightning, timm) in a fresh process: about 6 s
 def test_ptlflow_imports_beside_faiss_cpu_in_one_process():
     """The duplicate search imports faiss-cpu; MemFlow's ptlflow must still import after it (its
     SCV model's faiss probe raises AttributeError on faiss-cpu), and faiss must stay usable."""

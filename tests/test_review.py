@@ -73,7 +73,10 @@ def server(film):
 
 def _start(path: Path) -> ReviewServer:
     server = ReviewServer(ReviewApp(path), port=0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # a short poll: shutdown() waits up to one poll interval (0.5 s by default) per test
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     return server
 
 
