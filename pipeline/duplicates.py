@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -233,7 +234,10 @@ def near_pairs(clips: pa.Table, new: np.ndarray, thresholds: RejectConfig) -> Pa
 
 def _range_pairs(codes: np.ndarray, start: int, max_bits: int) -> Pairs:
     """Pairs (i, j), i < j, j >= start, of rows of `codes` at most `max_bits` apart."""
-    import faiss  # imported here: only a pass that searches loads it
+    # Imported here: only a pass that searches loads it. Its loader says at INFO level which
+    # build it loaded, and the commands show INFO lines: that one is no news to a user.
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+    import faiss
 
     index = faiss.IndexBinaryFlat(codes.shape[1] * 8)
     index.add(codes[:start])

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BIKES, ROOT, animegamer
+from conftest import BIKES, ROOT, animegamer, make_video
 
 # A film named as films are: a space, an apostrophe and parentheses.
 AWKWARD_NAME = "Kiki's Delivery Service (1989).mp4"
@@ -204,3 +204,14 @@ def test_make_dataset_then_report_and_caption_on_a_film_with_an_awkward_name(awk
     run = make("caption", *film_args)
     assert run.returncode == 0, run.stderr
     assert f"{film_dir}: " in run.stdout and "pending" in run.stdout
+
+
+@pytest.mark.slow
+def test_a_run_prints_no_library_chatter(tmp_path):
+    """The lines a run prints are the project's own: the duplicate search's faiss import used to
+    add "Successfully loaded faiss." to every run's output."""
+    film = make_video(tmp_path / "film.mp4", size=(144, 256), cuts=(40,), num_frames=120)
+    run = animegamer("dataset", film, "--out", tmp_path / "out", "--executor", "local")
+    assert run.returncode == 0, run.stderr
+    assert "film: done:" in run.stdout
+    assert "faiss" not in (run.stdout + run.stderr).lower()
