@@ -11,9 +11,9 @@ duplicate of the first kept clip it matches.
 That rule depends only on which pairs of clips match, so the search and the choice are separate:
 - `near_pairs` finds every pair within the distance that involves a new clip: the mean distance of
   k 64-bit hashes is at most d exactly when the distance of their 64k-bit concatenation is at most
-  k*d, an exact range search over binary codes (faiss `IndexBinaryFlat`: a brute-force scan at
-  about 2 ns a pair here; multi-index hashing, faiss's and a numpy one, was slower at this radius,
-  a fifth of the bits; docs/quality.md has the figures);
+  k*d, an exact range search over binary codes (pipeline/bitscan.py: a compiled scan with an
+  exact 3-word filter; an index, faiss's multi-index hashing, was slower at this radius, a fifth
+  of the bits; docs/quality.md has the figures);
 - `choose_kept` then takes the pairs in visiting order: linear in the number of pairs.
 
 The index keeps, per clip, the keys the rule needs, its hashes, whether it was fit and the
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -41,11 +40,11 @@ import pyarrow.parquet as pq
 
 from core.film import FilmFolder, FolderError
 from core.io import write_table_atomic
+from pipeline.bitscan import range_pairs
 from stages.quality import RejectConfig
 
 INDEX_FILE = "quality_index.parquet"
 INDEX_VERSION = "1"
-SEARCH_BLOCK = 8192  # queries per range search: bounds the memory of one search's results
 
 INDEX_SCHEMA = pa.schema(
     [
@@ -234,28 +233,13 @@ def near_pairs(clips: pa.Table, new: np.ndarray, thresholds: RejectConfig) -> Pa
 
 def _range_pairs(codes: np.ndarray, start: int, max_bits: int) -> Pairs:
     """Pairs (i, j), i < j, j >= start, of rows of `codes` at most `max_bits` apart."""
-    # Imported here: only a pass that searches loads it. Its loader says at INFO level which
-    # build it loaded, and the commands show INFO lines: that one is no news to a user.
-    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
-    import faiss
-
-    index = faiss.IndexBinaryFlat(codes.shape[1] * 8)
-    index.add(codes[:start])
-    parts = [Pairs.empty()]
-    for begin in range(start, len(codes), SEARCH_BLOCK):
-        end = min(begin + SEARCH_BLOCK, len(codes))
-        index.add(codes[begin:end])
-        limits, distances, labels = index.range_search(codes[begin:end], max_bits + 1)
-        queries = begin + np.repeat(np.arange(end - begin), np.diff(limits).astype(np.int64))
-        labels = labels.astype(np.int64)
-        earlier = labels < queries  # each pair once, never a clip with itself
-        parts.append(Pairs(labels[earlier], queries[earlier], distances[earlier].astype(np.int32)))
-    return sum(parts[1:], parts[0])
+    first, second, bits = range_pairs(codes, start, max_bits)
+    return Pairs(first, second, bits)
 
 
 def _binary_codes(hashes: pa.ChunkedArray, width: int) -> np.ndarray:
     values = pc.list_flatten(hashes).to_numpy().astype(np.int64)
-    return np.ascontiguousarray(values.reshape(-1, width)).view(np.uint8)
+    return values.reshape(-1, width)
 
 
 def _codes(column: pa.ChunkedArray) -> np.ndarray:
