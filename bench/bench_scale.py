@@ -140,10 +140,9 @@ def write_folder(root: Path, clips: int, seed: int = 0) -> dict[str, str]:
 
 
 def _fit(table: pa.Table) -> np.ndarray:
-    from stages.quality import RejectConfig, decide
+    from stages.quality import RejectConfig, own_reasons
 
-    rows = table.select(TEMPLATE_COLUMNS).to_pylist()
-    return np.array([decide({**row, "duplicate_of": None}, RejectConfig())[0] for row in rows])
+    return np.array([not reasons for reasons in own_reasons(table, RejectConfig())])
 
 
 def _flip(hashes: np.ndarray, rng) -> np.ndarray:

@@ -44,7 +44,7 @@ from pipeline.bitscan import range_pairs
 from stages.quality import RejectConfig
 
 INDEX_FILE = "quality_index.parquet"
-INDEX_VERSION = "1"
+INDEX_VERSION = "2"  # 2: only fit clips are searched (`searched`)
 
 INDEX_SCHEMA = pa.schema(
     [
@@ -56,6 +56,7 @@ INDEX_SCHEMA = pa.schema(
         pa.field("start_frame", pa.int64()),
         pa.field("quality_hashes", pa.list_(pa.int64())),
         pa.field("fit", pa.bool_()),  # no reason of its own, under the index's thresholds
+        pa.field("searched", pa.bool_()),  # fit when the index was written: its pairs are in it
         pa.field("usable", pa.bool_()),  # the decision the pass stored in the shards
         pa.field("reject_reasons", pa.list_(pa.string())),
         pa.field("duplicate_of", pa.string()),
@@ -87,6 +88,11 @@ class Pairs:
 
     def __len__(self) -> int:
         return len(self.first)
+
+    def among(self, rows: np.ndarray) -> Pairs:
+        """The pairs whose two rows are both marked in `rows`."""
+        keep = rows[self.first] & rows[self.second]
+        return Pairs(self.first[keep], self.second[keep], self.bits[keep])
 
 
 def film_stamp(film: Path) -> str | None:
@@ -149,6 +155,11 @@ class QualityIndex:
     def clips_of(self, folders: Sequence[str]) -> pa.Table:
         return self.rows_of(folders).select(CLIP_COLUMNS)
 
+    def searched(self, clips: pa.Table) -> np.ndarray:
+        """Per row of `clips`: the index holds its pairs with every other clip it marks so."""
+        ids = self.table.filter(self.table.column("searched")).column("clip_id")
+        return pc.is_in(clips.column("clip_id"), value_set=ids).to_numpy(zero_copy_only=False)
+
     def save(
         self, root: Path, clips: pa.Table, pairs: PairIds, thresholds: RejectConfig, stamps: dict
     ) -> Path:
@@ -159,7 +170,10 @@ class QualityIndex:
             "radius": max(self.state.get("radius", 0.0), thresholds.duplicate_max_distance),
             "stamps": {name: stamp for name, stamp in stamps.items() if stamp is not None},
         }
-        table = _with_pairs(clips.select(CLIP_COLUMNS), pairs).cast(INDEX_SCHEMA)
+        clips = clips.select(CLIP_COLUMNS)
+        searched = clips.schema.get_field_index("searched")
+        clips = clips.set_column(searched, "searched", clips.column("fit"))  # what was searched
+        table = _with_pairs(clips, pairs).cast(INDEX_SCHEMA)
         metadata = {b"animegamer.quality_index": json.dumps(state, sort_keys=True).encode()}
         return write_table_atomic(table.replace_schema_metadata(metadata), Path(root) / INDEX_FILE)
 
@@ -209,14 +223,22 @@ def _with_pairs(clips: pa.Table, pairs: PairIds) -> pa.Table:
 # ----------------------------------------------------------------------------- search
 
 
-def near_pairs(clips: pa.Table, new: np.ndarray, thresholds: RejectConfig) -> Pairs:
-    """Every pair within `duplicate_max_distance` that involves a clip marked `new`, clips of one
-    scene of one film left out; clips are compared only with clips of as many hashes."""
+def near_pairs(
+    clips: pa.Table,
+    new: np.ndarray,
+    thresholds: RejectConfig,
+    taking_part: np.ndarray | None = None,
+) -> Pairs:
+    """Every pair within `duplicate_max_distance` that involves a clip marked `new`, among the
+    clips `taking_part` (all by default), clips of one scene of one film left out; clips are
+    compared only with clips of as many hashes."""
     lengths = pc.list_value_length(clips.column("quality_hashes")).fill_null(0).to_numpy()
+    if taking_part is not None:
+        lengths = np.where(taking_part, lengths, 0)
     film = _codes(clips.column("film_id"))
     scene = clips.column("scene_index").to_numpy()
     found = Pairs.empty()
-    for width in sorted(set(lengths[new].tolist()) - {0}):
+    for width in sorted(set(lengths[new & (lengths > 0)].tolist())):
         members = np.flatnonzero(lengths == width)
         # the old clips first, then the new: each new clip is searched against what precedes it
         members = np.concatenate([members[~new[members]], members[new[members]]])

@@ -265,3 +265,34 @@ def test_the_compiled_scan_is_exact_on_a_cpu_without_avx512(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     found = sorted(map(tuple, np.load(tmp_path / "pairs.npy").tolist()))
     assert found == pairs_by_numpy(codes, 300, 48)
+
+
+def test_clips_that_become_fit_again_are_searched_against_what_came_meanwhile(tmp_path):
+    """Only fit clips are searched. A clip unfit under stricter thresholds misses the search of a
+    film added meanwhile; when it is fit again it must be searched against that film: the folder
+    ends as a pass from scratch over all of it."""
+    rng = np.random.default_rng(6)
+    root = tmp_path / "out"
+
+    def film(name: str, hashes: list) -> None:
+        clips = [
+            make_clip(i, film_id=name, film_name=name, quality_hashes=h, quality_text_area=0.002)
+            for i, h in enumerate(hashes)
+        ]
+        write_film(root / name, clips)
+
+    first = [rng.integers(-(2**63), 2**63 - 1, 4).tolist() for _ in range(8)]
+    film("ep00", first)
+    strict = RejectConfig(text_max_area=0.001)  # every clip reads 0.002: none is fit
+    apply_quality(root, RejectConfig())
+    apply_quality(root, strict)
+    # ep01 arrives, sharing its opening with ep00, while ep00's clips are unfit
+    opening = [flipped(h, 6, rng) for h in first[:4]]
+    film("ep01", opening + [rng.integers(-(2**63), 2**63 - 1, 4).tolist() for _ in range(4)])
+    assert apply_quality(root, strict).usable == 0
+    apply_quality(root, RejectConfig())
+    incremental = _decisions(root)
+    (root / INDEX_FILE).unlink()
+    apply_quality(root, RejectConfig())
+    assert incremental == _decisions(root)
+    assert sum(d is not None for _, d in incremental.values()) == 4  # ep01's opening
