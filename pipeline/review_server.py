@@ -23,6 +23,7 @@ server never grants.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -47,7 +48,7 @@ from core.film import SHARDS_DIR, FilmFolder
 from core.io import write_table_atomic
 from core.record import CAPTION_OK
 from core.shards import read_table, shard_paths
-from pipeline.explore import Dataset, DatasetError, Film, open_dataset
+from pipeline.explore import Dataset, DatasetError, Film, film_ip, open_dataset
 from pipeline.manifest import reviewed_manifest, shard_table
 from pipeline.quality import film_thresholds
 from pipeline.review import (
@@ -402,14 +403,21 @@ def _protagonists(film: Film, ip_name: str | None) -> list[str]:
     """The protagonists of the IP named on the command line, else of the film's own IP; when
     that IP's manifest is not at hand, the names the captioner already gave this film's clips
     (they came from the same reference sheet)."""
-    from pipeline.ip import ManifestError, load_ip
-    from pipeline.report import film_ip
+    from pipeline.ip import ManifestError
 
     try:
-        return [p.name for p in load_ip(ip_name or film_ip(film)).protagonists]
+        return list(_ip_protagonists(ip_name or film_ip(film)))
     except ManifestError:
         named = film.manifest_table.column("characters").to_pylist()
         return sorted({name for names in named if names for name in names})
+
+
+@functools.lru_cache(maxsize=64)
+def _ip_protagonists(name: str | None) -> list[str]:
+    """An IP's protagonists, its manifest read once per server (not once per film)."""
+    from pipeline.ip import load_ip
+
+    return [p.name for p in load_ip(name).protagonists]
 
 
 # What the page shows of a clip (besides its review): the light columns, read once per snapshot.
