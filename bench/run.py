@@ -16,7 +16,7 @@ The embedded Ray's workers run at this process's niceness, as the bare decode do
 resident size of this process tree, sampled every 0.2 s.
 Stage shares are shares of the workers' CPU seconds (summary.json's stage_seconds).
 
-    python -m bench.run [--minutes 10] [--hd-minutes 5] [--executor ray|local] [--profile]
+    python -m bench.run [--minutes 10] [--hd-minutes 5] [--executor auto|processes|ray|local] [--profile]
 
 --profile records the pipeline on the half-length film in one process with py-spy (pip install
 py-spy, the `test` extra has it) and prints where the time goes, function by function.
@@ -41,6 +41,7 @@ import numpy as np
 import psutil
 
 from core.film import FilmSummary
+from pipeline.config import EXECUTORS
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sintel_trailer.mp4"
@@ -319,7 +320,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--hd-minutes", type=float, default=5.0, help="0 leaves the 1080p film out")
-    parser.add_argument("--executor", default="ray", choices=("ray", "local"))
+    parser.add_argument("--executor", default="auto", choices=EXECUTORS)
     parser.add_argument("--profile", action="store_true", help="py-spy the half-length film")
     parser.add_argument(
         "--only-corpus", action="store_true", help="only the corpus figure (a folder of films)"
@@ -350,12 +351,12 @@ def main(argv=None) -> int:
         return 0
     from pipeline.executor import make_executor
 
-    ray_began = time.perf_counter()
+    start_began = time.perf_counter()
     executor = make_executor(args.executor, None, progress=False)
     executor.start()
     report = {
         "executor": args.executor,
-        "ray_start_seconds": round(time.perf_counter() - ray_began, 1),
+        "executor_start_seconds": round(time.perf_counter() - start_began, 1),
         "runs": [],
     }
     for name, film in films:
@@ -366,7 +367,7 @@ def main(argv=None) -> int:
         print(json.dumps(run, indent=2), flush=True)
     report["motion"] = motion_figures()
     print(json.dumps(report["motion"], indent=2), flush=True)
-    executor.close()  # the corpus figure starts Ray of its own sizes
+    executor.close()  # the corpus figures start executors of their own sizes
     _print_corpus(report)
     print()
     for run in report["runs"]:
@@ -376,7 +377,7 @@ def main(argv=None) -> int:
             f"x{run['ratio_pipeline_to_decode']} wall, x{run['cpu_ratio']} CPU; "
             f"peak memory {run['peak_memory_gib']} GiB; {run['clips']} clips"
         )
-    print(f"Ray start {report['ray_start_seconds']} s (not in the pipeline time)")
+    print(f"executor start {report['executor_start_seconds']} s (not in the pipeline time)")
     return 0
 
 
@@ -395,14 +396,18 @@ def _print_corpus(report: dict) -> int:
         f"{corpus['seconds_all_cores']} s on {corpus['cores']} cores: "
         f"x{corpus['speedup']} (outputs identical: {corpus['outputs_identical']})"
     )
+    print(f"corpus of {row['films']} ~2-min films, against the local executor, round by round:")
+    for name, label in (("default", "default (process pool)"), ("ray", "embedded Ray")):
+        print(
+            f"  {label}: wall x{row[f'wall_seconds_ratio_{name}_to_local']}, "
+            f"CPU x{row[f'cpu_seconds_ratio_{name}_to_local']} (run's processes), "
+            f"machine CPU x{row[f'machine_cpu_seconds_ratio_{name}_to_local']}"
+        )
     print(
-        f"corpus of {row['films']} ~2-min films, embedded Ray over local executor, pair by pair: "
-        f"wall x{row['wall_seconds_ratio_ray_to_local']}, "
-        f"CPU x{row['cpu_seconds_ratio_ray_to_local']} (run's processes), "
-        f"machine CPU x{row['machine_cpu_seconds_ratio_ray_to_local']}; cores busy "
-        f"{row['local_cores_busy']} local, {row['ray_cores_busy']} Ray, "
-        f"{row['ray_1cpu']['cores_busy']} Ray with run.num_cpus=1 "
-        f"(outputs identical: {row['outputs_identical']}; load {row['load_average_before_and_after']})"
+        f"  cores busy: local {row['local_cores_busy']}, default {row['default_cores_busy']}, "
+        f"Ray {row['ray_cores_busy']}, default with run.num_cpus=1 "
+        f"{row['default_1cpu']['cores_busy']} (outputs identical: {row['outputs_identical']}; "
+        f"load {row['load_average_before_and_after']})"
     )
     return 0
 
