@@ -9,7 +9,11 @@ film), then times, each in its own process so its peak memory (max RSS) is its o
 It checks that the planted copies, and nothing else, are found.
 
     python -m bench.bench_scale                 # 10k and 100k clips
-    python -m bench.bench_scale --clips 1000000 # one size (minutes here: the search is N^2)
+    python -m bench.bench_scale --million       # 10k, 100k and 1M (minutes: the search is N^2)
+    python -m bench.bench_scale --clips 1000000 # one size
+
+It ends with one table: a row per step, a column per size, each cell the step's time and peak
+memory (the review row: the request after the first, and the first, table-building one).
 """
 
 from __future__ import annotations
@@ -140,10 +144,9 @@ def write_folder(root: Path, clips: int, seed: int = 0) -> dict[str, str]:
 
 
 def _fit(table: pa.Table) -> np.ndarray:
-    from stages.quality import RejectConfig, decide
+    from stages.quality import RejectConfig, own_reasons
 
-    rows = table.select(TEMPLATE_COLUMNS).to_pylist()
-    return np.array([decide({**row, "duplicate_of": None}, RejectConfig())[0] for row in rows])
+    return np.array([not reasons for reasons in own_reasons(table, RejectConfig())])
 
 
 def _flip(hashes: np.ndarray, rng) -> np.ndarray:
@@ -264,9 +267,41 @@ def run_size(clips: int, work: Path, skip: list[str]) -> list[tuple[str, dict]]:
     return rows
 
 
+def cell(label: str, result: dict) -> str:
+    """One step's figures in a table cell."""
+    if "error" in result:
+        return f"failed: {result['error']}"
+    text = f"{result['seconds']:.2f} s, {result['peak_gib']:.2f} GiB"
+    if "later_request_s" in result:
+        text = (
+            f"{result['later_request_s'] * 1000:.0f} ms a page (first "
+            f"{result['first_request_s']:.2f} s; {result['seconds']:.1f} s with reading), "
+            f"{result['peak_gib']:.2f} GiB"
+        )
+    if "planted" in result:
+        text += (
+            f"; planted {result['found']} of {result['planted']}, {result['false_matches']} other"
+        )
+    return text
+
+
+def table(results: dict[int, list[tuple[str, dict]]]) -> str:
+    sizes = list(results)
+    labels = list(dict.fromkeys(label for rows in results.values() for label, _ in rows))
+    lines = [
+        "| step | " + " | ".join(f"{n:,} clips" for n in sizes) + " |",
+        "|---" * (len(sizes) + 1) + "|",
+    ]
+    for label in labels:
+        cells = [cell(label, dict(results[n]).get(label, {"error": "skipped"})) for n in sizes]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clips", type=int, action="append", help="sizes (default 10k, 100k)")
+    parser.add_argument("--million", action="store_true", help="10k, 100k and 1,000,000 clips")
     parser.add_argument("--work", type=Path, help="where the folders go (default: a temp dir)")
     parser.add_argument(
         "--skip",
@@ -281,13 +316,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.step:
         print(json.dumps(step(args.step, args.root)))
         return 0
-    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
+    sizes = args.clips or [10_000, 100_000, *([1_000_000] if args.million else [])]
+    results: dict[int, list[tuple[str, dict]]] = {}
     with tempfile.TemporaryDirectory(dir=args.work) as work:
-        for clips in args.clips or [10_000, 100_000]:
+        for clips in sizes:
+            results[clips] = []
             for label, result in run_size(clips, Path(work), args.skip):
-                print(f"| {clips:>9,} | {label:<34} | {json.dumps(result)} |", flush=True)
-    print(f"load average at the start: {' '.join(load)}")
+                print(
+                    f"{clips:,} clips, {label}: {json.dumps(result)}  (load {_load()})", flush=True
+                )
+                results[clips].append((label, result))
+    print(table(results))
     return 0
+
+
+def _load() -> str:
+    """The load average now (this machine is shared: every figure says what it ran beside)."""
+    path = Path("/proc/loadavg")
+    return " ".join(path.read_text().split()[:3]) if path.exists() else "unknown"
 
 
 if __name__ == "__main__":

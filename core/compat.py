@@ -1,5 +1,5 @@
 """Make `import torchvision` work beside the CPU torch this project pins, and `import ptlflow`
-beside faiss-cpu.
+beside faiss-cpu (where an environment has it).
 
 The only torchvision wheel built for torch 2.13.0 is a CUDA build; on a CPU-only torch its C++
 extension does not load, so the operator schemas `torchvision::nms` and `torchvision::qnms` are
@@ -71,12 +71,12 @@ def import_ptlflow() -> ModuleType:
     """ptlflow, imported so that faiss-cpu beside it does not break the import.
 
     ptlflow imports every model it ships when it is imported. Its SCV model probes faiss at that
-    moment (`faiss.StandardGpuResources()`) and catches only ImportError, but faiss-cpu (the
-    duplicate search's index, pipeline/duplicates.py) has no GPU resources: the probe raises
-    AttributeError and takes the whole package down, MemFlow with it. So while ptlflow imports,
-    faiss reads as absent (a None entry in sys.modules makes `import faiss` raise ImportError) and
-    SCV, a model this project does not use, takes its no-faiss path; faiss is then put back as it
-    was, for the duplicate search.
+    moment (`faiss.StandardGpuResources()`) and catches only ImportError, but faiss-cpu (which the
+    duplicate search used before pipeline/bitscan.py; an environment may still have it) has no GPU
+    resources: the probe raises AttributeError and takes the whole package down, MemFlow with
+    it. So while ptlflow imports, faiss reads as absent (a None entry in sys.modules makes `import
+    faiss` raise ImportError) and SCV, a model this project does not use, takes its no-faiss path;
+    faiss is then put back as it was.
     """
     ensure_torchvision_importable()  # ptlflow imports torchvision
     if "ptlflow" in sys.modules:

@@ -391,14 +391,4 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def _remote_film_folders(location: str) -> list[str]:
     from core import storage
 
-    fs, path = storage.filesystem(location)
-    base = path.rstrip("/")
-    if fs.exists(f"{base}/{SUMMARY_FILE}"):
-        return [location]
-    folders = set()
-    for name in fs.find(base):
-        relative = name[len(base) + 1 :].split("/")
-        if relative[-1] == SUMMARY_FILE and len(relative) > 1 and WORK_DIR not in relative:
-            folders.add("/".join(relative[:-1]))
-    nested = {f for f in folders if any(f.startswith(o + "/") for o in folders)}
-    return [str(storage.join(location, *f.split("/"))) for f in sorted(folders - nested)]
+    return [str(f) for f in storage.committed_film_dirs(location, SUMMARY_FILE, skip=WORK_DIR)]

@@ -156,13 +156,23 @@ def local_film(location: Location) -> Path:
     return local
 
 
-def committed_film_dirs(location: Location, marker: str) -> list[Location]:
-    """The film folders a reader may trust: the location itself when its commit marker exists,
-    else its sub-folders that have one, sorted."""
+def committed_film_dirs(location: Location, marker: str, skip: str = "work") -> list[Location]:
+    """The film folders a reader may trust, at any depth: the location itself when its commit
+    marker exists, else every folder below holding one (found with one listing of the prefix),
+    sorted; a committed folder's own sub-folders, and any `skip` folder (a film's uncommitted
+    segment parts), are not film folders."""
     if exists(join(location, marker)):
         return [location]
-    inside = [join(location, n) for n in list_names(location)]
-    return [d for d in inside if exists(join(d, marker))]
+    if not is_remote(location):
+        files = [p.relative_to(location).as_posix() for p in Path(location).rglob(marker)]
+    else:
+        fs, path = filesystem(location)
+        base = path.rstrip("/")
+        files = [found[len(base) + 1 :] for found in fs.find(base)]
+    parts = [f.split("/") for f in files]
+    found = {"/".join(p[:-1]) for p in parts if len(p) > 1 and p[-1] == marker and skip not in p}
+    nested = {f for f in found if any(f.startswith(other + "/") for other in found)}
+    return [join(location, *f.split("/")) for f in sorted(found - nested)]
 
 
 def open_input(location: Location):
@@ -181,9 +191,10 @@ def mirror_committed(location: Location, summary_name: str) -> Path:
     if not is_remote(location):
         return Path(location)
     local_root = scratch_dir(location) / "mirror"
+    base = str(location).rstrip("/")
     for remote in committed_film_dirs(location, summary_name):
-        local = local_root if remote == location else local_root / name(remote)
-        _mirror_folder(remote, local)
+        inside = str(remote)[len(base) + 1 :]  # the film's path under the location, nested or not
+        _mirror_folder(remote, local_root / inside if inside else local_root)
     return local_root
 
 

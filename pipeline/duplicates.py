@@ -11,9 +11,9 @@ duplicate of the first kept clip it matches.
 That rule depends only on which pairs of clips match, so the search and the choice are separate:
 - `near_pairs` finds every pair within the distance that involves a new clip: the mean distance of
   k 64-bit hashes is at most d exactly when the distance of their 64k-bit concatenation is at most
-  k*d, an exact range search over binary codes (faiss `IndexBinaryFlat`: a brute-force scan at
-  about 2 ns a pair here; multi-index hashing, faiss's and a numpy one, was slower at this radius,
-  a fifth of the bits; docs/quality.md has the figures);
+  k*d, an exact range search over binary codes (pipeline/bitscan.py: a compiled scan with an
+  exact 3-word filter; an index, faiss's multi-index hashing, was slower at this radius, a fifth
+  of the bits; docs/quality.md has the figures);
 - `choose_kept` then takes the pairs in visiting order: linear in the number of pairs.
 
 The index keeps, per clip, the keys the rule needs, its hashes, whether it was fit and the
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -41,11 +40,11 @@ import pyarrow.parquet as pq
 
 from core.film import FilmFolder, FolderError
 from core.io import write_table_atomic
+from pipeline.bitscan import range_pairs
 from stages.quality import RejectConfig
 
 INDEX_FILE = "quality_index.parquet"
-INDEX_VERSION = "1"
-SEARCH_BLOCK = 8192  # queries per range search: bounds the memory of one search's results
+INDEX_VERSION = "2"  # 2: only fit clips are searched (`searched`)
 
 INDEX_SCHEMA = pa.schema(
     [
@@ -57,6 +56,7 @@ INDEX_SCHEMA = pa.schema(
         pa.field("start_frame", pa.int64()),
         pa.field("quality_hashes", pa.list_(pa.int64())),
         pa.field("fit", pa.bool_()),  # no reason of its own, under the index's thresholds
+        pa.field("searched", pa.bool_()),  # fit when the index was written: its pairs are in it
         pa.field("usable", pa.bool_()),  # the decision the pass stored in the shards
         pa.field("reject_reasons", pa.list_(pa.string())),
         pa.field("duplicate_of", pa.string()),
@@ -88,6 +88,11 @@ class Pairs:
 
     def __len__(self) -> int:
         return len(self.first)
+
+    def among(self, rows: np.ndarray) -> Pairs:
+        """The pairs whose two rows are both marked in `rows`."""
+        keep = rows[self.first] & rows[self.second]
+        return Pairs(self.first[keep], self.second[keep], self.bits[keep])
 
 
 def film_stamp(film: Path) -> str | None:
@@ -150,6 +155,11 @@ class QualityIndex:
     def clips_of(self, folders: Sequence[str]) -> pa.Table:
         return self.rows_of(folders).select(CLIP_COLUMNS)
 
+    def searched(self, clips: pa.Table) -> np.ndarray:
+        """Per row of `clips`: the index holds its pairs with every other clip it marks so."""
+        ids = self.table.filter(self.table.column("searched")).column("clip_id")
+        return pc.is_in(clips.column("clip_id"), value_set=ids).to_numpy(zero_copy_only=False)
+
     def save(
         self, root: Path, clips: pa.Table, pairs: PairIds, thresholds: RejectConfig, stamps: dict
     ) -> Path:
@@ -160,7 +170,10 @@ class QualityIndex:
             "radius": max(self.state.get("radius", 0.0), thresholds.duplicate_max_distance),
             "stamps": {name: stamp for name, stamp in stamps.items() if stamp is not None},
         }
-        table = _with_pairs(clips.select(CLIP_COLUMNS), pairs).cast(INDEX_SCHEMA)
+        clips = clips.select(CLIP_COLUMNS)
+        searched = clips.schema.get_field_index("searched")
+        clips = clips.set_column(searched, "searched", clips.column("fit"))  # what was searched
+        table = _with_pairs(clips, pairs).cast(INDEX_SCHEMA)
         metadata = {b"animegamer.quality_index": json.dumps(state, sort_keys=True).encode()}
         return write_table_atomic(table.replace_schema_metadata(metadata), Path(root) / INDEX_FILE)
 
@@ -210,14 +223,22 @@ def _with_pairs(clips: pa.Table, pairs: PairIds) -> pa.Table:
 # ----------------------------------------------------------------------------- search
 
 
-def near_pairs(clips: pa.Table, new: np.ndarray, thresholds: RejectConfig) -> Pairs:
-    """Every pair within `duplicate_max_distance` that involves a clip marked `new`, clips of one
-    scene of one film left out; clips are compared only with clips of as many hashes."""
+def near_pairs(
+    clips: pa.Table,
+    new: np.ndarray,
+    thresholds: RejectConfig,
+    taking_part: np.ndarray | None = None,
+) -> Pairs:
+    """Every pair within `duplicate_max_distance` that involves a clip marked `new`, among the
+    clips `taking_part` (all by default), clips of one scene of one film left out; clips are
+    compared only with clips of as many hashes."""
     lengths = pc.list_value_length(clips.column("quality_hashes")).fill_null(0).to_numpy()
+    if taking_part is not None:
+        lengths = np.where(taking_part, lengths, 0)
     film = _codes(clips.column("film_id"))
     scene = clips.column("scene_index").to_numpy()
     found = Pairs.empty()
-    for width in sorted(set(lengths[new].tolist()) - {0}):
+    for width in sorted(set(lengths[new & (lengths > 0)].tolist())):
         members = np.flatnonzero(lengths == width)
         # the old clips first, then the new: each new clip is searched against what precedes it
         members = np.concatenate([members[~new[members]], members[new[members]]])
@@ -234,28 +255,13 @@ def near_pairs(clips: pa.Table, new: np.ndarray, thresholds: RejectConfig) -> Pa
 
 def _range_pairs(codes: np.ndarray, start: int, max_bits: int) -> Pairs:
     """Pairs (i, j), i < j, j >= start, of rows of `codes` at most `max_bits` apart."""
-    # Imported here: only a pass that searches loads it. Its loader says at INFO level which
-    # build it loaded, and the commands show INFO lines: that one is no news to a user.
-    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
-    import faiss
-
-    index = faiss.IndexBinaryFlat(codes.shape[1] * 8)
-    index.add(codes[:start])
-    parts = [Pairs.empty()]
-    for begin in range(start, len(codes), SEARCH_BLOCK):
-        end = min(begin + SEARCH_BLOCK, len(codes))
-        index.add(codes[begin:end])
-        limits, distances, labels = index.range_search(codes[begin:end], max_bits + 1)
-        queries = begin + np.repeat(np.arange(end - begin), np.diff(limits).astype(np.int64))
-        labels = labels.astype(np.int64)
-        earlier = labels < queries  # each pair once, never a clip with itself
-        parts.append(Pairs(labels[earlier], queries[earlier], distances[earlier].astype(np.int32)))
-    return sum(parts[1:], parts[0])
+    first, second, bits = range_pairs(codes, start, max_bits)
+    return Pairs(first, second, bits)
 
 
 def _binary_codes(hashes: pa.ChunkedArray, width: int) -> np.ndarray:
     values = pc.list_flatten(hashes).to_numpy().astype(np.int64)
-    return np.ascontiguousarray(values.reshape(-1, width)).view(np.uint8)
+    return values.reshape(-1, width)
 
 
 def _codes(column: pa.ChunkedArray) -> np.ndarray:

@@ -58,6 +58,15 @@ class DatasetError(ValueError):
     """A folder is not what `animegamer dataset` writes; the message names the folder."""
 
 
+def film_ip(film: Film) -> str | None:
+    """The IP a film was cut for: its summary's, else its clips'."""
+    ip = film.summary.ip
+    if ip:
+        return ip
+    ips = film.manifest_table.column("ip").unique().to_pylist()
+    return ips[0] if ips else None
+
+
 @dataclass
 class Film:
     """One film folder: OUT/<slug>/ with shards/, manifest.parquet, drops.parquet, summary.json."""

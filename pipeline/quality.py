@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from core.film import SHARDS_DIR, FilmFolder, FilmSummary, QualityCounts
 from core.io import write_json_atomic
 from core.record import caption_status_for
+from core.schema import CLIP_SCHEMA
 from core.shards import (
     check_schema_version,
     replace_column,
@@ -50,7 +51,7 @@ from pipeline.duplicates import (
     stored_pairs,
 )
 from pipeline.manifest import write_manifest
-from stages.quality import RejectConfig, decide
+from stages.quality import RejectConfig, own_reasons, with_duplicate
 
 THRESHOLDS_FILE = "quality.json"
 PASS_COLUMNS = [
@@ -70,6 +71,7 @@ PASS_COLUMNS = [
     "duplicate_of",
     "caption_status",
 ]
+DECISION_COLUMNS = ["usable", "reject_reasons", "duplicate_of", "caption_status"]
 
 
 @dataclass
@@ -134,9 +136,13 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
         [index.clips_of(sorted(set(stamps) - {key[f] for f in read}))]
         + [_index_part(film, key[film], thresholds) for film in read]
     )
-    pairs = stored_pairs(index.rows_of(reused), clips)
-    pairs = pairs + near_pairs(clips, _not_in(clips, reused), thresholds)
+    # Only clips fit on their own take part, so only they are searched. The index holds every
+    # pair among the clips it marks searched (fit when it was written): those still fit, of
+    # unchanged films, are old; every other fit clip is searched against all fit clips.
     fit = clips.column("fit").to_numpy(zero_copy_only=False)
+    old = fit & ~_not_in(clips, reused) & index.searched(clips)
+    pairs = stored_pairs(index.rows_of(reused), clips).among(old)
+    pairs = pairs + near_pairs(clips, ~old, thresholds, taking_part=fit)
     duplicate_of = choose_kept(clips, fit, pairs, thresholds)
     before = clips.column("duplicate_of").to_pylist()
     changed = {
@@ -175,60 +181,66 @@ def _key(film: Path, root: Path) -> str:
 def _index_part(film: Path, key: str, thresholds: RejectConfig) -> pa.Table:
     """A film's rows for the index, from its shards: whether each clip is fit on its own under
     `thresholds`, and the decision its shards hold now."""
-    rows = read_pass_rows(film)
-    fit = [decide({**row, "duplicate_of": None}, thresholds)[0] for row in rows]
-    return _index_rows(key, rows, fit)
+    table = read_pass_table(film)
+    fit = [not reasons for reasons in own_reasons(table, thresholds)]
+    return _index_rows(key, table, fit)
 
 
 def _decide_film(film: Path, key: str, found: dict[str, str], thresholds: RejectConfig):
     """Decide a film's clips with the duplicates `found` (clip_id -> the kept clip's), rewrite its
     shards if a decision changed, and update its summary. Its index rows, and whether its shards
     were rewritten."""
-    rows = read_pass_rows(film)
-    decided, fit = [], []
-    for row in rows:
-        duplicate_of = found.get(row["clip_id"])
-        usable, reasons = decide({**row, "duplicate_of": duplicate_of}, thresholds)
-        decided.append((usable, reasons, duplicate_of))
-        if duplicate_of is not None:
-            usable = decide({**row, "duplicate_of": None}, thresholds)[0]
-        fit.append(usable)
-    wanted = {row["clip_id"]: _wanted(row, d) for row, d in zip(rows, decided)}
-    rewrite = any(_stored(row) != wanted[row["clip_id"]] for row in rows)
+    table = read_pass_table(film)
+    ids = table.column("clip_id").to_pylist()
+    own = own_reasons(table, thresholds)
+    decided = [
+        (*with_duplicate(reasons, found.get(clip_id)), found.get(clip_id))
+        for clip_id, reasons in zip(ids, own)
+    ]
+    stored = list(zip(*(table.column(name).to_pylist() for name in DECISION_COLUMNS)))
+    wanted = {clip_id: _wanted(d, was[3]) for clip_id, d, was in zip(ids, decided, stored)}
+    rewrite = any(
+        (usable, list(reasons or []), duplicate_of, status) != wanted[clip_id]
+        for clip_id, (usable, reasons, duplicate_of, status) in zip(ids, stored)
+    )
     if rewrite:
         _rewrite_film(film, wanted)
     _update_summary(film, decided, thresholds)
-    stored = [
-        {**row, "usable": usable, "reject_reasons": reasons, "duplicate_of": duplicate_of}
-        for row, (usable, reasons, duplicate_of) in zip(rows, decided)
+    decisions = dict(zip(("usable", "reject_reasons", "duplicate_of"), zip(*decided)))
+    for name, values in decisions.items():
+        table = replace_column(table, name, list(values))
+    return _index_rows(key, table, [not reasons for reasons in own]), rewrite
+
+
+def _index_rows(key: str, table: pa.Table, fit: list[bool]) -> pa.Table:
+    schema = pa.schema([INDEX_SCHEMA.field(n) for n in CLIP_COLUMNS])
+    given = {
+        "folder": pa.array([key] * table.num_rows, pa.string()),
+        "fit": pa.array(fit, pa.bool_()),
+        "searched": pa.array([False] * table.num_rows),  # the index says, when it is saved
+    }
+    columns = [
+        given[f.name] if f.name in given else table.column(f.name).cast(f.type) for f in schema
     ]
-    return _index_rows(key, stored, fit), rewrite
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _index_rows(key: str, rows: list[dict], fit: list[bool]) -> pa.Table:
-    columns: dict[str, list] = {name: [row.get(name) for row in rows] for name in CLIP_COLUMNS}
-    columns["folder"], columns["fit"] = [key] * len(rows), fit
-    return pa.table(columns, schema=pa.schema([INDEX_SCHEMA.field(n) for n in CLIP_COLUMNS]))
-
-
-def read_pass_rows(film: Path) -> list[dict]:
-    rows = []
+def read_pass_table(film: Path) -> pa.Table:
+    """The columns the pass reads, of every shard of a film, as one table."""
+    tables = []
     for path in shard_paths(film / SHARDS_DIR):
         check_schema_version(pq.read_schema(path), path)
-        rows += pq.read_table(path, columns=PASS_COLUMNS).to_pylist()
-    return rows
+        tables.append(pq.read_table(path, columns=PASS_COLUMNS))
+    if not tables:
+        return pa.schema([CLIP_SCHEMA.field(name) for name in PASS_COLUMNS]).empty_table()
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
-def _stored(row: dict) -> tuple:
-    reasons = list(row["reject_reasons"] or [])
-    return row["usable"], reasons, row["duplicate_of"], row["caption_status"]
-
-
-def _wanted(row: dict, decided: tuple) -> tuple:
+def _wanted(decided: tuple, caption_status: str | None) -> tuple:
     """(usable, reasons, duplicate_of, caption_status): an uncaptioned clip that is not usable
     says captioning will skip it; one that became usable is pending again."""
     usable, reasons, duplicate_of = decided
-    return usable, reasons, duplicate_of, caption_status_for(usable, row["caption_status"])
+    return usable, reasons, duplicate_of, caption_status_for(usable, caption_status)
 
 
 def _rewrite_film(film: Path, wanted: dict[str, tuple]) -> None:

@@ -38,7 +38,14 @@ from core.record import CAPTION_PENDING
 from core.video import rotate_frame
 from core.vocabulary import REJECT_REASONS
 from pipeline import __version__
-from pipeline.explore import Dataset, DatasetError, Film, animated_preview, open_dataset
+from pipeline.explore import (
+    Dataset,
+    DatasetError,
+    Film,
+    animated_preview,
+    film_ip,
+    open_dataset,
+)
 from pipeline.quality import film_thresholds
 from stages.quality import RejectConfig, quality_measures
 
@@ -104,14 +111,6 @@ def build_report(dataset: Dataset, options: ReportOptions | None = None) -> str:
     sections += [_film_section(dataset, film, options) for film in dataset.films]
     sections.append(_distributions_section(dataset))
     return _page(title, _contents(dataset), "\n".join(sections))
-
-
-def film_ip(film: Film) -> str | None:
-    ip = film.summary.ip
-    if ip:
-        return ip
-    ips = film.manifest_table.column("ip").unique().to_pylist()
-    return ips[0] if ips else None
 
 
 # ---------------------------------------------------------------- one film

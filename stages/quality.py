@@ -28,6 +28,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from core.frames import as_clip_frames
 from core.record import STATUS_OK, Clip
@@ -224,58 +225,117 @@ class QualityError(ValueError):
 # ----------------------------------------------------------------------------- decisions
 
 
-def is_black(peak: float, thresholds: RejectConfig) -> bool:
+def is_black(peak: Any, thresholds: RejectConfig) -> Any:
+    """Black: the 99th-percentile grey level at most black_luma (a value or an array of them)."""
     return peak <= thresholds.black_luma
 
 
 def is_fade(means: Sequence[float], thresholds: RejectConfig) -> bool:
-    """A fade from or to dark: the first (or last) frame is darker than the clip's median
-    brightness by fade_min_ratio, and the brightness climbs from it to the median steadily (no
-    single step makes half the climb: that would be a cut, not a fade)."""
-    m = np.asarray(means, dtype=float) + 4.0  # +4: the ratio of two near-black frames is noise
-    median = float(np.median(m))
-    for series in (m, m[::-1]):  # fade in from the start, fade out towards the end
-        if median / series[0] < thresholds.fade_min_ratio:
-            continue
-        climb = series[: int(np.argmax(series >= median)) + 1]
-        rise = climb[-1] - climb[0]
-        steps = np.diff(climb)
-        steady = rise >= thresholds.fade_min_steadiness * float(np.abs(steps).sum())
-        if steady and float(steps.max(initial=0.0)) <= 0.5 * rise:
-            return True
-    return False
+    """A fade from or to dark (one clip's `fades`)."""
+    return bool(fades(np.asarray([means], dtype=float), thresholds)[0])
+
+
+def fades(means: np.ndarray, thresholds: RejectConfig) -> np.ndarray:
+    """Per row of `means` (clips x frames): a fade from or to dark. The first (or last) frame is
+    darker than the clip's median brightness by fade_min_ratio, and the brightness climbs from it
+    to the median steadily (no single step makes half the climb: that would be a cut, not a
+    fade)."""
+    m = means + 4.0  # +4: the ratio of two near-black frames is noise
+    median = np.median(m, axis=1)
+    rows = np.arange(len(m))
+    found = np.zeros(len(m), bool)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for series in (m, m[:, ::-1]):  # fade in from the start, fade out towards the end
+            dark = ~(median / series[:, 0] < thresholds.fade_min_ratio)
+            top = np.argmax(series >= median[:, None], axis=1)  # the climb is series[: top + 1]
+            rise = series[rows, top] - series[:, 0]
+            steps = np.diff(series, axis=1)
+            for length in np.unique(top[dark]):  # rows whose climb has `length` steps
+                group = np.flatnonzero(dark & (top == length))
+                climb = steps[group, :length]
+                # np.sum over each row: the same additions, in the same order, as one clip's sum
+                steady = rise[group] >= thresholds.fade_min_steadiness * np.abs(climb).sum(axis=1)
+                biggest = climb.max(axis=1, initial=0.0)
+                found[group] |= steady & (biggest <= 0.5 * rise[group])
+    return found
 
 
 def has_flash(means: Sequence[float], thresholds: RejectConfig) -> bool:
-    if thresholds.flash_min_jump < 0 or len(means) < 3:
-        return False
-    m = np.asarray(means)
-    jump = m[1:-1] - np.maximum(m[:-2], m[2:])
-    return bool((jump >= thresholds.flash_min_jump).any())
+    return bool(flashes(np.asarray([means], dtype=float), thresholds)[0])
+
+
+def flashes(means: np.ndarray, thresholds: RejectConfig) -> np.ndarray:
+    """Per row of `means` (clips x frames): one frame at least flash_min_jump brighter than both
+    neighbours."""
+    if thresholds.flash_min_jump < 0 or means.shape[1] < 3:
+        return np.zeros(len(means), bool)
+    jump = means[:, 1:-1] - np.maximum(means[:, :-2], means[:, 2:])
+    return (jump >= thresholds.flash_min_jump).any(axis=1)
+
+
+REASON_COLUMNS = ["status", "quality_luma_peak", "quality_luma_mean", "quality_text_area"]
+REASON_COLUMNS += ["motion_scope"]
 
 
 def clip_reasons(row: Mapping, thresholds: RejectConfig) -> list[str]:
     """The reasons a clip is unfit, from its own stored values (no other clip needed).
 
     `row` is a shard row (or a Clip's `to_row()`); absent measurements give no reason."""
-    reasons = []
-    if row.get("status", STATUS_OK) != STATUS_OK:
-        reasons.append(ERROR)
-    peaks, means = row.get("quality_luma_peak"), row.get("quality_luma_mean")
-    if peaks:
-        black = [is_black(p, thresholds) for p in peaks]
-        if black[0] or sum(black) > thresholds.black_max_frames:
-            reasons.append(BLACK)
-    if means and BLACK not in reasons and is_fade(means, thresholds):
-        reasons.append(FADE)
-    if means and has_flash(means, thresholds):
-        reasons.append(FLASH)
-    area = row.get("quality_text_area")
-    if area is not None and area > thresholds.text_max_area:
-        reasons.append(TEXT)
-    if thresholds.reject_static and row.get("motion_scope") == 0.0:
-        reasons.append(STATIC)
-    return reasons
+    present = {name: [_plain(row[name])] for name in REASON_COLUMNS if name in row}
+    return own_reasons(pa.table(present) if present else pa.table({"_": [0]}), thresholds)[0]
+
+
+def own_reasons(table: pa.Table, thresholds: RejectConfig) -> list[list[str]]:
+    """Per row of `table` (shard rows; any of REASON_COLUMNS may be absent, and an absent or
+    null measurement gives no reason), the reasons the clip is unfit on its own values, in the
+    order error, black, fade, flash, text, static. The one rule, for one clip or a film's."""
+    count = table.num_rows
+    flags = {name: np.zeros(count, bool) for name in (ERROR, BLACK, FADE, FLASH, TEXT, STATIC)}
+    if "status" in table.column_names:
+        ok = pc.equal(table.column("status"), STATUS_OK).fill_null(False)
+        flags[ERROR] = ~ok.to_numpy(zero_copy_only=False)
+    for rows, peaks in _by_length(table, "quality_luma_peak"):
+        black = is_black(peaks, thresholds)
+        flags[BLACK][rows] = black[:, 0] | (black.sum(axis=1) > thresholds.black_max_frames)
+    for rows, means in _by_length(table, "quality_luma_mean"):
+        flags[FADE][rows] = ~flags[BLACK][rows] & fades(means, thresholds)
+        flags[FLASH][rows] = flashes(means, thresholds)
+    if "quality_text_area" in table.column_names:
+        area = table.column("quality_text_area").cast(pa.float64()).fill_null(np.nan)
+        flags[TEXT] = area.to_numpy() > thresholds.text_max_area
+    if thresholds.reject_static and "motion_scope" in table.column_names:
+        scope = table.column("motion_scope").cast(pa.float64()).fill_null(np.nan)
+        flags[STATIC] = scope.to_numpy() == 0.0
+    names = list(flags)
+    # each row's set of reasons as one number (bit k: reason k), then one list per number seen
+    codes = np.zeros(count, np.int64)
+    for bit, flag in enumerate(flags.values()):
+        codes |= flag.astype(np.int64) << bit
+    lists = {
+        int(code): [name for bit, name in enumerate(names) if int(code) >> bit & 1]
+        for code in np.unique(codes)
+    }
+    return [list(lists[code]) for code in codes.tolist()]
+
+
+def _by_length(table: pa.Table, name: str):
+    """(row numbers, values as a rows x length float matrix) per list length of column `name`
+    (lists that are null or empty are left out: no measurement, no reason)."""
+    if name not in table.column_names:
+        return
+    column = table.column(name).combine_chunks()
+    if pa.types.is_null(column.type):
+        return
+    lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False)
+    values = pc.list_flatten(column).cast(pa.float64()).to_numpy(zero_copy_only=False)
+    starts = np.cumsum(lengths) - lengths
+    for length in np.unique(lengths[lengths > 0]):
+        rows = np.flatnonzero(lengths == length)
+        yield rows, values[starts[rows, None] + np.arange(length)]
+
+
+def _plain(value: Any) -> Any:
+    return value.tolist() if isinstance(value, np.ndarray) else value
 
 
 def quality_measures(
@@ -330,9 +390,12 @@ def decide(values: Mapping, thresholds: RejectConfig) -> tuple[bool, list[str]]:
     The one decision: only the folder pass (pipeline/quality.py) calls it, for every entry point
     (dataset, run_film, quality-calibrate); captioning, the trainer and the review read what it
     stored."""
-    reasons = clip_reasons(values, thresholds)
-    if values.get("duplicate_of") is not None:
-        reasons.append(DUPLICATE)
+    return with_duplicate(clip_reasons(values, thresholds), values.get("duplicate_of"))
+
+
+def with_duplicate(reasons: list[str], duplicate_of: str | None) -> tuple[bool, list[str]]:
+    """(usable, reject_reasons) from a clip's own reasons and the kept copy it duplicates."""
+    reasons = [*reasons, DUPLICATE] if duplicate_of is not None else list(reasons)
     return not reasons, reasons
 
 

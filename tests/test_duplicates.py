@@ -201,3 +201,98 @@ def test_films_nested_at_any_depth_are_one_folder(tmp_path):
     apply_quality(nested, RejectConfig())
     assert _decisions(nested) == _decisions(flat)
     assert sum(d is not None for _, d in _decisions(nested).values()) == 4
+
+
+def pairs_by_numpy(codes: np.ndarray, start: int, max_bits: int) -> list[tuple[int, int, int]]:
+    """The range search written the plain way: each query against every earlier row."""
+    words = codes.view(np.uint64)
+    found = []
+    for j in range(max(start, 1), len(words)):
+        bits = np.bitwise_count(words[:j] ^ words[j]).sum(axis=1)
+        found += [(int(i), j, int(bits[i])) for i in np.flatnonzero(bits <= max_bits)]
+    return sorted(found)
+
+
+def codes_with_copies(rng, count: int, width: int) -> np.ndarray:
+    """Random codes, a tenth of them copies of another at 0 to 14 bits a word, and a run of
+    identical codes: more pairs than a block of queries holds at first."""
+    codes = rng.integers(-(2**63), 2**63 - 1, (count, width), dtype=np.int64)
+    for _ in range(count // 10):
+        source, copy = rng.integers(count, size=2)
+        codes[copy] = flipped(codes[source].tolist(), int(rng.integers(0, 14 * width)), rng)
+    codes[100:400] = codes[50]
+    return codes
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 5])
+def test_the_compiled_scan_finds_every_pair_within_the_distance(width):
+    from pipeline.bitscan import range_pairs
+
+    rng = np.random.default_rng(width)
+    codes = codes_with_copies(rng, 1500, width)
+    for start, max_bits in [(0, 12 * width), (977, 12 * width), (0, 0), (1499, 64 * width)]:
+        first, second, bits = range_pairs(codes, start, max_bits)
+        found = sorted(zip(first.tolist(), second.tolist(), bits.tolist()))
+        assert found == pairs_by_numpy(codes, start, max_bits), (start, max_bits)
+
+
+@pytest.mark.slow  # compiles the kernel in a fresh process: about 5 s
+def test_the_compiled_scan_is_exact_on_a_cpu_without_avx512(tmp_path):
+    """The kernel is built for the CPU it runs on; on one without AVX-512 (or without a popcount
+    instruction: numba's "generic" CPU) it must find the same pairs."""
+    import os
+    import subprocess
+    import sys
+
+    codes = codes_with_copies(np.random.default_rng(7), 1200, 4)
+    np.save(tmp_path / "codes.npy", codes)
+    script = (
+        "import sys, numpy as np\n"
+        "from pipeline.bitscan import range_pairs\n"
+        "first, second, bits = range_pairs(np.load(sys.argv[1]), 300, 48)\n"
+        "np.save(sys.argv[2], np.stack([first, second, bits]).T)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "NUMBA_CPU_NAME": "generic", "NUMBA_CPU_FEATURES": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", script, tmp_path / "codes.npy", tmp_path / "pairs.npy"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = sorted(map(tuple, np.load(tmp_path / "pairs.npy").tolist()))
+    assert found == pairs_by_numpy(codes, 300, 48)
+
+
+def test_clips_that_become_fit_again_are_searched_against_what_came_meanwhile(tmp_path):
+    """Only fit clips are searched. A clip unfit under stricter thresholds misses the search of a
+    film added meanwhile; when it is fit again it must be searched against that film: the folder
+    ends as a pass from scratch over all of it."""
+    rng = np.random.default_rng(6)
+    root = tmp_path / "out"
+
+    def film(name: str, hashes: list) -> None:
+        clips = [
+            make_clip(i, film_id=name, film_name=name, quality_hashes=h, quality_text_area=0.002)
+            for i, h in enumerate(hashes)
+        ]
+        write_film(root / name, clips)
+
+    first = [rng.integers(-(2**63), 2**63 - 1, 4).tolist() for _ in range(8)]
+    film("ep00", first)
+    strict = RejectConfig(text_max_area=0.001)  # every clip reads 0.002: none is fit
+    apply_quality(root, RejectConfig())
+    apply_quality(root, strict)
+    # ep01 arrives, sharing its opening with ep00, while ep00's clips are unfit
+    opening = [flipped(h, 6, rng) for h in first[:4]]
+    film("ep01", opening + [rng.integers(-(2**63), 2**63 - 1, 4).tolist() for _ in range(4)])
+    assert apply_quality(root, strict).usable == 0
+    apply_quality(root, RejectConfig())
+    incremental = _decisions(root)
+    (root / INDEX_FILE).unlink()
+    apply_quality(root, RejectConfig())
+    assert incremental == _decisions(root)
+    assert sum(d is not None for _, d in incremental.values()) == 4  # ep01's opening

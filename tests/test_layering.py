@@ -142,7 +142,6 @@ IMPORT_NAMES = {
     "opencv-python": "cv2",
     "pyyaml": "yaml",
     "pillow": "PIL",
-    "faiss-cpu": "faiss",
 }
 # Declared and used, but never named by an `import` of this project: each with where it is used.
 USED_WITHOUT_IMPORT = {

@@ -506,10 +506,13 @@ def test_real_clips_spread_over_several_levels():
 
 @pytest.mark.slow  # imports ptlflow (lightning, timm) in a fresh process: about 6 s
 def test_ptlflow_imports_beside_faiss_cpu_in_one_process():
-    """The duplicate search imports faiss-cpu; MemFlow's ptlflow must still import after it (its
-    SCV model's faiss probe raises AttributeError on faiss-cpu), and faiss must stay usable."""
+    """Where faiss-cpu is installed (the project no longer needs it, an environment may still
+    have it), MemFlow's ptlflow must still import after it (its SCV model's faiss probe raises
+    AttributeError on faiss-cpu), and faiss must stay usable."""
     import subprocess
     import sys
+
+    pytest.importorskip("faiss")
 
     script = (
         "import faiss\n"

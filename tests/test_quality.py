@@ -14,6 +14,7 @@ import av
 import cv2
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import SINTEL, ScriptedEngine, _texture, answer_well, local_config
@@ -34,6 +35,7 @@ from stages.quality import (
     hamming,
     has_flash,
     is_fade,
+    own_reasons,
 )
 from trainer.data import ClipCatalog
 
@@ -509,6 +511,90 @@ def test_clip_reasons_is_the_one_rule_for_stored_rows():
     assert clip_reasons({**row, "quality_text_area": 0.01}, THRESHOLDS) == ["text"]
     unmeasured = {"status": "ok"}
     assert clip_reasons(unmeasured, THRESHOLDS) == []
+
+
+def reasons_clip_by_clip(row: dict, t: RejectConfig) -> list[str]:
+    """The rule as it was written for one clip before the pass judged a film's table at once
+    (numpy on one clip's lists): the oracle for `own_reasons`."""
+    reasons = []
+    if row.get("status", "ok") != "ok":
+        reasons.append("error")
+    peaks, means = row.get("quality_luma_peak"), row.get("quality_luma_mean")
+    if peaks:
+        black = [p <= t.black_luma for p in peaks]
+        if black[0] or sum(black) > t.black_max_frames:
+            reasons.append("black")
+    if means and "black" not in reasons:
+        m = np.asarray(means, dtype=float) + 4.0
+        median = float(np.median(m))
+        for series in (m, m[::-1]):
+            if median / series[0] < t.fade_min_ratio:
+                continue
+            climb = series[: int(np.argmax(series >= median)) + 1]
+            rise, steps = climb[-1] - climb[0], np.diff(climb)
+            steady = rise >= t.fade_min_steadiness * float(np.abs(steps).sum())
+            if steady and float(steps.max(initial=0.0)) <= 0.5 * rise:
+                reasons.append("fade")
+                break
+    if means and t.flash_min_jump >= 0 and len(means) >= 3:
+        m = np.asarray(means)
+        if ((m[1:-1] - np.maximum(m[:-2], m[2:])) >= t.flash_min_jump).any():
+            reasons.append("flash")
+    area = row.get("quality_text_area")
+    if area is not None and area > t.text_max_area:
+        reasons.append("text")
+    if t.reject_static and row.get("motion_scope") == 0.0:
+        reasons.append("static")
+    return reasons
+
+
+def random_quality_rows(rng, count: int) -> list[dict]:
+    """Rows of every kind the rule meets: noise, fades (noisy and in whole grey levels, where
+    ties are exact), flat clips with a flash, slow climbs; 16, 8, 3, 2 or 0 frames; nulls."""
+    rows = []
+    for _ in range(count):
+        length = int(rng.choice([16, 16, 16, 8, 3, 2, 0]))
+        kind = rng.integers(5)
+        if kind == 0:
+            means = rng.uniform(0, 255, length)
+        elif kind == 1:
+            means = np.linspace(rng.uniform(0, 30), rng.uniform(30, 200), length)
+            means = (means + rng.normal(0, 3, length))[:: int(rng.choice([1, -1]))]
+        elif kind == 2:
+            means = np.round(np.linspace(0, rng.integers(5, 100), length))
+        elif kind == 3:
+            means = np.full(length, float(rng.integers(0, 50)))
+            means[rng.integers(max(length, 1)) if length else slice(0)] += rng.integers(0, 100)
+        else:
+            means = np.cumsum(rng.integers(0, 6, length)).astype(float)
+        peaks = np.clip(means + rng.uniform(0, 40, length), 0, 255)
+        maybe = lambda value, share: value if rng.random() > share else None  # noqa: E731
+        rows.append(
+            {
+                "status": maybe(str(rng.choice(["ok", "ok", "ok", "error"])), 0.01),
+                "quality_luma_mean": maybe(means.tolist(), 0.02),
+                "quality_luma_peak": maybe(peaks.tolist(), 0.02),
+                "quality_text_area": maybe(float(rng.choice([0.0, 0.004, 0.0041, 0.01])), 0.05),
+                "motion_scope": maybe(float(rng.choice([0.0, 0.5])), 0.05),
+            }
+        )
+    return rows
+
+
+@pytest.mark.parametrize(
+    "thresholds",
+    [
+        RejectConfig(),
+        RejectConfig(reject_static=True, flash_min_jump=-1),
+        RejectConfig(fade_min_ratio=1.0, fade_min_steadiness=0.5, black_max_frames=0),
+    ],
+)
+def test_a_films_table_is_judged_exactly_as_clip_by_clip(thresholds):
+    rows = random_quality_rows(np.random.default_rng(3), 6000)
+    expected = [reasons_clip_by_clip(row, thresholds) for row in rows]
+    assert own_reasons(pa.Table.from_pylist(rows), thresholds) == expected
+    assert [clip_reasons(row, thresholds) for row in rows[:300]] == expected[:300]
+    assert {r for reasons in expected for r in reasons} >= {"error", "black", "fade", "text"}
 
 
 def test_a_missing_text_model_is_a_clear_error(tmp_path):

@@ -921,3 +921,51 @@ def test_the_page_takes_filters_from_its_address_shows_measures_and_keeps_connec
     finally:
         _stop(server)
     assert not (film / REVIEW_FILE).exists()
+
+
+def test_the_column_filters_pick_what_the_clip_filter_picks(film, server):
+    """The listing filters the stored columns of the rows nobody reviewed as columns; every
+    filter must pick exactly the clips that the per-clip filter picks from the whole listing,
+    reviewed clips included."""
+    from pipeline.review_server import _clip_filter
+
+    ids = [c["clip_id"] for c in _clips(server)["clips"]]
+    assert len(ids) == 3
+    flags = {
+        ids[0]: (False, ["black"], "skipped_unusable", None, ["Sintel"]),
+        ids[1]: (False, ["text", "fade"], "pending", 2, []),
+        ids[2]: (True, [], "ok", 3, ["Sintel", "Scales"]),
+    }
+    for shard in (film / "shards").glob("*.parquet"):
+        table = pq.read_table(shard)
+        rows = [flags.get(i, (True, [], "ok", 1, ["Scales"])) for i in table["clip_id"].to_pylist()]
+        for position, name in enumerate(
+            ["usable", "reject_reasons", "caption_status", "motion_level", "characters"]
+        ):
+            table = replace_column(table, name, [row[position] for row in rows])
+        pq.write_table(table, shard)
+    fields = {"characters": ["Scales"]}  # the two others stay unreviewed: filtered as columns
+    assert _post(server, {"clip_id": ids[2], "decision": "reject", "fields": fields})[0] == 200
+    everything = _clips(server)["clips"]
+    queries = [
+        {"usable": "true"},
+        {"usable": "false"},
+        {"reason": "text"},
+        {"reason": "review"},
+        {"caption_status": "pending"},
+        {"caption_status": "ok"},
+        {"motion_level": "none"},
+        {"motion_level": "2"},
+        {"character": "Sintel"},
+        {"character": "Scales"},
+        {"decision": "reject"},
+        {"decision": "none"},
+        {"film": everything[0]["film"], "usable": "true", "character": "Scales"},
+    ]
+    for query in queries:
+        expected = [c["clip_id"] for c in everything if _clip_filter(query)(c)]
+        answer = _clips(server, "&".join(f"{k}={v}" for k, v in query.items()))
+        assert [c["clip_id"] for c in answer["clips"]] == expected, query
+        assert answer["matched"] == len(expected)
+    facets = _clips(server)["facets"]
+    assert "review" in facets["reason"] and {"Sintel", "Scales"} <= set(facets["character"])

@@ -51,10 +51,10 @@ def run(args) -> int:
         apply_quality,
         film_folders,
         load_thresholds,
-        read_pass_rows,
+        read_pass_table,
         save_thresholds,
     )
-    from stages.quality import RejectConfig, decide
+    from stages.quality import RejectConfig, own_reasons
 
     with input_errors(ConfigError, FileNotFoundError, ValueError):
         if not args.dataset.is_dir() or not film_folders(args.dataset):
@@ -72,11 +72,9 @@ def run(args) -> int:
         own: Counter[str] = Counter()
         clips = 0
         for film in film_folders(args.dataset):  # one film's rows in memory at a time
-            rows = read_pass_rows(film)
-            clips += len(rows)
-            own.update(
-                r for row in rows for r in decide({**row, "duplicate_of": None}, thresholds)[1]
-            )
+            table = read_pass_table(film)
+            clips += table.num_rows
+            own.update(r for reasons in own_reasons(table, thresholds) for r in reasons)
         print(f"{clips} clips; own reasons with these thresholds (duplicates not searched):")
         for reason, count in sorted(own.items()):
             print(f"  {reason}: {count}")

@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(exc, FileNotFoundError):
                 raise
             raise UsageError(f"cannot listen on port {args.port}: {exc.strerror}") from exc
-    clips = len(server.app.snapshot().film_of)
-    films = len(server.app.snapshot().rows)
+    clips = server.app.snapshot().table.num_rows
+    films = len(server.app.snapshot().slugs)
     print(f"reviewing {clips} clips of {films} film(s) at {server.url} (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()
