@@ -10,13 +10,17 @@ Films, made here from the bundled sample and kept in bench/out/:
 
 Each film is decoded bare (FFmpeg's own threads, every core) right before and right after the
 pipeline runs on it; the ratio is pipeline time over the mean of the two. Both wall-clock and CPU
-seconds are given: CPU seconds count every process of the run (this one and Ray's, which are its
-children), and on a machine shared with other work they move far less than wall time does.
-The embedded Ray's workers run at this process's niceness, as the bare decode does. Peak memory is the largest summed
-resident size of this process tree, sampled every 0.2 s.
+seconds are given: CPU seconds count every process of the run (this one and the executor's, which
+are its descendants), and on a machine shared with other work they move far less than wall time
+does. The executor's workers run at this process's niceness, as the bare decode does. Peak memory
+is the largest summed resident size of this process tree, sampled every 0.2 s.
 Stage shares are shares of the workers' CPU seconds (summary.json's stage_seconds).
 
-    python -m bench.run [--minutes 10] [--hd-minutes 5] [--executor auto|processes|ray|local] [--profile]
+    python -m bench.run [--minutes 10] [--hd-minutes 5] [--executor auto|processes|ray|local]
+                        [--profile] [--only-films] [--set KEY=VALUE ...]
+
+--only-films measures the films only; --set changes a setting for them (the cost of one rule:
+the same films with it switched off, e.g. `--set scenes.blend_gate=-1`, in the same session).
 
 --profile records the pipeline on the half-length film in one process with py-spy (pip install
 py-spy, the `test` extra has it) and prints where the time goes, function by function.
@@ -210,12 +214,12 @@ def quality_cost(film: Path, out: Path, executor: str) -> dict:
     }
 
 
-def measure(name: str, film: Path, executor: str) -> dict:
+def measure(name: str, film: Path, executor: str, overrides: tuple[str, ...] = ()) -> dict:
     out = OUT / f"dataset-{name}"
     shutil.rmtree(out, ignore_errors=True)
     before = bare_decode(film)
     with ProcessTree() as tree:
-        pipeline_seconds, summary = run_pipeline(film, out, executor)
+        pipeline_seconds, summary = run_pipeline(film, out, executor, overrides)
     after = bare_decode(film)
     decode_wall = (before["wall"] + after["wall"]) / 2
     decode_cpu = (before["cpu"] + after["cpu"]) / 2
@@ -224,6 +228,7 @@ def measure(name: str, film: Path, executor: str) -> dict:
     facts = summary.film
     return {
         "film": name,
+        "settings": list(overrides),
         "size": f"{facts.width}x{facts.height}",
         "film_minutes": round((facts.duration or 0) / 60, 2),
         "frames": before["frames"],
@@ -238,10 +243,12 @@ def measure(name: str, film: Path, executor: str) -> dict:
         "stage_share": {k: round(v / busy, 3) for k, v in sorted(stages.items())},
         "stage_cpu_seconds": {k: round(v, 1) for k, v in sorted(stages.items())},
         "quality_share_of_worker_time": round(stages.get("quality", 0) / busy, 3),
-        # black and flat runs, their fades, and a learned detector where one is on (issue 18)
+        # black and flat runs, their fades, blends (dissolves, fades, short wipes), and a
+        # learned detector where one is on (issue 18)
         "boundaries_share_of_worker_time": round(
-            (stages.get("boundaries", 0) + stages.get("transitions", 0)) / busy, 3
+            sum(stages.get(k, 0) for k in ("boundaries", "blends", "transitions")) / busy, 3
         ),
+        "blends_share_of_worker_time": round(stages.get("blends", 0) / busy, 3),
     }
 
 
@@ -325,6 +332,18 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--only-corpus", action="store_true", help="only the corpus figure (a folder of films)"
     )
+    parser.add_argument(
+        "--only-films",
+        action="store_true",
+        help="only the films against their bare decode (no quality cost, motion or corpus)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pipeline setting for the measured runs, e.g. scenes.blend_gate=-1 (repeatable)",
+    )
     args = parser.parse_args(argv)
     if args.only_corpus:
         return _print_corpus({"runs": []})
@@ -360,22 +379,25 @@ def main(argv=None) -> int:
         "runs": [],
     }
     for name, film in films:
-        run = measure(name, film, args.executor)
-        if film == films[0][1]:
+        run = measure(name, film, args.executor, tuple(args.set))
+        if film == films[0][1] and not args.only_films:
             run |= quality_cost(film, OUT / f"dataset-{name}-quality", args.executor)
         report["runs"].append(run)
         print(json.dumps(run, indent=2), flush=True)
-    report["motion"] = motion_figures()
-    print(json.dumps(report["motion"], indent=2), flush=True)
+    if not args.only_films:
+        report["motion"] = motion_figures()
+        print(json.dumps(report["motion"], indent=2), flush=True)
     executor.close()  # the corpus figures start executors of their own sizes
-    _print_corpus(report)
+    if not args.only_films:
+        _print_corpus(report)
     print()
     for run in report["runs"]:
         print(
             f"{run['film']} ({run['size']}, {run['frames']} frames): pipeline "
             f"{run['pipeline_seconds']} s vs bare decode {run['bare_decode_seconds']} s: "
             f"x{run['ratio_pipeline_to_decode']} wall, x{run['cpu_ratio']} CPU; "
-            f"peak memory {run['peak_memory_gib']} GiB; {run['clips']} clips"
+            f"peak memory {run['peak_memory_gib']} GiB; {run['clips']} clips; blends "
+            f"{run['blends_share_of_worker_time']} of the workers' CPU"
         )
     print(f"executor start {report['executor_start_seconds']} s (not in the pipeline time)")
     return 0
