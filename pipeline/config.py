@@ -42,17 +42,18 @@ EXECUTORS = ("auto", "processes", "ray", "local")
 class RunConfig(Settings):
     executor: str = "auto"
     """'auto': Ray on the cluster RAY_ADDRESS names, else 'processes'. 'processes': a pool of
-    worker processes on this machine, one per CPU (a few tenths of a second to start). 'ray':
-    Ray (RAY_ADDRESS, else a Ray started on this machine, which costs seconds and about a third
-    more CPU on a folder of short films). 'local': everything in this one process."""
+    worker processes on this machine, one per CPU (under a second to start). 'ray': Ray
+    (RAY_ADDRESS, else a Ray started on this machine, which costs seconds and about a third more
+    CPU on a folder of short films: docs/corpus.md). 'local': everything in this one process."""
     segment_seconds: float = 120.0
     """Films are cut into the fewest equal time segments of at most this length (5 % over is let
     pass), processed in parallel (a 90-min feature film makes 45; a 130-s film, 2). Each boundary is a forced scene boundary: a scene tail under
     2 s there is dropped and counted as segment_tail, at most one clip per boundary."""
     num_cpus: int | None = None
-    """Cores this run may use on this machine: the embedded Ray gets that many CPUs and its
-    processes are held to that many cores, as is the local executor's work; None: every core.
-    Ignored on a cluster (RAY_ADDRESS), whose nodes declare their own CPUs."""
+    """Cores this run may use on this machine: the process pool has that many workers, held to
+    that many cores; the embedded Ray gets that many CPUs, its processes held likewise; the local
+    executor's work is held likewise; None: every core. Ignored on a cluster (RAY_ADDRESS), whose
+    nodes declare their own CPUs."""
     films_in_flight: int | None = None
     """Films being probed, cut or finalized at once; None: twice the cluster's CPUs. Bounds the
     driver's and the object store's memory on corpora of thousands of films."""
