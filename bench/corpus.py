@@ -13,6 +13,7 @@ local executor, the default (the process pool) and the embedded Ray.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -272,11 +273,16 @@ def timed_run(films: Path, out: Path, sets: Sequence[str] = ()) -> dict:
     if process.returncode:
         raise RuntimeError(f"{' '.join(command)} failed:\n{stdout.decode()}{stderr.decode()}")
     cpu = tree.seconds()
+    work = _stage_seconds(out)
     return {
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(cpu, 1),
         "machine_cpu_seconds": round(machine, 1),
         "cores_busy": round(cpu / wall, 2),
+        # the CPU the films' stages took (summary.json), and the rest: what the executor, the
+        # driver and the imports cost, which a busy machine inflates far less than the work
+        "stage_cpu_seconds": round(work, 1),
+        "other_cpu_seconds": round(cpu - work, 1),
         "processes_most": max(tree.sizes, default=0),
         "cpu_by_process": tree.by_name(),
     }
@@ -287,7 +293,7 @@ EXECUTORS = {  # the corpus row's runs: each a whole `animegamer dataset` proces
     "default": [],  # run.executor=auto: the process pool on one machine
     "ray": ["run.executor=ray"],  # the embedded Ray
 }
-KEYS = ("wall_seconds", "cpu_seconds", "machine_cpu_seconds", "cores_busy")
+KEYS = ("wall_seconds", "cpu_seconds", "machine_cpu_seconds", "cores_busy", "other_cpu_seconds")
 
 
 def executors_figure(work: Path, rounds: int = 2) -> dict:
@@ -328,6 +334,14 @@ def executors_figure(work: Path, rounds: int = 2) -> dict:
 def _ratios(runs: dict[str, list[dict]], name: str, key: str) -> list[float]:
     """`name` over local, round by round."""
     return [round(r[key] / max(loc[key], 1e-9), 2) for loc, r in zip(runs["local"], runs[name])]
+
+
+def _stage_seconds(out: Path) -> float:
+    """CPU seconds of every stage of every film in `out` (their summary.json's stage_seconds)."""
+    return sum(
+        sum(json.loads(path.read_text()).get("stage_seconds", {}).values())
+        for path in out.glob("*/summary.json")
+    )
 
 
 def _duration(film: Path) -> float:

@@ -426,6 +426,10 @@ def _print_corpus(report: dict) -> int:
             f"machine CPU x{row[f'machine_cpu_seconds_ratio_{name}_to_local']}"
         )
     print(
+        f"  CPU besides the films' stages: local {row['local_other_cpu_seconds']} s, default "
+        f"{row['default_other_cpu_seconds']} s, Ray {row['ray_other_cpu_seconds']} s"
+    )
+    print(
         f"  cores busy: local {row['local_cores_busy']}, default {row['default_cores_busy']}, "
         f"Ray {row['ray_cores_busy']}, default with run.num_cpus=1 "
         f"{row['default_1cpu']['cores_busy']} (outputs identical: {row['outputs_identical']}; "
