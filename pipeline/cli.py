@@ -54,8 +54,31 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def prestart_executor(argv: list[str]) -> str | None:
+    """For `dataset`, before its module's imports (a few tenths of a second): the executor its
+    arguments choose (--executor, --set run.executor=...; default auto), started in the background
+    where that pays (pipeline.executor.prestart), and named; None for other commands, --help and
+    --dry-run (no task runs). A --config file that chooses another executor is not read here: the
+    fork server then idles beside the run."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("command", nargs="?")
+    early.add_argument("--executor")
+    early.add_argument("--set", dest="overrides", action="append", default=[])
+    early.add_argument("--dry-run", "-h", "--help", dest="no_tasks", action="store_true")
+    known, _ = early.parse_known_args(argv)
+    if known.command != "dataset" or known.no_tasks:
+        return None
+    chosen = [o.split("=", 1)[1] for o in known.overrides if o.startswith("run.executor=")]
+    executor = known.executor or (chosen[-1] if chosen else "auto")  # as the command reads them
+    from pipeline.executor import prestart
+
+    prestart(executor)
+    return executor
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    prestart_executor(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):

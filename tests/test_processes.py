@@ -208,3 +208,21 @@ def _running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_dataset_starts_the_fork_server_before_its_own_imports(monkeypatch):
+    """The fork server imports the pipeline while the command does, so the pool is ready sooner;
+    it reads the executor as the command does (--executor over --set run.executor=...)."""
+    from multiprocessing import forkserver
+
+    from pipeline.cli import prestart_executor
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert prestart_executor(["dataset", "film.mp4", "--out", "o"]) == "auto"
+    server = forkserver._forkserver._forkserver_pid
+    assert server is not None and _running(server)
+    assert prestart_executor(["dataset", "f", "--set", "run.executor=ray"]) == "ray"
+    both = ["dataset", "f", "--set", "run.executor=ray", "--executor", "processes"]
+    assert prestart_executor(both) == "processes"
+    for no_tasks in (["dataset", "--dry-run", "f"], ["dataset", "-h"], ["caption", "f"]):
+        assert prestart_executor(no_tasks) is None
