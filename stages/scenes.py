@@ -186,7 +186,7 @@ class SceneConfig(Settings):
     (1 exactly between; motion scatters them)."""
     blend_mix: float = 0.25
     """A blend is far from both frames: min(sum|t-A|, sum|t-B|) / sum|A-B| at least this."""
-    blend_pad_seconds: float = 0.1
+    blend_pad_seconds: float = 0.13
     """Each run of blend frames is widened by this much on each side (the faint ends)."""
 
     gradual: str = "off"
