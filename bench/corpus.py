@@ -4,8 +4,11 @@ The films are six versions of the Sintel trailer, each started at another of its
 wrapped around (packets remuxed, not re-encoded, so each film has its own content and id), plus
 the two test clips: eight films of 5 to 52 s, one segment each. Before films were scheduled
 together, such a folder kept one core busy whatever the machine; the speed-up is the figure.
-Ray's start-up and its workers' first imports are outside both timings (each run gets a fresh
-embedded Ray of its size, warmed up first).
+The executor is the default on one machine (the process pool); its start and its workers' first
+imports are outside both timings (each run gets a fresh pool of its size, warmed up first).
+
+The executors row (`executors_figure`): a folder of three ~130-s films as a user runs it, with the
+local executor, the default (the process pool) and the embedded Ray.
 """
 
 from __future__ import annotations
@@ -119,8 +122,8 @@ def _warm_up(job, report) -> None:
 
 
 def run_corpus(films: Sequence[str | Path], out: Path, num_cpus: int | None) -> tuple[float, float]:
-    """Seconds to cut every film with an embedded Ray of `num_cpus` CPUs (None: every core), and
-    the mean number of tasks at work (worker seconds of every stage over the wall time)."""
+    """Seconds to cut every film with the default executor on `num_cpus` CPUs (None: every core),
+    and the mean number of tasks at work (worker seconds of every stage over the wall time)."""
     from pipeline.config import load_config
     from pipeline.executor import make_executor
     from pipeline.ip import load_ip
@@ -128,7 +131,7 @@ def run_corpus(films: Sequence[str | Path], out: Path, num_cpus: int | None) -> 
 
     shutil.rmtree(out, ignore_errors=True)
     config = load_config(None, ["run.progress=false"])
-    executor = make_executor("ray", num_cpus, progress=False)
+    executor = make_executor("auto", num_cpus, progress=False)
     try:
         executor.start()
         warm = [None] * executor.slots()
@@ -202,7 +205,8 @@ class _TreeCpu:
                 key = (proc.pid, proc.create_time())
                 name = self.seen.get(key, ("",))[0]
                 if not name.startswith("ray::") or name == "ray::IDLE":
-                    name = _process_name(proc)  # a Ray worker: named by its first task
+                    # a Ray worker: named by its first task; an ended process has no name left
+                    name = _process_name(proc) or name
                 self.seen[key] = (name, times.user + times.system)
             except psutil.Error:
                 pass
@@ -231,12 +235,19 @@ PROCESS_NAMES = {  # a part of a Ray process's command line: what the process is
 
 def _process_name(proc: psutil.Process) -> str:
     """What a process of the run is: the driver, Ray's GCS, raylet, one of its agents, or a worker
-    by the task it runs (Ray sets its workers' titles to `ray::TASK`)."""
+    by the task it runs (Ray sets its workers' titles to `ray::TASK`); the process pool's fork
+    server, its workers (the fork server's children) and multiprocessing's resource tracker."""
     words = proc.cmdline()
     title = words[0] if len(words) == 1 else " ".join(words[:3])
     for part, name in PROCESS_NAMES.items():
         if part in title:
             return name
+    if "multiprocessing.forkserver" in " ".join(words):  # its workers are forks of it
+        parent = proc.parent()
+        server = parent is not None and "multiprocessing.forkserver" in " ".join(parent.cmdline())
+        return "pool_worker" if server else "fork_server"
+    if "multiprocessing.resource_tracker" in " ".join(words):
+        return "resource_tracker"
     if title.startswith("ray::"):
         return title.split()[0]
     return "driver" if "pipeline.cli" in title else title[:40]
@@ -271,42 +282,52 @@ def timed_run(films: Path, out: Path, sets: Sequence[str] = ()) -> dict:
     }
 
 
-def executors_figure(work: Path, pairs: int = 2) -> dict:
-    """The corpus row: the folder of three ~130-s films with the local executor and with the
-    embedded Ray, `pairs` times back to back (so both see the same neighbours), then the embedded
-    Ray once more with run.num_cpus=1. Each is a whole `animegamer dataset` process: Ray's start
-    and every import are in its time. CPU is the run's own process tree (sampled, so other users
-    of the machine are left out); the machine's /proc/stat figure is beside it."""
+EXECUTORS = {  # the corpus row's runs: each a whole `animegamer dataset` process
+    "local": ["run.executor=local"],
+    "default": [],  # run.executor=auto: the process pool on one machine
+    "ray": ["run.executor=ray"],  # the embedded Ray
+}
+KEYS = ("wall_seconds", "cpu_seconds", "machine_cpu_seconds", "cores_busy")
+
+
+def executors_figure(work: Path, rounds: int = 2) -> dict:
+    """The corpus row: the folder of three ~130-s films with the local executor, the default (the
+    process pool) and the embedded Ray, back to back, `rounds` times (so all three see the same
+    neighbours), then the default once more with run.num_cpus=1. Each is a whole `animegamer
+    dataset` process: every start and import is in its time. CPU is the run's own process tree
+    (sampled, so other users of the machine are left out); the machine's /proc/stat figure is
+    beside it. Ratios are against the local executor's run of the same round."""
     films = make_long_corpus(work / "corpus_long_films")
     load_before = os.getloadavg()[0]
-    runs: dict[str, list[dict]] = {"local": [], "ray": []}
-    for _ in range(pairs):
-        runs["local"].append(timed_run(films[0].parent, work / "corpus_local", LOCAL))
-        runs["ray"].append(timed_run(films[0].parent, work / "corpus_ray"))
-    one_cpu = timed_run(films[0].parent, work / "corpus_ray_1cpu", ["run.num_cpus=1"])
-    outputs = [work / "corpus_local", work / "corpus_ray", work / "corpus_ray_1cpu"]
+    runs: dict[str, list[dict]] = {name: [] for name in EXECUTORS}
+    for _ in range(rounds):
+        for name, sets in EXECUTORS.items():
+            runs[name].append(timed_run(films[0].parent, work / f"corpus_{name}", sets))
+    one_cpu = timed_run(films[0].parent, work / "corpus_default_1cpu", ["run.num_cpus=1"])
+    outputs = [work / f"corpus_{name}" for name in EXECUTORS] + [work / "corpus_default_1cpu"]
     return {
         "films": len(films),
         "film_seconds": [round(_duration(f), 1) for f in films],
-        "pairs": pairs,
+        "rounds": rounds,
         **{
             f"{name}_{key}": [r[key] for r in found] for name, found in runs.items() for key in KEYS
         },
-        **{f"{key}_ratio_ray_to_local": _ratios(runs, key) for key in KEYS[:3]},
+        **{
+            f"{key}_ratio_{name}_to_local": _ratios(runs, name, key)
+            for name in ("default", "ray")
+            for key in KEYS[:3]
+        },
+        "default_cpu_by_process": runs["default"][-1]["cpu_by_process"],
         "ray_cpu_by_process": runs["ray"][-1]["cpu_by_process"],
-        "ray_1cpu": {key: one_cpu[key] for key in KEYS},
+        "default_1cpu": {key: one_cpu[key] for key in KEYS},
         "outputs_identical": _same_outputs(outputs),
         "load_average_before_and_after": [round(load_before, 1), round(os.getloadavg()[0], 1)],
     }
 
 
-LOCAL = ["run.executor=local"]
-KEYS = ("wall_seconds", "cpu_seconds", "machine_cpu_seconds", "cores_busy")
-
-
-def _ratios(runs: dict[str, list[dict]], key: str) -> list[float]:
-    """Ray over local, pair by pair."""
-    return [round(r[key] / max(loc[key], 1e-9), 2) for loc, r in zip(runs["local"], runs["ray"])]
+def _ratios(runs: dict[str, list[dict]], name: str, key: str) -> list[float]:
+    """`name` over local, round by round."""
+    return [round(r[key] / max(loc[key], 1e-9), 2) for loc, r in zip(runs["local"], runs[name])]
 
 
 def _duration(film: Path) -> float:

@@ -10,13 +10,17 @@ Films, made here from the bundled sample and kept in bench/out/:
 
 Each film is decoded bare (FFmpeg's own threads, every core) right before and right after the
 pipeline runs on it; the ratio is pipeline time over the mean of the two. Both wall-clock and CPU
-seconds are given: CPU seconds count every process of the run (this one and Ray's, which are its
-children), and on a machine shared with other work they move far less than wall time does.
-The embedded Ray's workers run at this process's niceness, as the bare decode does. Peak memory is the largest summed
-resident size of this process tree, sampled every 0.2 s.
+seconds are given: CPU seconds count every process of the run (this one and the executor's, which
+are its descendants), and on a machine shared with other work they move far less than wall time
+does. The executor's workers run at this process's niceness, as the bare decode does. Peak memory
+is the largest summed resident size of this process tree, sampled every 0.2 s.
 Stage shares are shares of the workers' CPU seconds (summary.json's stage_seconds).
 
-    python -m bench.run [--minutes 10] [--hd-minutes 5] [--executor ray|local] [--profile]
+    python -m bench.run [--minutes 10] [--hd-minutes 5] [--executor auto|processes|ray|local]
+                        [--profile] [--only-films] [--set KEY=VALUE ...]
+
+--only-films measures the films only; --set changes a setting for them (the cost of one rule:
+the same films with it switched off, e.g. `--set scenes.blend_gate=-1`, in the same session).
 
 --profile records the pipeline on the half-length film in one process with py-spy (pip install
 py-spy, the `test` extra has it) and prints where the time goes, function by function.
@@ -41,6 +45,7 @@ import numpy as np
 import psutil
 
 from core.film import FilmSummary
+from pipeline.config import EXECUTORS
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sintel_trailer.mp4"
@@ -209,12 +214,12 @@ def quality_cost(film: Path, out: Path, executor: str) -> dict:
     }
 
 
-def measure(name: str, film: Path, executor: str) -> dict:
+def measure(name: str, film: Path, executor: str, overrides: tuple[str, ...] = ()) -> dict:
     out = OUT / f"dataset-{name}"
     shutil.rmtree(out, ignore_errors=True)
     before = bare_decode(film)
     with ProcessTree() as tree:
-        pipeline_seconds, summary = run_pipeline(film, out, executor)
+        pipeline_seconds, summary = run_pipeline(film, out, executor, overrides)
     after = bare_decode(film)
     decode_wall = (before["wall"] + after["wall"]) / 2
     decode_cpu = (before["cpu"] + after["cpu"]) / 2
@@ -223,6 +228,7 @@ def measure(name: str, film: Path, executor: str) -> dict:
     facts = summary.film
     return {
         "film": name,
+        "settings": list(overrides),
         "size": f"{facts.width}x{facts.height}",
         "film_minutes": round((facts.duration or 0) / 60, 2),
         "frames": before["frames"],
@@ -237,10 +243,12 @@ def measure(name: str, film: Path, executor: str) -> dict:
         "stage_share": {k: round(v / busy, 3) for k, v in sorted(stages.items())},
         "stage_cpu_seconds": {k: round(v, 1) for k, v in sorted(stages.items())},
         "quality_share_of_worker_time": round(stages.get("quality", 0) / busy, 3),
-        # black and flat runs, their fades, and a learned detector where one is on (issue 18)
+        # black and flat runs, their fades, blends (dissolves, fades, short wipes), and a
+        # learned detector where one is on (issue 18)
         "boundaries_share_of_worker_time": round(
-            (stages.get("boundaries", 0) + stages.get("transitions", 0)) / busy, 3
+            sum(stages.get(k, 0) for k in ("boundaries", "blends", "transitions")) / busy, 3
         ),
+        "blends_share_of_worker_time": round(stages.get("blends", 0) / busy, 3),
     }
 
 
@@ -319,10 +327,22 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--hd-minutes", type=float, default=5.0, help="0 leaves the 1080p film out")
-    parser.add_argument("--executor", default="ray", choices=("ray", "local"))
+    parser.add_argument("--executor", default="auto", choices=EXECUTORS)
     parser.add_argument("--profile", action="store_true", help="py-spy the half-length film")
     parser.add_argument(
         "--only-corpus", action="store_true", help="only the corpus figure (a folder of films)"
+    )
+    parser.add_argument(
+        "--only-films",
+        action="store_true",
+        help="only the films against their bare decode (no quality cost, motion or corpus)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pipeline setting for the measured runs, e.g. scenes.blend_gate=-1 (repeatable)",
     )
     args = parser.parse_args(argv)
     if args.only_corpus:
@@ -350,33 +370,36 @@ def main(argv=None) -> int:
         return 0
     from pipeline.executor import make_executor
 
-    ray_began = time.perf_counter()
+    start_began = time.perf_counter()
     executor = make_executor(args.executor, None, progress=False)
     executor.start()
     report = {
         "executor": args.executor,
-        "ray_start_seconds": round(time.perf_counter() - ray_began, 1),
+        "executor_start_seconds": round(time.perf_counter() - start_began, 1),
         "runs": [],
     }
     for name, film in films:
-        run = measure(name, film, args.executor)
-        if film == films[0][1]:
+        run = measure(name, film, args.executor, tuple(args.set))
+        if film == films[0][1] and not args.only_films:
             run |= quality_cost(film, OUT / f"dataset-{name}-quality", args.executor)
         report["runs"].append(run)
         print(json.dumps(run, indent=2), flush=True)
-    report["motion"] = motion_figures()
-    print(json.dumps(report["motion"], indent=2), flush=True)
-    executor.close()  # the corpus figure starts Ray of its own sizes
-    _print_corpus(report)
+    if not args.only_films:
+        report["motion"] = motion_figures()
+        print(json.dumps(report["motion"], indent=2), flush=True)
+    executor.close()  # the corpus figures start executors of their own sizes
+    if not args.only_films:
+        _print_corpus(report)
     print()
     for run in report["runs"]:
         print(
             f"{run['film']} ({run['size']}, {run['frames']} frames): pipeline "
             f"{run['pipeline_seconds']} s vs bare decode {run['bare_decode_seconds']} s: "
             f"x{run['ratio_pipeline_to_decode']} wall, x{run['cpu_ratio']} CPU; "
-            f"peak memory {run['peak_memory_gib']} GiB; {run['clips']} clips"
+            f"peak memory {run['peak_memory_gib']} GiB; {run['clips']} clips; blends "
+            f"{run['blends_share_of_worker_time']} of the workers' CPU"
         )
-    print(f"Ray start {report['ray_start_seconds']} s (not in the pipeline time)")
+    print(f"executor start {report['executor_start_seconds']} s (not in the pipeline time)")
     return 0
 
 
@@ -395,14 +418,18 @@ def _print_corpus(report: dict) -> int:
         f"{corpus['seconds_all_cores']} s on {corpus['cores']} cores: "
         f"x{corpus['speedup']} (outputs identical: {corpus['outputs_identical']})"
     )
+    print(f"corpus of {row['films']} ~2-min films, against the local executor, round by round:")
+    for name, label in (("default", "default (process pool)"), ("ray", "embedded Ray")):
+        print(
+            f"  {label}: wall x{row[f'wall_seconds_ratio_{name}_to_local']}, "
+            f"CPU x{row[f'cpu_seconds_ratio_{name}_to_local']} (run's processes), "
+            f"machine CPU x{row[f'machine_cpu_seconds_ratio_{name}_to_local']}"
+        )
     print(
-        f"corpus of {row['films']} ~2-min films, embedded Ray over local executor, pair by pair: "
-        f"wall x{row['wall_seconds_ratio_ray_to_local']}, "
-        f"CPU x{row['cpu_seconds_ratio_ray_to_local']} (run's processes), "
-        f"machine CPU x{row['machine_cpu_seconds_ratio_ray_to_local']}; cores busy "
-        f"{row['local_cores_busy']} local, {row['ray_cores_busy']} Ray, "
-        f"{row['ray_1cpu']['cores_busy']} Ray with run.num_cpus=1 "
-        f"(outputs identical: {row['outputs_identical']}; load {row['load_average_before_and_after']})"
+        f"  cores busy: local {row['local_cores_busy']}, default {row['default_cores_busy']}, "
+        f"Ray {row['ray_cores_busy']}, default with run.num_cpus=1 "
+        f"{row['default_1cpu']['cores_busy']} (outputs identical: {row['outputs_identical']}; "
+        f"load {row['load_average_before_and_after']})"
     )
     return 0
 

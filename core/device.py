@@ -6,8 +6,8 @@ A stage resolves 'auto' when it is built (`resolve_device`) and declares its res
 resolved device, so a stage that takes a GPU has reserved one (on a Ray cluster the reservation
 is what places it). A stage object shipped to a Ray actor (captioning) keeps the resolved name.
 Segment tasks build their stages again in the worker, where the same rule gives the same answer:
-Ray hides every GPU from a task that reserved none (CUDA_VISIBLE_DEVICES is empty there), so
-'auto' is the CPU inside it.
+Ray and the process pool hide every GPU from a task that reserved none (CUDA_VISIBLE_DEVICES is
+empty there), so 'auto' is the CPU inside it.
 """
 
 from __future__ import annotations

@@ -35,13 +35,16 @@ from stages.motion import MotionConfig
 from stages.quality import QualityConfig, RejectConfig
 from stages.scenes import SceneConfig
 
-EXECUTORS = ("ray", "local")
+EXECUTORS = ("auto", "processes", "ray", "local")
 
 
 @dataclass
 class RunConfig(Settings):
-    executor: str = "ray"
-    """'ray' (a local Ray starts by itself; RAY_ADDRESS joins a cluster) or 'local' (one process)."""
+    executor: str = "auto"
+    """'auto': Ray on the cluster RAY_ADDRESS names, else 'processes'. 'processes': a pool of
+    worker processes on this machine, one per CPU (a few tenths of a second to start). 'ray':
+    Ray (RAY_ADDRESS, else a Ray started on this machine, which costs seconds and about a third
+    more CPU on a folder of short films). 'local': everything in this one process."""
     segment_seconds: float = 120.0
     """Films are cut into the fewest equal time segments of at most this length (5 % over is let
     pass), processed in parallel (a 90-min feature film makes 45; a 130-s film, 2). Each boundary is a forced scene boundary: a scene tail under

@@ -1,7 +1,8 @@
-"""Where work runs: in this process, as Ray tasks, or on Ray actors. The only module that uses Ray.
+"""Where work runs: in this process, in worker processes on this machine, as Ray tasks, or on Ray
+actors. The only module that uses Ray.
 
-`Executor` is the one contract the runner schedules through; `LocalExecutor` and `RayExecutor`
-implement it. `StageRunner` is the contract of a batched clip stage's replicas (the caption
+`Executor` is the one contract the runner schedules through; `LocalExecutor`, `ProcessExecutor`
+(the default on one machine) and `RayExecutor` (a cluster, or `run.executor=ray`) implement it. `StageRunner` is the contract of a batched clip stage's replicas (the caption
 pass): `LocalStageRunner` in this process, `StageActorPool` on Ray actors. What a task or replica
 reserves is a `core.resources.Resources`, declared by the stage.
 
@@ -10,18 +11,30 @@ order; `report(n)` advances a progress bar by n units of work from wherever the 
 that raises does not stop the others: its result is the exception, for the caller to record. A
 job's result with a `ran_on` field (or key) gets the Ray node id (or "local") and host name where
 it ran.
+
+Which executor runs a film folder (`run.executor=auto`, the default): Ray when RAY_ADDRESS names a
+cluster, else `ProcessExecutor`. On one machine the embedded Ray costs a third more CPU than the
+work itself on a folder of short films (docs/corpus.md, "One machine"): its helper processes (API
+server, monitors, agents) and every worker's own start and imports. A pool of processes forked
+from one that has imported the pipeline costs next to nothing and runs the same tasks.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import pickle
+import signal
 import socket
 import sys
+import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from multiprocessing import connection
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tqdm import tqdm
@@ -36,7 +49,8 @@ log = logging.getLogger(__name__)
 RAY_TOKEN_WARNING_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 # A job function: `fn(job, report)`, where `report(n)` advances the progress bar by n units.
-JobFn = Callable[[Any, Callable[[int], None]], Any]
+JobReport = Callable[[int], None]
+JobFn = Callable[[Any, JobReport], Any]
 ONE_CPU = Resources()
 
 
@@ -104,7 +118,26 @@ class _LocalTask:
         self.value = value
 
 
-class LocalExecutor:
+class _BarInThisProcess:
+    """A progress bar drawn by this process, which the jobs' reports advance (`self._bar`)."""
+
+    progress: bool
+    _bar: tqdm | None = None
+
+    @contextmanager
+    def progress_bar(self, desc: str) -> Iterator[tqdm]:
+        with _bar(0, desc, self.progress) as bar:
+            self._bar = bar
+            try:
+                yield bar
+            finally:
+                self._bar = None
+
+    def map(self, fn: JobFn, jobs: list, total: int, desc: str) -> list:
+        return map_jobs(self, fn, jobs, total, desc)  # type: ignore[arg-type]
+
+
+class LocalExecutor(_BarInThisProcess):
     """Everything in this process: a submitted task runs at once, so `wait` finds it done."""
 
     name = "local"
@@ -112,7 +145,6 @@ class LocalExecutor:
     def __init__(self, progress: bool = True, num_cpus: int | None = None):
         self.progress = progress
         self.num_cpus = num_cpus
-        self._bar: tqdm | None = None
 
     def start(self) -> None:
         """Nothing to bring up: this process is the worker."""
@@ -142,17 +174,336 @@ class LocalExecutor:
         assert isinstance(task, _LocalTask), "a task of this executor"
         return task.value
 
-    @contextmanager
-    def progress_bar(self, desc: str) -> Iterator[tqdm]:
-        with _bar(0, desc, self.progress) as bar:
-            self._bar = bar
-            try:
-                yield bar
-            finally:
-                self._bar = None
 
-    def map(self, fn: JobFn, jobs: list, total: int, desc: str) -> list:
-        return map_jobs(self, fn, jobs, total, desc)
+class ProcessExecutor(_BarInThisProcess):
+    """Worker processes on this machine, one per CPU of `num_cpus` (by default one per core this
+    process may use), started once and held to those cores: the default without a cluster.
+
+    The workers are forked from multiprocessing's fork server after it imported the pipeline
+    (`PRELOAD`), so no worker imports it again (a Ray worker does, after booting Ray's own
+    runtime), and none is a fork of the driver, whatever threads or thread pools the driver runs
+    (OpenMP's and torch's are not fork-safe once started). Workers ignore Ctrl-C (the driver ends
+    the run and, exiting, the workers), die with the driver even under kill -9, and run at its
+    niceness. GPUs follow Ray's rule (core/device.py): a task that reserves a GPU runs in a
+    worker that sees only that GPU, one that reserves none sees no GPU."""
+
+    name = "processes"
+
+    def __init__(self, num_cpus: int | None = None, progress: bool = True):
+        self.num_cpus = num_cpus
+        self.progress = progress
+        self._pool: _WorkerPool | None = None
+
+    def start(self) -> None:
+        self._workers()
+
+    def close(self) -> None:
+        """Stop the workers (also done when the executor is dropped, and at exit)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def slots(self) -> int:
+        return self._workers().cpus
+
+    def shortfall(self, resources: Resources) -> str | None:
+        return self._workers().gpu_shortfall(resources.gpus) if resources.needs_gpu() else None
+
+    def submit(self, fn: JobFn, job: Any, resources: Resources = ONE_CPU) -> Hashable:
+        return self._workers().submit(fn, job, resources.gpus)
+
+    def wait(self, tasks: list[Hashable]) -> list[Hashable]:
+        """The tasks that finished: back as soon as one does, at the latest after half a second
+        (the progress bar's tick)."""
+        return list(self._workers().wait(tasks, self._bar))
+
+    def result(self, task: Hashable) -> Any:
+        return self._workers().results[task]
+
+    def _workers(self) -> _WorkerPool:
+        if self._pool is None:
+            self._pool = _WorkerPool(self.num_cpus)
+            weakref.finalize(self, self._pool.close)  # an executor dropped unclosed
+        return self._pool
+
+
+# What the fork server imports once for every worker: the modules of the tasks the runner submits
+# (probe, crop, segments, finalize, and through them PyAV, OpenCV, pyarrow and the stages), and
+# what reading and writing Parquet imports on first use.
+PRELOAD = ["pipeline.runner", "pyarrow.dataset", "pyarrow.pandas_compat"]
+MAX_RETRIES = 1  # of a task whose worker process died under it (as Ray's max_retries)
+
+
+@dataclass
+class _PoolTask:
+    fn: JobFn
+    job: Any
+    gpus: float
+    tries: int = 0
+
+
+@dataclass(eq=False)
+class _Worker:
+    """A worker process, the driver's end of its pipe, the GPU it sees (None: no GPU) and the
+    task it runs (None: idle)."""
+
+    process: Any
+    conn: Any
+    gpu: str | None
+    task: int | None = None
+
+
+@dataclass
+class _WorkerPool:
+    """The workers of a ProcessExecutor. The driver sends each task to an idle worker that suits
+    it (its GPU, or none), at most `cpus` tasks at a time, and reads progress and results back
+    through the workers' pipes."""
+
+    num_cpus: int | None
+    cores: list[int] = field(default_factory=list)
+    cpus: int = 1
+    workers: list[_Worker] = field(default_factory=list)
+    queue: list[int] = field(default_factory=list)  # tasks waiting for a worker, oldest first
+    tasks: dict[int, _PoolTask] = field(default_factory=dict)  # queued or running
+    results: dict[Hashable, Any] = field(default_factory=dict)
+    gpu_free: dict[str, float] | None = None  # unreserved share of each GPU, counted when asked
+    submitted: int = 0  # tasks so far; a task's handle is its number
+
+    def __post_init__(self) -> None:
+        allowed = _allowed_cores()
+        self.cores = allowed[: self.num_cpus] if self.num_cpus else allowed
+        self.cpus = self.num_cpus or len(allowed) or os.cpu_count() or 1
+        self.context = _fork_server()
+        # the workers' read end; this process holds the only write end, never written to
+        self.lifeline, self._lifeline_writer = self.context.Pipe(duplex=False)
+        with _this_checkout_first():  # the fork server starts with the first worker
+            self.workers = [self._spawn(None) for _ in range(self.cpus)]
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.process.terminate()
+        for worker in self.workers:
+            worker.process.join(timeout=5)
+            worker.conn.close()
+        self.workers = []
+        self._lifeline_writer.close()
+
+    def gpu_shortfall(self, gpus: float) -> str | None:
+        if gpus > 1:
+            return f"needs {gpus:g} GPU(s); a worker process takes at most one (--executor ray)"
+        count = len(self._gpus())
+        return None if count else f"needs {gpus:g} GPU(s); this machine has {count}"
+
+    def submit(self, fn: JobFn, job: Any, gpus: float) -> int:
+        task = self.submitted = self.submitted + 1
+        self.tasks[task] = _PoolTask(fn, job, gpus)
+        self.queue.append(task)
+        self._dispatch()
+        return task
+
+    def wait(self, tasks: list[Hashable], bar: tqdm | None) -> list[Hashable]:
+        deadline = time.monotonic() + 0.5
+        while True:
+            self._dispatch()
+            busy = [w for w in self.workers if w.task is not None]
+            handles = [w.conn for w in busy] + [w.process.sentinel for w in busy]
+            finished = any(task in self.results for task in tasks)  # then only read what is there
+            ready = connection.wait(handles, 0 if finished else deadline - time.monotonic())
+            for worker in busy:
+                if worker.conn in ready or worker.process.sentinel in ready:
+                    self._hear(worker, bar)
+            self._dispatch()  # the workers that just finished take the next tasks at once
+            done: list[Hashable] = [task for task in tasks if task in self.results]
+            if done or time.monotonic() >= deadline:
+                return done
+
+    def _hear(self, worker: _Worker, bar: tqdm | None) -> None:
+        """Read what the worker sent: progress, its task's result; or find that it died."""
+        try:
+            while worker.conn.poll():
+                kind, *body = worker.conn.recv()
+                if kind == "progress" and bar is not None:
+                    bar.update(body[0])
+                elif kind == "done":
+                    self._finished(worker, *body)
+        except (EOFError, OSError):
+            pass  # it died: below
+        if not worker.process.is_alive():
+            self._lost(worker)
+
+    def _finished(self, worker: _Worker, task: int, value: Any) -> None:
+        self.results[task] = value
+        self._release(worker, self.tasks.pop(task))
+
+    def _release(self, worker: _Worker, task: _PoolTask) -> None:
+        worker.task = None
+        if worker.gpu is not None and self.gpu_free is not None:
+            self.gpu_free[worker.gpu] += task.gpus
+
+    def _lost(self, worker: _Worker) -> None:
+        """A worker died (killed, out of memory, a crash in native code): its task runs once more
+        on a new worker (it rewrites its outputs from scratch), then fails with the reason."""
+        self.workers.remove(worker)
+        worker.conn.close()
+        if worker.task is None:
+            return
+        index, task = worker.task, self.tasks[worker.task]
+        self._release(worker, task)
+        task.tries += 1
+        if task.tries <= MAX_RETRIES:
+            self.queue.insert(0, index)
+            return
+        del self.tasks[index]
+        self.results[index] = RuntimeError(
+            f"the worker process running it died (exit code {worker.process.exitcode}), "
+            f"{task.tries} time(s)"
+        )
+
+    def _dispatch(self) -> None:
+        """Start queued tasks on idle workers, oldest first, while a CPU is free: a task waiting
+        for a GPU lets those behind it that need none go first."""
+        for index in list(self.queue):
+            if sum(w.task is not None for w in self.workers) >= self.cpus:
+                return
+            task = self.tasks[index]
+            worker = self._worker_for(task.gpus)
+            if worker is None:
+                continue
+            self.queue.remove(index)
+            worker.task = index
+            try:
+                worker.conn.send((index, task.fn, task.job))
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:  # nothing was sent
+                self.results[index] = exc
+                self._release(worker, self.tasks.pop(index))
+            except OSError:
+                pass  # the worker is gone; its sentinel says so and the task runs again
+
+    def _worker_for(self, gpus: float) -> _Worker | None:
+        """An idle worker that sees no GPU, or one that sees a GPU with `gpus` of it unreserved
+        (reserved here); one is started where none is idle."""
+        if not gpus:
+            mine = [w for w in self.workers if w.gpu is None]
+            idle = next((w for w in mine if w.task is None), None)
+            return idle or (self._spawn(None) if len(mine) < self.cpus else None)
+        free = self._gpus()
+        gpu = next((g for g, share in free.items() if share >= gpus - 1e-9), None)
+        if gpu is None:
+            return None
+        free[gpu] -= gpus
+        idle = next((w for w in self.workers if w.gpu == gpu and w.task is None), None)
+        return idle or self._spawn(gpu)
+
+    def _gpus(self) -> dict[str, float]:
+        if self.gpu_free is None:
+            self.gpu_free = {gpu: 1.0 for gpu in _machine_gpus()}
+        return self.gpu_free
+
+    def _spawn(self, gpu: str | None) -> _Worker:
+        ours, theirs = self.context.Pipe()
+        process = self.context.Process(
+            target=_serve,
+            args=(theirs, self.lifeline, self.cores, os.nice(0), gpu),
+            name="animegamer-worker",
+            daemon=True,  # ended by multiprocessing when this process exits
+        )
+        process.start()
+        theirs.close()
+        worker = _Worker(process, ours, gpu)
+        self.workers.append(worker)
+        return worker
+
+
+def _serve(conn, lifeline, cores: list[int], nice: int, gpu: str | None) -> None:
+    """A worker process: run the tasks the driver sends until it sends None or goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's, which ends the run
+    _die_with_driver(lifeline)
+    if cores:
+        os.sched_setaffinity(0, cores)
+    if nice > os.nice(0):
+        os.nice(nice - os.nice(0))
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu or ""  # before anything initializes CUDA
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        task, fn, job = message
+        with _reports_in_batches(lambda n: conn.send(("progress", n))) as report:
+            try:
+                value = _placed(fn(job, report), "local")
+            except Exception as exc:  # the job's failure is its result
+                value = _sendable(exc)
+        conn.send(("done", task, value))
+
+
+def _die_with_driver(lifeline) -> None:
+    """End this worker as soon as the driver has gone (the lifeline's only writer is the driver,
+    so the kernel closes it when the driver ends, even under kill -9): a worker left running would
+    go on writing a segment that the rerun is cutting again. (The fork server is no judge: every
+    worker holds its "alive" pipe, so it outlives the driver as long as they do.)"""
+
+    def watch() -> None:
+        connection.wait([lifeline])  # readable only at end of file: nothing is ever written
+        os._exit(1)
+
+    threading.Thread(target=watch, name="driver-watch", daemon=True).start()
+
+
+def _sendable(exc: Exception) -> Exception:
+    """The job's exception, or where the driver could not unpickle it, its type and text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+def _fork_server():
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
+
+
+def _machine_gpus() -> list[str]:
+    """The GPUs this machine gives out: those CUDA_VISIBLE_DEVICES names where it is set (Ray's
+    rule too), else every one torch sees."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [gpu.strip() for gpu in visible.split(",") if gpu.strip()]
+    try:
+        import torch
+    except ImportError:
+        return []
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def _allowed_cores() -> list[int]:
+    """The cores this process may run on (Linux; elsewhere unknown: [])."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+@contextmanager
+def _reports_in_batches(send: Callable[[int], None], every: int = 256) -> Iterator[JobReport]:
+    """A job's `report`, passed on to the driver a few hundred frames at a time (each message
+    costs a pickle and a system call, or a Ray actor call), the rest when the job ends."""
+    pending = [0]
+
+    def report(n: int) -> None:
+        pending[0] += n
+        if pending[0] >= every:
+            send(pending[0])
+            pending[0] = 0
+
+    try:
+        yield report
+    finally:
+        if pending[0]:
+            send(pending[0])
 
 
 class RayExecutor:
@@ -313,17 +664,23 @@ def _children_inherit(num_cpus: int | None) -> Iterator[None]:
     embedded Ray stands in for this process, which a busy machine would not slow down by
     itself), and this thread held to `num_cpus` cores (processes it starts inherit that mask).
     All restored afterwards."""
+    niceness = os.environ.get("RAY_worker_niceness", str(os.nice(0)))
+    with _this_checkout_first({"RAY_worker_niceness": niceness}), cpu_cap(num_cpus):
+        yield
+
+
+@contextmanager
+def _this_checkout_first(extra: dict[str, str] | None = None) -> Iterator[None]:
+    """This project's root first on PYTHONPATH (and the `extra` variables set) while processes
+    that import the pipeline are started, so they import the same code as this process, whatever
+    else is installed; restored afterwards."""
     previous = os.environ.get("PYTHONPATH")
     paths = [_project_root(), *(previous.split(os.pathsep) if previous else [])]
-    settings = {
-        "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
-        "RAY_worker_niceness": os.environ.get("RAY_worker_niceness", str(os.nice(0))),
-    }
+    settings = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), **(extra or {})}
     saved = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     try:
-        with cpu_cap(num_cpus):
-            yield
+        yield
     finally:
         for name, value in saved.items():
             if value is None:
@@ -337,7 +694,7 @@ def cpu_cap(num_cpus: int | None) -> Iterator[None]:
     """Hold the calling thread, and every thread and process it starts meanwhile, to the first
     `num_cpus` of the cores it may use (None or at least that many: no change). Linux only;
     elsewhere no change."""
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    allowed = _allowed_cores()
     if not num_cpus or not allowed or num_cpus >= len(allowed):
         yield
         return
@@ -453,29 +810,23 @@ def _replicas_that_fit(ray, resources) -> int:
 
 
 def make_executor(name: str, num_cpus: int | None = None, progress: bool = True) -> Executor:
+    """`run.executor`: 'auto' is Ray where RAY_ADDRESS names a cluster, else worker processes."""
+    if name == "auto":
+        name = "ray" if os.environ.get("RAY_ADDRESS") else "processes"
     if name == "local":
         return LocalExecutor(progress, num_cpus)
+    if name == "processes":
+        return ProcessExecutor(num_cpus, progress)
     if name == "ray":
         return RayExecutor(num_cpus, progress)
-    raise ValueError(f"unknown executor {name!r} (ray or local)")
+    raise ValueError(f"unknown executor {name!r} (auto, processes, ray or local)")
 
 
 def _run_with_counter(fn, job, counter):
-    pending = [0]
+    import ray
 
-    def report(n: int) -> None:
-        pending[0] += n
-        if pending[0] >= 256 and counter is not None:  # one actor call per few hundred frames
-            counter.add.remote(pending[0])
-            pending[0] = 0
-
-    try:
-        import ray
-
+    with _reports_in_batches(counter.add.remote if counter is not None else _ignore) as report:
         return _placed(fn(job, report), ray.get_runtime_context().get_node_id())
-    finally:
-        if counter is not None:
-            counter.add.remote(pending[0])
 
 
 def _placed(result, node: str):

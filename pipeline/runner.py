@@ -289,8 +289,8 @@ class SegmentResources:
 
 def segment_resources(config: PipelineConfig) -> SegmentResources:
     """One CPU, and the most GPU any stage of the segment declares (MemFlow or TransNetV2 on
-    CUDA): Ray then never puts two segments' models on one GPU, and a task that reserved no GPU
-    sees none (Ray hides the others), so 'auto' resolves to the CPU inside it too."""
+    CUDA): Ray (or the process pool) then never puts two segments' models on one GPU, and a task
+    that reserved no GPU sees none (both hide them), so 'auto' resolves to the CPU inside it too."""
     declared = {stage.name: stage.resources for stage in build_clip_stages(config)}
     declared |= frame_stage_resources(config)
     gpus = max((resources.gpus for resources in declared.values()), default=0.0)

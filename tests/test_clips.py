@@ -122,8 +122,9 @@ def test_sintel_letterbox_is_cropped(sintel_dataset):
     assert 50 <= crop["y"] <= 64 and 352 <= crop["h"] <= 380  # about 58 px bars top and bottom
     manifest = _manifest(sintel_dataset)
     # 14 since every cut and every black run splits (issue 13); 11 once fades are trimmed and
-    # the fog of frames 117-128 is a boundary (issue 18)
-    assert len(manifest) >= 10
+    # the fog of frames 117-128 is a boundary (issue 18); 7 once the opening fade, the dragon's
+    # dissolve and the logo fading in are blend spans (stages/scenes.py BlendSpans)
+    assert len(manifest) >= 6
     _assert_no_clip_spans_a_cut(manifest, _summary(sintel_dataset)["scenes"])
 
 
@@ -227,7 +228,12 @@ def test_cuts_reported_late_are_counted_and_lag_seconds_absorbs_them(tmp_path):
     # the threshold detector puts a fade's cut in the middle of the black (frame 50) but can only
     # report it when the picture comes back (frame 60)
     film = make_video(tmp_path / "fade.mp4", num_frames=150, fps=24, black=range(40, 60))
-    settings = {"scenes__detector": "threshold", "scenes__black_min_seconds": -1}
+    # no black runs and no blend rule: their lag would give the detector the time it needs
+    settings = {
+        "scenes__detector": "threshold",
+        "scenes__black_min_seconds": -1,
+        "scenes__blend_gate": -1,
+    }
     late = run_film(film, tmp_path / "a", local_config(**settings), load_ip(None)).summary
     assert late.late_cuts >= 1
     held = run_film(

@@ -63,10 +63,10 @@ def ray_env(temp_dir: Path, address: str | None = None, cluster: bool = False) -
     return env
 
 
-def run_dataset(films: Path, out: Path, env: dict) -> subprocess.CompletedProcess:
+def run_dataset(films: Path, out: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
     """`animegamer dataset` in its own process, as a user runs it."""
     command = [sys.executable, "-m", "pipeline.cli", "dataset", str(films), "--out", str(out)]
-    command += ["--quiet", "--set", "run.segment_seconds=4"]
+    command += ["--quiet", "--set", "run.segment_seconds=4", *extra]
     return subprocess.run(
         command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT
     )
@@ -75,11 +75,12 @@ def run_dataset(films: Path, out: Path, env: dict) -> subprocess.CompletedProces
 @pytest.mark.slow
 def test_embedded_ray_starts_beside_a_dead_clusters_address_file(tmp_path, ray_tmpdir):
     """A `ray start` cluster killed without `ray stop` leaves ray_current_cluster behind, naming
-    a GCS address nobody answers on; without RAY_ADDRESS the run must start its own Ray."""
+    a GCS address nobody answers on; without RAY_ADDRESS, `--executor ray` must start its own
+    Ray."""
     (ray_tmpdir / "ray").mkdir()
     dead = f"127.0.0.1:{free_port()}"
     (ray_tmpdir / "ray" / "ray_current_cluster").write_text(dead)
-    done = run_dataset(BIKES, tmp_path / "out", ray_env(ray_tmpdir))
+    done = run_dataset(BIKES, tmp_path / "out", ray_env(ray_tmpdir), "--executor", "ray")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "bikes: done" in done.stdout
     [summary] = [json.loads(p.read_text()) for p in (tmp_path / "out").glob("*/summary.json")]
@@ -129,7 +130,9 @@ class RayNode:
 
 
 @pytest.mark.slow
-def test_two_node_cluster_runs_a_folder_like_the_embedded_ray(tmp_path, ray_tmpdir, films_folder):
+def test_two_node_cluster_runs_a_folder_like_one_machine(tmp_path, ray_tmpdir, films_folder):
+    """RAY_ADDRESS runs the folder on the cluster (the default executor, 'auto', picks Ray there),
+    with the same bytes as the default on one machine (the process pool), both nodes used."""
     port = free_port()
     address = f"127.0.0.1:{port}"
     head_args = ["--head", f"--port={port}", "--include-dashboard=false"]
@@ -147,7 +150,7 @@ def test_two_node_cluster_runs_a_folder_like_the_embedded_ray(tmp_path, ray_tmpd
         for node in reversed(nodes):
             node.stop()
     assert on_cluster.returncode == 0, on_cluster.stdout + on_cluster.stderr
-    # The head's address file is still there: the embedded run must not try to join it.
+    # The head's address file is still there: the run on one machine must not try to join it.
     embedded = run_dataset(films_folder, tmp_path / "embedded", ray_env(ray_tmpdir / "head"))
     assert embedded.returncode == 0, embedded.stdout + embedded.stderr
 

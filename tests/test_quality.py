@@ -155,18 +155,25 @@ def test_sample_film_keeps_real_shots_and_rejects_black_title_logo_and_credits(s
     assert len(logos) == 2 and all("text" in r.reject_reasons for r in logos)
     credits = at[48.5]
     assert credits.reject_reasons == ["text"] and credits.quality_text_area > 0.05
-    opening = at[1.5]  # the opening shot fading in from black over 4 s
-    assert "fade" in opening.reject_reasons
+    # the opening shot fades in from black over 4 s: the fade (frames 50-90) is a blend span,
+    # and the shot before the fog has 18 frames left, under a clip's 48
+    assert not [r.start_frame for r in m.itertuples() if r.start_frame < 218]
     kept = m[m["usable"]]
-    assert len(kept) >= 6  # the city, the hand, the flight, the dragon and the desert shots
+    # the city, the hand and the desert: the only shots of 2 s or more without text once the
+    # dissolve and the fades are trimmed (the dragon's shot keeps 25 frames between its fade-in
+    # and its dissolve; docs/scenes.md counts them by eye)
+    assert len(kept) >= 3
     assert (kept["quality_text_area"] == 0.0).all()
-    assert {571, 888} <= set(kept["start_frame"])
-    # the shots of the hand and of the dragon fade in from black: trimmed (the fade is a
-    # transition span, stages/scenes.py), so their clips start where the picture is whole
+    assert {571, 869} <= set(kept["start_frame"])
+    # the hand's shot fades in from black: trimmed (the fade is a transition span,
+    # stages/scenes.py), so its clip starts where the picture is whole
     assert any(682 < r.start_frame < 710 for r in kept.itertuples())
-    assert any(775 < r.start_frame < 800 for r in kept.itertuples())
-    # the mountain gives way to white fog over frames 117-128: no kept clip holds any of it
-    assert not [r.start_frame for r in kept.itertuples() if r.start_frame < 129 < r.end_frame]
+    # no kept clip holds the white fog (117-128), the dragon's dissolve into the desert
+    # (about 827-867) or the SINTEL logo fading in over the desert (from about 950)
+    for start, stop in ((117, 129), (827, 868), (950, 1003)):
+        assert not [
+            r.start_frame for r in kept.itertuples() if r.start_frame < stop and start < r.end_frame
+        ]
     # a kept clip never starts on (or holds more than two) black frames
     for row in kept.itertuples():
         black = [p <= THRESHOLDS.black_luma for p in row.quality_luma_peak]
@@ -185,7 +192,7 @@ def test_black_runs_are_scene_boundaries_and_close_cuts_are_kept_on_the_sample(s
     starts = [s for s, _ in summary["scenes"]]
     assert summary["black_frames"] > 200  # about 10 s of the trailer is black: counted
     assert 35 in starts  # the opening's black ends at frame 34: the first window starts at 35
-    assert manifest_of(sintel_out)["start_frame"].iloc[0] == 35
+    assert manifest_of(sintel_out)["start_frame"].iloc[0] in starts
     short = [b - a for a, b in summary["scenes"] if b - a < 15]
     assert len(short) >= 5  # shots under 15 frames are scenes of their own, not swallowed
     m = manifest_of(sintel_out)
@@ -450,7 +457,7 @@ def test_trainer_reads_only_usable_clips_unless_told(sintel_out):
 def test_report_and_notebook_show_rejected_clips_by_reason(sintel_out):
     dataset = open_dataset(sintel_out)
     by_reason = dataset.rejected_by_reason()
-    assert by_reason == {"black": 1, "fade": 4, "text": 4} or set(by_reason) >= {"text", "fade"}
+    assert set(by_reason) >= {"text", "black"}
     assert len(dataset.usable) + len(dataset.rejected) == len(dataset.manifest)
     page = build_report(dataset)
     assert "<h3>Rejected clips</h3>" in page
@@ -458,12 +465,14 @@ def test_report_and_notebook_show_rejected_clips_by_reason(sintel_out):
         assert f'id="rejected-{reason}">{reason}: {count} clips' in page
     # each measured value beside its threshold, the ones that rejected the clip in bold
     assert re.search(r"<b>text area 0\.\d{4} \(text: over 0\.004\)</b>", page)
+    # (the sample has no fade rejected since fades are transition spans: the black title's
+    # black measure is the bold one, and the fade measure is shown, measured but not deciding)
+    assert re.search(r"<b>black frames \d+ of 16, first (not )?black \(rejected: ", page)
     assert re.search(
-        r"<b>brightness \d+ to \d+, median \d+; the darker end [\d.]+x darker "
-        r"\(fade: at least 1\.6x, climbing steadily\)</b>",
+        r"[^>]brightness \d+ to \d+, median \d+; the darker end [\d.]+x darker "
+        r"\(fade: at least 1\.6x, climbing steadily\)",
         page,
     )
-    assert re.search(r"[^>]text area 0\.0000 \(text: over 0\.004\)", page)  # measured, not deciding
     # the timeline tells usable from rejected clips, and the missing captions are said once
     assert 'clips: <span class="swatch" style="background:#2e9e5b"></span>usable' in page
     assert "#c7c7c7" in page and page.count("no instruction yet") == 1

@@ -9,26 +9,17 @@ import signal
 import subprocess
 import time
 
+import psutil
 import pytest
 from conftest import CLI, ROOT, make_video
 
 from core.shards import read_clips
 
 
-def _cli(film, out, *extra):
-    return [
-        *CLI,
-        "dataset",
-        str(film),
-        "--out",
-        str(out),
-        "--executor",
-        "local",
-        "--quiet",
-        "--set",
-        "run.segment_seconds=2",
-        *extra,
-    ]
+def _cli(film, out, *extra, executor="local"):
+    command = [*CLI, "dataset", str(film), "--out", str(out), "--quiet"]
+    command += ["--set", "run.segment_seconds=2", *extra]
+    return command + (["--executor", executor] if executor != "auto" else [])
 
 
 def _rows(film_dir):
@@ -36,7 +27,10 @@ def _rows(film_dir):
 
 
 @pytest.mark.slow
-def test_kill_9_then_rerun_gives_the_uninterrupted_output(tmp_path):
+@pytest.mark.parametrize("executor", ["local", "auto"])
+def test_kill_9_then_rerun_gives_the_uninterrupted_output(tmp_path, executor):
+    """The whole run's process group killed, as a crash or a closed terminal does (under 'auto',
+    the pool's workers with it); the rerun's output is the uninterrupted run's, whichever ran."""
     film = make_video(tmp_path / "long.mp4", cuts=(70, 200, 330), num_frames=480, fps=24, seed=7)
     reference = subprocess.run(
         _cli(film, tmp_path / "reference"), cwd=ROOT, capture_output=True, text=True, timeout=600
@@ -46,7 +40,7 @@ def test_kill_9_then_rerun_gives_the_uninterrupted_output(tmp_path):
     out = tmp_path / "crashed"
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
     victim = subprocess.Popen(
-        _cli(film, out),
+        _cli(film, out, executor=executor),
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -63,7 +57,9 @@ def test_kill_9_then_rerun_gives_the_uninterrupted_output(tmp_path):
     film_dir = next(out.glob("long-*"))
     assert not (film_dir / "summary.json").exists()
 
-    rerun = subprocess.run(_cli(film, out), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    rerun = subprocess.run(
+        _cli(film, out, executor=executor), cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert rerun.returncode == 0, rerun.stderr
     assert "segments already done" in rerun.stdout
     reference_dir = next((tmp_path / "reference").glob("long-*"))
@@ -95,9 +91,12 @@ def _film_to_interrupt(tmp_path):
     )
 
 
-def _interrupt_once_a_segment_is_done(command: list[str], out) -> subprocess.CompletedProcess:
+def _interrupt_once_a_segment_is_done(
+    command: list[str], out
+) -> tuple[subprocess.CompletedProcess, int]:
     """Run `command` in its own process group and send the whole group SIGINT (what Ctrl-C in a
-    terminal does: Ray's processes get it too) once a segment has committed its DONE marker."""
+        terminal does: Ray's processes get it too) once a segment has committed its DONE marker; the
+    finished run and its process group."""
     victim = subprocess.Popen(
         command,
         cwd=ROOT,
@@ -113,7 +112,23 @@ def _interrupt_once_a_segment_is_done(command: list[str], out) -> subprocess.Com
         time.sleep(0.02)
     os.killpg(victim.pid, signal.SIGINT)
     stdout, stderr = victim.communicate(timeout=120)
-    return subprocess.CompletedProcess(command, victim.returncode, stdout, stderr)
+    return subprocess.CompletedProcess(command, victim.returncode, stdout, stderr), victim.pid
+
+
+def _left_in_group(group: int, seconds: float = 10) -> list[psutil.Process]:
+    """The processes of the process group `group` still running after up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = []
+        for process in psutil.process_iter():
+            try:
+                if os.getpgid(process.pid) == group and process.status() != psutil.STATUS_ZOMBIE:
+                    left.append(process)
+            except (ProcessLookupError, psutil.Error):
+                pass
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 def _check_interrupted(run: subprocess.CompletedProcess, out) -> None:
@@ -132,7 +147,7 @@ def _check_interrupted(run: subprocess.CompletedProcess, out) -> None:
 def test_ctrl_c_says_how_far_the_run_got_in_one_line(tmp_path):
     film = _film_to_interrupt(tmp_path)
     out = tmp_path / "out"
-    run = _interrupt_once_a_segment_is_done(_cli(film, out), out)
+    run, _ = _interrupt_once_a_segment_is_done(_cli(film, out), out)
     _check_interrupted(run, out)
     assert run.stderr.strip().count("\n") == 0  # the line is all there is
 
@@ -143,9 +158,21 @@ def test_ctrl_c_under_ray_is_one_line_without_ray_noise(tmp_path):
     start-up warning about token authentication, reaches the user."""
     film = _film_to_interrupt(tmp_path)
     out = tmp_path / "out"
-    command = [a for a in _cli(film, out) if a not in ("--executor", "local")]
-    run = _interrupt_once_a_segment_is_done(command + ["--set", "run.num_cpus=1"], out)
+    command = _cli(film, out, "--set", "run.num_cpus=1", executor="ray")
+    run, _ = _interrupt_once_a_segment_is_done(command, out)
     _check_interrupted(run, out)
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_the_default_process_pool_is_one_line(tmp_path):
+    """The pool's workers get the SIGINT as well and leave it to the driver: one line, exit 130,
+    and no worker left cutting once the command has returned."""
+    film = _film_to_interrupt(tmp_path)
+    out = tmp_path / "out"
+    run, group = _interrupt_once_a_segment_is_done(_cli(film, out, executor="auto"), out)
+    _check_interrupted(run, out)
+    assert run.stderr.strip().count("\n") == 0
+    assert _left_in_group(group) == []
 
 
 @pytest.mark.slow

@@ -11,7 +11,13 @@ from pathlib import Path
 
 from core import storage
 from core.cli import WORK_FAILED, UsageError, input_errors, print_error, work_errors
-from pipeline.config import ConfigError, add_settings_arguments, describe_fields, load_config
+from pipeline.config import (
+    EXECUTORS,
+    ConfigError,
+    add_settings_arguments,
+    describe_fields,
+    load_config,
+)
 from pipeline.ip import GENERIC, IP, ManifestError, load_ip
 from stages.base import build_clip_stages
 
@@ -43,7 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_settings_arguments(parser)
     parser.add_argument("--model", help="caption model: shorthand for --set caption.model=...")
     parser.add_argument(
-        "--executor", choices=("ray", "local"), help="shorthand for --set run.executor=..."
+        "--executor",
+        choices=EXECUTORS,
+        help="where the work runs (default auto: Ray on the cluster RAY_ADDRESS names, else "
+        "worker processes on this machine); shorthand for --set run.executor=...",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument(

@@ -1,0 +1,210 @@
+"""The process-pool executor (the default on one machine): the same clips as the in-process
+executor, one pool of run.num_cpus workers on that many cores running this checkout at the
+driver's niceness, failures and dead workers kept to their own task, GPUs given out as under Ray,
+and no worker left behind a driver killed with -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import BIKES, ROOT, local_config
+
+from core.resources import Resources
+from core.shards import read_clips
+from pipeline.executor import ProcessExecutor, make_executor
+from pipeline.ip import load_ip
+from pipeline.runner import run_film
+
+
+def where_it_runs(_, report) -> dict:
+    """What a task sees of its worker: its process, the cores it may use (its own and those of a
+    thread it starts), which checkout's code it imports, its GPUs and its niceness."""
+    import pipeline
+
+    seen = {}
+    thread = threading.Thread(target=lambda: seen.update(cores=os.sched_getaffinity(0)))
+    thread.start()
+    thread.join()
+    report(300)
+    time.sleep(0.3)  # long enough that one worker cannot take every task before another starts
+    return {
+        "pid": os.getpid(),
+        "cores": sorted(os.sched_getaffinity(0)),
+        "thread_cores": sorted(seen["cores"]),
+        "code": pipeline.__file__,
+        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "nice": os.nice(0),
+        "started": time.monotonic(),
+    }
+
+
+def fails_on_odd(job, report) -> int:
+    if job % 2:
+        raise ValueError(f"job {job} is odd")
+    return job
+
+
+def dies_on_three(job, report) -> int:
+    if job == 3:
+        os.kill(os.getpid(), signal.SIGKILL)  # a crash in native code, the OOM killer
+    return job
+
+
+def test_auto_is_the_process_pool_without_a_cluster(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert make_executor("auto").name == "processes"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert make_executor("auto").name == "ray"  # not started: making it connects nowhere yet
+    assert make_executor("ray").name == "ray"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to hold one")
+def test_one_worker_on_one_core_at_the_drivers_niceness_running_this_checkout():
+    driver_cores = os.sched_getaffinity(0)
+    executor = ProcessExecutor(num_cpus=1, progress=False)
+    try:
+        assert executor.slots() == 1
+        results = executor.map(where_it_runs, list(range(3)), 900, "probe")
+        workers = psutil.Process().children(recursive=True)
+    finally:
+        executor.close()
+    assert len({r["pid"] for r in results}) == 1
+    assert all(r["cores"] == r["thread_cores"] and len(r["cores"]) == 1 for r in results)
+    assert {Path(r["code"]).parent.parent for r in results} == {ROOT}
+    assert {r["nice"] for r in results} == {os.nice(0)}
+    assert {r["gpus"] for r in results} == {""}  # a task that reserved no GPU sees none
+    assert results[0]["pid"] in {p.pid for p in workers}
+    assert os.sched_getaffinity(0) == driver_cores
+
+
+def test_the_progress_bar_counts_what_the_workers_report():
+    executor = ProcessExecutor(num_cpus=2, progress=True)
+    try:
+        with executor.progress_bar("probe") as bar:
+            tasks = [executor.submit(where_it_runs, k) for k in range(3)]
+            while len(executor.wait(tasks)) < len(tasks):
+                pass
+            assert bar.n == 900
+    finally:
+        executor.close()
+
+
+def test_a_failing_job_is_its_result_and_the_others_run():
+    executor = ProcessExecutor(num_cpus=2, progress=False)
+    try:
+        results = executor.map(fails_on_odd, list(range(5)), 5, "jobs")
+    finally:
+        executor.close()
+    assert [r for r in results if not isinstance(r, Exception)] == [0, 2, 4]
+    assert [str(r) for r in results if isinstance(r, Exception)] == ["job 1 is odd", "job 3 is odd"]
+
+
+def test_a_worker_that_dies_fails_its_task_after_one_retry_and_the_others_run():
+    executor = ProcessExecutor(num_cpus=2, progress=False)
+    try:
+        results = executor.map(dies_on_three, list(range(6)), 6, "jobs")
+        again = executor.map(fails_on_odd, [0, 2], 2, "jobs")  # the pool is whole again
+    finally:
+        executor.close()
+    assert results[:3] == [0, 1, 2] and results[4:] == [4, 5]
+    assert isinstance(results[3], RuntimeError)
+    assert "died (exit code -9), 2 time(s)" in str(results[3])
+    assert again == [0, 2]
+
+
+def test_gpus_are_given_out_as_under_ray(monkeypatch):
+    """A task that reserves a GPU sees that one only, two never share it, and one that reserves
+    none sees none; a machine without one refuses the task at once, as Ray's cluster check does."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # the GPUs this machine gives out
+    executor = ProcessExecutor(num_cpus=2, progress=False)
+    try:
+        assert executor.shortfall(Resources(gpus=1.0)) is None
+        gpu = [executor.submit(where_it_runs, k, Resources(gpus=1.0)) for k in range(4)]
+        cpu = [executor.submit(where_it_runs, k) for k in range(2)]
+        while len(executor.wait(gpu + cpu)) < 6:
+            pass
+        on_gpu = [executor.result(t) for t in gpu]
+        on_cpu = [executor.result(t) for t in cpu]
+    finally:
+        executor.close()
+    assert {r["gpus"] for r in on_gpu} == {"3", "5"}
+    assert {r["gpus"] for r in on_cpu} == {""}
+    for gpu_id in ("3", "5"):  # one task at a time on each GPU
+        starts = sorted(r["started"] for r in on_gpu if r["gpus"] == gpu_id)
+        assert all(b - a >= 0.3 for a, b in zip(starts, starts[1:]))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    none = ProcessExecutor(num_cpus=1, progress=False)
+    try:
+        assert none.shortfall(Resources(gpus=1.0)) == "needs 1 GPU(s); this machine has 0"
+        assert none.shortfall(Resources()) is None
+    finally:
+        none.close()
+
+
+@pytest.mark.slow
+def test_the_pool_cuts_the_same_bytes_as_the_local_executor(tmp_path, bikes_dataset):
+    config = local_config(run__executor="processes")
+    result = run_film(BIKES, tmp_path, config, load_ip(None))
+    assert result.ok, result.message
+    assert result.summary.segment_runs[0]["ran_on"]["node"] == "local"
+    names = sorted(p.name for p in Path(bikes_dataset).glob("*.parquet"))
+    assert names and names == sorted(p.name for p in Path(result.film_dir).glob("*.parquet"))
+    for name in names:
+        assert (Path(result.film_dir) / name).read_bytes() == (
+            Path(bikes_dataset) / name
+        ).read_bytes()
+    assert [c.clip_id for c in read_clips(result.film_dir)] == [
+        c.clip_id for c in read_clips(bikes_dataset)
+    ]
+
+
+DRIVER = """
+import time
+from pipeline.executor import ProcessExecutor
+
+def busy(job, report):
+    time.sleep(600)
+
+if __name__ == "__main__":
+    executor = ProcessExecutor(num_cpus=2, progress=False)
+    tasks = [executor.submit(busy, k) for k in range(2)]
+    print(" ".join(str(w.process.pid) for w in executor._pool.workers), flush=True)
+    executor.wait(tasks)  # both are at work
+    time.sleep(600)
+"""
+
+
+def test_no_worker_outlives_a_driver_killed_with_9(tmp_path):
+    """A worker left running would go on writing a segment that the rerun is cutting again."""
+    (tmp_path / "driver.py").write_text(DRIVER)
+    driver = subprocess.Popen(
+        [sys.executable, str(tmp_path / "driver.py")], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    workers = [int(pid) for pid in driver.stdout.readline().split()]
+    try:
+        assert len(workers) == 2 and all(_running(pid) for pid in workers)
+        time.sleep(1.0)  # the tasks have started
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 10
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_running(pid) for pid in workers)
+    finally:  # a failure leaves none behind either
+        for pid in filter(_running, workers):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
