@@ -303,15 +303,10 @@ def _xfade(tail: list[np.ndarray], head: list[np.ndarray], kind: str) -> list[np
     return out
 
 
-@pytest.mark.slow
-def test_ffmpeg_xfade_transitions_are_spans(tmp_path):
-    """The issue's film: real shots joined by a cut and by FFmpeg's xfade fade, fadewhite,
-    dissolve (pixel by pixel at random), wipeleft, fadeblack and circleopen, 0.6 s each. With
-    the blend rule no usable clip reaches into any of them; with the fade rule alone five do.
-    (Its shots are 37 to 66 frames long once the transitions take their ends, so most are too
-    short for a clip either way: shots kept are not what this film tests.)"""
+@pytest.fixture(scope="module")
+def xfade_shots() -> list[list[np.ndarray]]:
     box = (58, 422)
-    shots = [
+    return [
         _read(BUNNY, 0, 66),
         _read(SINTEL, 571, 621, box),
         _read(BIKES, 76, 137),
@@ -321,21 +316,36 @@ def test_ffmpeg_xfade_transitions_are_spans(tmp_path):
         _read(SINTEL, 131, 194, box),
         _read(BIKES, 137, 187),
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("length", [6, 12])
+def test_ffmpeg_xfade_transitions_are_spans(xfade_shots, tmp_path, length):
+    """The issue's film: real shots joined by a cut and by FFmpeg's xfade fade, fadewhite,
+    dissolve (pixel by pixel at random), wipeleft, fadeblack and circleopen, of 0.3 or 0.6 s.
+    With the blend rule no usable clip reaches into any of them (the 0.3-s circleopen makes the
+    cut detector fire inside it); with the fade rule alone five or seven do. At 0.3 s all shots
+    but one keep a clip; at 0.6 s the shots are 37 to 66 frames once the transitions take their
+    ends, mostly too short for a clip either way."""
     kinds = ["cut", "fade", "fadewhite", "dissolve", "wipeleft", "fadeblack", "circleopen"]
-    length = 12
-    frames, spans = list(shots[0]), []
-    for kind, shot in zip(kinds, shots[1:]):
+    frames, spans, shots = list(xfade_shots[0]), [], [[0, len(xfade_shots[0])]]
+    for kind, shot in zip(kinds, xfade_shots[1:]):
         if kind == "cut":
+            shots.append([len(frames), len(frames) + len(shot)])
             frames += shot
             continue
         start = len(frames) - length
         frames[start:] = _xfade(frames[start:], shot[:length], kind)
         spans.append((kind, start, start + length))
+        shots[-1][1] = start
         frames += shot[length:]
+        shots.append([start + length, len(frames)])
     path = tmp_path / "xfade.mp4"
     _write(path, frames)
     manifest, summary = _run(path, tmp_path / "out")
     assert _reaching_into(manifest, spans) == []
     assert summary["drops"]["transition"] >= len(spans)
+    if length == 6:
+        assert _shots_with_a_usable_clip(manifest, shots) >= len(shots) - 1
     off, _ = _run(path, tmp_path / "off", scenes__blend_gate=-1)
     assert len(_reaching_into(off, spans)) >= 4
