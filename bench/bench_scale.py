@@ -219,11 +219,12 @@ def step(name: str, root: str) -> dict:
 
 
 def measure(name: str, root: Path) -> dict:
+    load = _load()  # before the step: what it ran beside
     command = [sys.executable, "-m", "bench.bench_scale", "--step", name, str(root)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "load": load}
 
 
 def found_duplicates(root: Path) -> dict[str, str]:
@@ -322,9 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         for clips in sizes:
             results[clips] = []
             for label, result in run_size(clips, Path(work), args.skip):
-                print(
-                    f"{clips:,} clips, {label}: {json.dumps(result)}  (load {_load()})", flush=True
-                )
+                print(f"{clips:,} clips, {label}: {json.dumps(result)}", flush=True)
                 results[clips].append((label, result))
     print(table(results))
     return 0

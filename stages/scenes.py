@@ -186,7 +186,7 @@ class SceneConfig(Settings):
     (1 exactly between; motion scatters them)."""
     blend_mix: float = 0.25
     """A blend is far from both frames: min(sum|t-A|, sum|t-B|) / sum|A-B| at least this."""
-    blend_pad_seconds: float = 0.1
+    blend_pad_seconds: float = 0.13
     """Each run of blend frames is widened by this much on each side (the faint ends)."""
 
     gradual: str = "off"
@@ -413,7 +413,9 @@ class BlendSpans:
     returned by `process` as transition frames (stages/clips.py makes them a span).
 
     Frame t is a blend of A = frame t-k and B = frame t+k when
-    - no boundary (cut, blank run) lies in (t-k, t+k]: the segment tells it every one (`cut`);
+    - no boundary (cut, blank run) lies in (t-k, t+k]: the segment tells it every one (`cut`).
+      At the shortest lag a pair may hold one: a transition of a few frames can make the cut
+      detector fire inside it, and at a true cut t is one of the pair, so not mixed (below);
     - A and B differ in colour: colour-histogram distance at least `gate` (motion inside one
       shot rarely moves a picture's colours that far in a fraction of a second);
     - t lies between them: per pixel |t-A| + |t-B| >= |A-B|, with equality exactly when t's value
@@ -426,7 +428,8 @@ class BlendSpans:
       gain and offset per channel, which is also "between").
     Blend frames closer than the longest lag are joined into one run (no boundary between them).
     A run that comes within `reach` of a boundary takes every frame up to it (half a dissolve
-    ended by a cut); else its ends go on over the frames that are blends at the lower
+    ended by a cut), and `pad` frames past it when the boundary is within the shortest lag (the
+    cut detector fired inside the transition); else its ends go on over the frames that are blends at the lower
     `edge_gate` (a dissolve's faint start and end), and at least `pad` frames. Frames are
     compared at about WIDTH pixels across, block means of the detection copy (`Frame.small`).
     Measured in docs/scenes.md.
@@ -499,7 +502,9 @@ class BlendSpans:
 
     def _blends(self, t: int, now: np.ndarray, k: int, gate: float) -> bool:
         before, after = self.frames.get(t - k), self.frames.get(t + k)
-        if before is None or after is None or self._cut_within(t - k, t + k):
+        if before is None or after is None:
+            return False
+        if k != self.lags[0] and self._cut_within(t - k, t + k):
             return False
         if 0.5 * float(np.abs(before[1] - after[1]).sum()) < gate:
             return False
@@ -542,13 +547,17 @@ class BlendSpans:
 
     def _edge(self, t: int, step: int) -> int:
         """The outermost frame of a run whose last (step 1) or first (step -1) blend frame is t:
-        up to a boundary within `reach` (a blend that runs into a cut takes every frame to it),
+        up to a boundary within `reach` (a blend that runs into a cut takes every frame to it,
+        and `pad` more past it when the cut is within the shortest lag: the blend straddles it),
         else on over the frames that are blends at the lower `edge_gate` (a dissolve's faint
         ends), and at least `pad` frames; never more than `reach` frames from t."""
         bound = t + step * self.reach
         near = [c for c in self.cuts if min(t, bound) < c <= max(t, bound)]
         if near:
-            return max(near) if step < 0 else min(near) - 1
+            cut = max(near) if step < 0 else min(near)
+            if abs(cut - t) <= self.lags[0]:  # the blend straddles the cut: it goes on past it
+                return max(cut - 1 - self.pad, bound) if step < 0 else min(cut + self.pad, bound)
+            return cut if step < 0 else cut - 1
         edge = t
         while edge != bound and self._is_blend(edge + step, self.edge_gate):
             edge += step

@@ -98,6 +98,27 @@ def test_a_dissolve_cut_short_by_a_cut_takes_every_frame_up_to_it(pictures):
     assert set(range(30, 38)) <= set(found) and 38 not in found, found
 
 
+def test_a_short_iris_the_cut_detector_fires_inside_is_a_span_across_the_cut(pictures):
+    """A 6-frame iris (the new picture in a growing circle) in which the cut detector puts a
+    cut (FFmpeg's 0.3-s circleopen does: frame 4 of 6): at the shortest lag a pair may hold the
+    cut, and a blend next to it goes on past it, so the frames after the cut are in the span."""
+    a, b = pictures
+    width, height = SIZE
+    yy, xx = np.mgrid[0:height, 0:width]
+    radius = np.sqrt((xx - width / 2) ** 2 + (yy - height / 2) ** 2)
+    iris = []
+    for k in range(6):  # frames 30-35
+        frame = a.copy()
+        inside = radius < radius.max() * (k + 1) / 7
+        frame[inside] = b[inside]
+        iris.append(frame)
+    frames = _still(a, 30) + iris + _still(b, 30)
+    found = _spans(frames, cuts=(33,))
+    assert set(range(30, 36)) <= set(found), found
+    # a hard cut with the same pictures is still no blend
+    assert _spans(_still(a, 30) + _still(b, 30), cuts=(30,)) == []
+
+
 def _textured_wide() -> np.ndarray:
     """A real picture three frames wide, tinted blue at its left and red at its right."""
     wide = cv2.resize(_frame(BIKES, 100), (3 * SIZE[0], SIZE[1]))

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import av
+import av.filter
 import cv2
 import numpy as np
 import pandas as pd
@@ -116,16 +118,20 @@ def build_labelled_film(path) -> LabelledFilm:
     _join(film, _read(SINTEL, 571, 621, sintel_box), "fadewhite", 8)
     _join(film, bunny[66:], "wipe", 6)
     _join(film, _read(SINTEL, 131, 194, sintel_box), "dissolve", 16)
+    _write(path, film.frames)
+    return film
+
+
+def _write(path, frames: list[np.ndarray]) -> None:
     with av.open(str(path), "w") as container:
         stream = container.add_stream("libx264", rate=FPS)
         stream.width, stream.height, stream.pix_fmt = SIZE[0], SIZE[1], "yuv420p"
         stream.options = {"crf": "16", "preset": "ultrafast"}
-        for rgb in film.frames:
+        for rgb in frames:
             for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
-    return film
 
 
 @pytest.fixture(scope="module")
@@ -270,3 +276,76 @@ def test_gated_transnetv2_drops_the_sample_windows_across_the_dissolve_and_logo(
     assert {571, 700, 888} <= set(manifest[manifest["usable"]]["start_frame"])
     assert not set(manifest["start_frame"]) & {792, 840, 936}
     assert result.summary.stage_seconds["transitions"] > 0
+
+
+def _xfade(tail: list[np.ndarray], head: list[np.ndarray], kind: str) -> list[np.ndarray]:
+    """FFmpeg's own xfade filter (through PyAV's filter graph) over `tail` then `head`, which
+    overlap completely: the len(tail) transition frames."""
+    graph = av.filter.Graph()
+    size = f"video_size={SIZE[0]}x{SIZE[1]}:pix_fmt=rgb24:pixel_aspect=1/1"
+    timing = f"time_base=1/{FPS}:frame_rate={FPS}/1"
+    sources = [graph.add("buffer", f"{size}:{timing}") for _ in range(2)]
+    xfade = graph.add("xfade", f"transition={kind}:duration={len(tail) / FPS}:offset=0")
+    sink = graph.add("buffersink")
+    sources[0].link_to(xfade, 0, 0)
+    sources[1].link_to(xfade, 0, 1)
+    xfade.link_to(sink)
+    graph.configure()
+    for source, frames in zip(sources, (tail, head)):
+        for pts, rgb in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            frame.pts, frame.time_base = pts, Fraction(1, FPS)
+            source.push(frame)
+        source.push(None)
+    out = []
+    while len(out) < len(tail):
+        out.append(sink.pull().to_ndarray(format="rgb24"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def xfade_shots() -> list[list[np.ndarray]]:
+    box = (58, 422)
+    return [
+        _read(BUNNY, 0, 66),
+        _read(SINTEL, 571, 621, box),
+        _read(BIKES, 76, 137),
+        _read(BIKES, 187, 242),
+        _read(SINTEL, 874, 940, box),
+        _read(BUNNY, 66, 132),
+        _read(SINTEL, 131, 194, box),
+        _read(BIKES, 137, 187),
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("length", [6, 12])
+def test_ffmpeg_xfade_transitions_are_spans(xfade_shots, tmp_path, length):
+    """The issue's film: real shots joined by a cut and by FFmpeg's xfade fade, fadewhite,
+    dissolve (pixel by pixel at random), wipeleft, fadeblack and circleopen, of 0.3 or 0.6 s.
+    With the blend rule no usable clip reaches into any of them (the 0.3-s circleopen makes the
+    cut detector fire inside it); with the fade rule alone five or seven do. At 0.3 s all shots
+    but one keep a clip; at 0.6 s the shots are 37 to 66 frames once the transitions take their
+    ends, mostly too short for a clip either way."""
+    kinds = ["cut", "fade", "fadewhite", "dissolve", "wipeleft", "fadeblack", "circleopen"]
+    frames, spans, shots = list(xfade_shots[0]), [], [[0, len(xfade_shots[0])]]
+    for kind, shot in zip(kinds, xfade_shots[1:]):
+        if kind == "cut":
+            shots.append([len(frames), len(frames) + len(shot)])
+            frames += shot
+            continue
+        start = len(frames) - length
+        frames[start:] = _xfade(frames[start:], shot[:length], kind)
+        spans.append((kind, start, start + length))
+        shots[-1][1] = start
+        frames += shot[length:]
+        shots.append([start + length, len(frames)])
+    path = tmp_path / "xfade.mp4"
+    _write(path, frames)
+    manifest, summary = _run(path, tmp_path / "out")
+    assert _reaching_into(manifest, spans) == []
+    assert summary["drops"]["transition"] >= len(spans)
+    if length == 6:
+        assert _shots_with_a_usable_clip(manifest, shots) >= len(shots) - 1
+    off, _ = _run(path, tmp_path / "off", scenes__blend_gate=-1)
+    assert len(_reaching_into(off, spans)) >= 4
