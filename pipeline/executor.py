@@ -276,8 +276,7 @@ class _WorkerPool:
         self.context = _fork_server()
         # the workers' read end; this process holds the only write end, never written to
         self.lifeline, self._lifeline_writer = self.context.Pipe(duplex=False)
-        with _this_checkout_first():  # the fork server starts with the first worker
-            self.workers = [self._spawn(None) for _ in range(self.cpus)]
+        self.workers = [self._spawn(None) for _ in range(self.cpus)]
 
     def close(self) -> None:
         for worker in self.workers:
@@ -407,7 +406,8 @@ class _WorkerPool:
             name="animegamer-worker",
             daemon=True,  # ended by multiprocessing when this process exits
         )
-        process.start()
+        with _this_checkout_first(), _main_without_a_file_left_out():
+            process.start()  # the first one starts the fork server, if nothing has yet
         theirs.close()
         worker = _Worker(process, ours, gpu)
         self.workers.append(worker)
@@ -459,6 +459,24 @@ def _sendable(exc: Exception) -> Exception:
     except Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
     return exc
+
+
+@contextmanager
+def _main_without_a_file_left_out() -> Iterator[None]:
+    """A new worker runs the driver's main script again (multiprocessing does, so that functions
+    defined there can be sent), by its path; a main read from stdin (`python - < script`) has a
+    `__file__` of "<stdin>", no path to run, and every worker would die starting. Such a main is
+    left out while workers start (their tasks are the pipeline's own functions)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or os.path.exists(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def _fork_server():

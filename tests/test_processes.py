@@ -226,3 +226,22 @@ def test_dataset_starts_the_fork_server_before_its_own_imports(monkeypatch):
     assert prestart_executor(both) == "processes"
     for no_tasks in (["dataset", "--dry-run", "f"], ["dataset", "-h"], ["caption", "f"]):
         assert prestart_executor(no_tasks) is None
+
+
+STDIN_DRIVER = """
+import sys
+sys.path.insert(0, "tests")
+from test_processes import fails_on_odd
+from pipeline.executor import ProcessExecutor
+executor = ProcessExecutor(num_cpus=1, progress=False)
+print(executor.map(fails_on_odd, [0, 2], 2, "jobs"))
+"""
+
+
+def test_a_driver_read_from_stdin_gets_working_workers():
+    """Its main has no file for a new worker to run again (multiprocessing tries to)."""
+    run = subprocess.run(
+        [sys.executable, "-"], input=STDIN_DRIVER, cwd=ROOT, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[0, 2]"
