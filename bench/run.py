@@ -123,11 +123,14 @@ def _planes(frame: av.VideoFrame) -> list[np.ndarray]:
 
 class ProcessTree:
     """CPU seconds and peak resident memory of this process and all its descendants (Ray's
-    GCS, raylet and workers are children of the driver that started them)."""
+    GCS, raylet and workers, the process pool's fork server and workers). A process that ends
+    before the measurement does (the pool's workers, stopped when the run drops its executor)
+    counts with its CPU at the last sample, every 0.2 s."""
 
     def __enter__(self):
         self.peak, self._stop = 0, threading.Event()
         self._cpu_before = self._cpu_by_pid()
+        self._cpu_seen: dict[int, float] = {}
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
@@ -135,7 +138,7 @@ class ProcessTree:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        after = self._cpu_by_pid()
+        after = self._cpu_seen | self._cpu_by_pid()
         self.cpu_seconds = sum(cpu - self._cpu_before.get(pid, 0.0) for pid, cpu in after.items())
 
     @staticmethod
@@ -162,6 +165,7 @@ class ProcessTree:
                 except psutil.Error:
                     pass
             self.peak = max(self.peak, total)
+            self._cpu_seen.update(self._cpu_by_pid())
             time.sleep(0.2)
 
 
