@@ -22,6 +22,7 @@ from one that has imported the pipeline costs next to nothing and runs the same 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
 import signal
@@ -35,6 +36,7 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import connection
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tqdm import tqdm
@@ -218,7 +220,9 @@ class ProcessExecutor(_BarInThisProcess):
         return list(self._workers().wait(tasks, self._bar))
 
     def result(self, task: Hashable) -> Any:
-        return self._workers().results[task]
+        """Taken once: the pool keeps no value after it is read (`run.films_in_flight` bounds the
+        driver's memory)."""
+        return self._workers().results.pop(task)
 
     def _workers(self) -> _WorkerPool:
         if self._pool is None:
@@ -270,9 +274,18 @@ class _WorkerPool:
     submitted: int = 0  # tasks so far; a task's handle is its number
 
     def __post_init__(self) -> None:
+        usable = usable_cpus()
+        if self.num_cpus and self.num_cpus > usable:
+            log.warning(
+                "run.num_cpus=%d, but this process may use %d CPU(s) (its cores and the cgroup's "
+                "CPU quota): %d worker(s)",
+                self.num_cpus,
+                usable,
+                usable,
+            )
+        self.cpus = min(self.num_cpus or usable, usable)
         allowed = _allowed_cores()
-        self.cores = allowed[: self.num_cpus] if self.num_cpus else allowed
-        self.cpus = self.num_cpus or len(allowed) or os.cpu_count() or 1
+        self.cores = allowed[: self.cpus] if self.num_cpus else allowed
         self.context = _fork_server()
         # the workers' read end; this process holds the only write end, never written to
         self.lifeline, self._lifeline_writer = self.context.Pipe(duplex=False)
@@ -371,10 +384,13 @@ class _WorkerPool:
             self.queue.remove(index)
             worker.task = index
             try:
-                worker.conn.send((index, task.fn, task.job))
-            except (pickle.PicklingError, TypeError, AttributeError) as exc:  # nothing was sent
-                self.results[index] = exc
+                payload = pickle.dumps((task.fn, task.job))
+            except Exception as exc:  # nothing was sent: the task's own error, no worker lost
+                self.results[index] = RuntimeError(f"the task could not be pickled: {_said(exc)}")
                 self._release(worker, self.tasks.pop(index))
+                continue
+            try:
+                worker.conn.send((index, payload, _drivers_environment()))
             except OSError:
                 pass  # the worker is gone; its sentinel says so and the task runs again
 
@@ -406,7 +422,7 @@ class _WorkerPool:
             name="animegamer-worker",
             daemon=True,  # ended by multiprocessing when this process exits
         )
-        with _this_checkout_first(), _main_without_a_file_left_out():
+        with _this_checkout_first(), _main_left_out():
             process.start()  # the first one starts the fork server, if nothing has yet
         theirs.close()
         worker = _Worker(process, ours, gpu)
@@ -430,13 +446,51 @@ def _serve(conn, lifeline, cores: list[int], nice: int, gpu: str | None) -> None
             return
         if message is None:
             return
-        task, fn, job = message
+        task, payload, environment = message
+        _adopt_environment(environment, gpu)
         with _reports_in_batches(lambda n: conn.send(("progress", n))) as report:
-            try:
-                value = _placed(fn(job, report), "local")
-            except Exception as exc:  # the job's failure is its result
-                value = _sendable(exc)
-        conn.send(("done", task, value))
+            value = _run_task(payload, report)
+        try:
+            conn.send(("done", task, value))  # pickled whole before anything is written
+        except OSError:
+            raise  # the driver has gone
+        except Exception as exc:  # the task's own error: this worker lives on
+            failure = RuntimeError(f"the task's result could not be pickled: {_said(exc)}")
+            conn.send(("done", task, failure))
+
+
+def _run_task(payload: bytes, report: JobReport) -> Any:
+    """The task's value, or the exception it raised; a function this worker cannot import (one
+    defined in a notebook cell or the driver's main script) fails as that task's error."""
+    try:
+        fn, job = pickle.loads(payload)
+    except Exception as exc:
+        return RuntimeError(f"the worker could not unpickle the task: {_said(exc)}")
+    try:
+        return _placed(fn(job, report), "local")
+    except Exception as exc:  # the job's failure is its result
+        return _sendable(exc)
+
+
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _drivers_environment() -> dict[str, str]:
+    """This process's environment as it is now, sent with each task: the fork server, and so
+    every worker, kept the one of when it started, and a variable set since (AWS_*, HF_HOME,
+    ANIMEGAMER_SCRATCH) must reach the task. This checkout first on PYTHONPATH, as for the workers
+    themselves, for processes the task starts."""
+    return {**os.environ, "PYTHONPATH": _checkout_first(os.environ.get("PYTHONPATH"))}
+
+
+def _adopt_environment(environment: dict[str, str], gpu: str | None) -> None:
+    """Take the driver's environment (a few dozen variables: microseconds), but keep this
+    worker's GPU."""
+    for name in set(os.environ) - set(environment):
+        del os.environ[name]
+    os.environ.update({k: v for k, v in environment.items() if os.environ.get(k) != v})
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu or ""
 
 
 def _die_with_driver(lifeline) -> None:
@@ -462,21 +516,27 @@ def _sendable(exc: Exception) -> Exception:
 
 
 @contextmanager
-def _main_without_a_file_left_out() -> Iterator[None]:
-    """A new worker runs the driver's main script again (multiprocessing does, so that functions
-    defined there can be sent), by its path; a main read from stdin (`python - < script`) has a
-    `__file__` of "<stdin>", no path to run, and every worker would die starting. Such a main is
-    left out while workers start (their tasks are the pipeline's own functions)."""
+def _main_left_out() -> Iterator[None]:
+    """The driver's main module hidden while workers start. multiprocessing has each new worker
+    run the driver's main script again (by its path, or its module name under `-m`), so that
+    functions defined there can be sent: a script without `if __name__ == "__main__":` would start
+    a pool inside every worker, which dies, and a main read from stdin has no path to run. The
+    tasks are the pipeline's own functions, so no worker needs it (and none re-imports it); one
+    from the main script fails as its own task's error."""
     main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if main is None or path is None or os.path.exists(path):
+    if main is None:
         yield
         return
-    del main.__file__
+    saved: dict[str, Any] = {
+        name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__
+    }
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
     try:
         yield
     finally:
-        main.__file__ = path
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
 
 
 def _fork_server():
@@ -498,6 +558,60 @@ def _machine_gpus() -> list[str]:
     except ImportError:
         return []
     return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def usable_cpus() -> int:
+    """How many CPUs this process may keep busy: the cores it may run on (its affinity), fewer
+    where a cgroup CPU quota (a container's --cpus, a Kubernetes CPU limit) allows less time. A
+    quota of 1.5 CPUs counts as 2: two workers use the whole quota (each throttled to three
+    quarters of a core), where one would leave half a CPU idle; Ray rounds up too."""
+    cores = len(_allowed_cores()) or os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return min(cores, max(1, math.ceil(quota))) if quota else cores
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+OWN_CGROUP = Path("/proc/self/cgroup")
+
+
+def cgroup_cpu_quota() -> float | None:
+    """CPUs of time per second this process's cgroup may use, or None (no quota). cgroup v2:
+    `cpu.max` ("QUOTA PERIOD" or "max PERIOD") of this process's cgroup and every ancestor, the
+    smallest; v1: the `cpu` controller's cfs_quota_us over cfs_period_us (-1: none)."""
+    quotas = [q for q in (*_v2_quotas(), _v1_quota()) if q is not None]
+    return min(quotas, default=None)
+
+
+def _v2_quotas() -> list[float | None]:
+    try:
+        lines = OWN_CGROUP.read_text().splitlines()
+    except OSError:
+        lines = []
+    own = next((line[3:] for line in lines if line.startswith("0::")), "/")
+    folder = CGROUP_ROOT / own.lstrip("/")
+    quotas = []
+    for level in (folder, *folder.parents):
+        if level == CGROUP_ROOT.parent:
+            break
+        quotas.append(_ratio(level / "cpu.max", None))
+    return quotas
+
+
+def _v1_quota() -> float | None:
+    folder = CGROUP_ROOT / "cpu"
+    return _ratio(folder / "cpu.cfs_quota_us", folder / "cpu.cfs_period_us")
+
+
+def _ratio(quota_file: Path, period_file: Path | None) -> float | None:
+    """A quota over its period, from one file ("QUOTA PERIOD") or two; None: no file, no quota."""
+    try:
+        words = quota_file.read_text().split()
+        if period_file is not None:
+            words += period_file.read_text().split()
+        quota, period = int(words[0]), int(words[1])
+    except (OSError, ValueError, IndexError):  # "max", -1 parses but is no quota: below
+        return None
+    return quota / period if quota > 0 and period > 0 else None
 
 
 def _allowed_cores() -> list[int]:
@@ -692,9 +806,7 @@ def _this_checkout_first(extra: dict[str, str] | None = None) -> Iterator[None]:
     """This project's root first on PYTHONPATH (and the `extra` variables set) while processes
     that import the pipeline are started, so they import the same code as this process, whatever
     else is installed; restored afterwards."""
-    previous = os.environ.get("PYTHONPATH")
-    paths = [_project_root(), *(previous.split(os.pathsep) if previous else [])]
-    settings = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), **(extra or {})}
+    settings = {"PYTHONPATH": _checkout_first(os.environ.get("PYTHONPATH")), **(extra or {})}
     saved = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     try:
@@ -705,6 +817,12 @@ def _this_checkout_first(extra: dict[str, str] | None = None) -> Iterator[None]:
                 del os.environ[name]
             else:
                 os.environ[name] = value
+
+
+def _checkout_first(pythonpath: str | None) -> str:
+    """`pythonpath` with this project's root first (once)."""
+    paths = [_project_root(), *(pythonpath.split(os.pathsep) if pythonpath else [])]
+    return os.pathsep.join(dict.fromkeys(paths))
 
 
 @contextmanager
@@ -914,6 +1032,4 @@ def _bar(total: int, desc: str, enabled: bool) -> tqdm:
 
 
 def _project_root() -> str:
-    from pathlib import Path
-
     return str(Path(__file__).resolve().parent.parent)

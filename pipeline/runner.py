@@ -19,7 +19,8 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,9 +131,34 @@ def run_films(
     number of films in flight; one bad film never stops the others. Results in input order.
     `ip_for` maps a film (str of its path) to its own IP; the others belong to `ip`. `force`
     cuts complete films again instead of skipping them."""
-    executor = executor or make_executor(
-        config.run.executor, config.run.num_cpus, config.run.progress
-    )
+    with _executor_for(config, executor) as executor:
+        return _run_films(paths, out_dir, config, ip, executor, ip_for, force)
+
+
+@contextmanager
+def _executor_for(config: PipelineConfig, executor: Executor | None) -> Iterator[Executor]:
+    """`executor`, which stays open for its owner, or one made from `config.run` and closed
+    afterwards, whatever happens (a caller that keeps the exception, a notebook, would otherwise
+    keep its idle workers alive)."""
+    if executor is not None:
+        yield executor
+        return
+    made = make_executor(config.run.executor, config.run.num_cpus, config.run.progress)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def _run_films(
+    paths: Sequence[str | Path],
+    out_dir: str | Path,
+    config: PipelineConfig,
+    ip: IP,
+    executor: Executor,
+    ip_for: dict[str, IP] | None,
+    force: bool,
+) -> list[FilmResult]:
     results: list[FilmResult | None] = [None] * len(paths)
     work = []
     for index, path in enumerate(paths):
@@ -212,10 +238,8 @@ def run_film(
     executor: Executor | None = None,
 ) -> FilmResult:
     """One film with exactly `config` (no manifest overrides); a bad film raises FilmError."""
-    executor = executor or make_executor(
-        config.run.executor, config.run.num_cpus, config.run.progress
-    )
-    outcome = _FilmScheduler(executor, out_dir, 1).run([(0, path, config, ip)])[0]
+    with _executor_for(config, executor) as executor:
+        outcome = _FilmScheduler(executor, out_dir, 1).run([(0, path, config, ip)])[0]
     if isinstance(outcome, FilmError):
         raise outcome
     result = _as_result(path, outcome)
@@ -337,6 +361,9 @@ class _FilmScheduler:
         self.limit = films_in_flight or 2 * executor.slots()
         self.tasks: dict[Hashable, _Step] = {}  # every task in flight, with its step
         self.segments: dict[int, list[Hashable]] = {}  # film index -> its segment tasks, in order
+        # a finished segment task's result, kept until its film's last one (the executor gives a
+        # result once)
+        self.segment_results: dict[Hashable, Any] = {}
         self.running: dict[int, int] = {}  # film index -> its segments not finished yet
         self.outcomes: dict[int, object] = {}
         self.claimed: dict[str, PrepareJob] = {}  # film folder -> the film this run cuts into it
@@ -388,6 +415,7 @@ class _FilmScheduler:
         if isinstance(step, _Preparing):
             self._prepared(step, value)
         elif isinstance(step, _Cutting):
+            self.segment_results[task] = value
             self._segment_done(step)
         else:
             self.segments_finished += _segments_finished(value)
@@ -431,7 +459,7 @@ class _FilmScheduler:
         self.running[index] -= 1
         if self.running[index]:
             return  # the film's other segments are still running
-        results = [self.executor.result(t) for t in self.segments.pop(index)]
+        results = [self.segment_results.pop(t) for t in self.segments.pop(index)]
         job = FinalizeJob(step.plan, step.job.config, step.job.ip, results, step.started)
         self.tasks[self.executor.submit(finalize_film, job)] = _Finalizing(index)
 

@@ -5,6 +5,7 @@ and no worker left behind a driver killed with -9."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -17,11 +18,12 @@ import psutil
 import pytest
 from conftest import BIKES, ROOT, local_config
 
+import pipeline.executor as executor_module
 from core.resources import Resources
 from core.shards import read_clips
-from pipeline.executor import ProcessExecutor, make_executor
+from pipeline.executor import ProcessExecutor, cgroup_cpu_quota, make_executor, usable_cpus
 from pipeline.ip import load_ip
-from pipeline.runner import run_film
+from pipeline.runner import run_film, run_films
 
 
 def where_it_runs(_, report) -> dict:
@@ -228,20 +230,151 @@ def test_dataset_starts_the_fork_server_before_its_own_imports(monkeypatch):
         assert prestart_executor(no_tasks) is None
 
 
-STDIN_DRIVER = """
+UNGUARDED_DRIVER = """
 import sys
 sys.path.insert(0, "tests")
 from test_processes import fails_on_odd
 from pipeline.executor import ProcessExecutor
+
+def defined_here(job, report):
+    return job
+
 executor = ProcessExecutor(num_cpus=1, progress=False)
 print(executor.map(fails_on_odd, [0, 2], 2, "jobs"))
+print(executor.map(defined_here, [0], 1, "jobs"))
 """
 
 
-def test_a_driver_read_from_stdin_gets_working_workers():
-    """Its main has no file for a new worker to run again (multiprocessing tries to)."""
+@pytest.mark.parametrize("read_from", ["a file", "stdin"])
+def test_a_driver_script_without_a_main_guard_gets_working_workers(tmp_path, read_from):
+    """multiprocessing has each new worker run the driver's main script again (by its path; from
+    stdin there is none), which here would start a pool inside the worker: the main is left out,
+    and a function defined in it fails as its own task's error."""
+    script = tmp_path / "driver.py"
+    script.write_text(UNGUARDED_DRIVER)
+    command, stdin = ([str(script)], None) if read_from == "a file" else (["-"], UNGUARDED_DRIVER)
     run = subprocess.run(
-        [sys.executable, "-"], input=STDIN_DRIVER, cwd=ROOT, capture_output=True, text=True
+        [sys.executable, *command], input=stdin, cwd=ROOT, capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "[0, 2]"
+    works, defined_in_main = run.stdout.strip().splitlines()
+    assert works == "[0, 2]"
+    assert "could not unpickle the task" in defined_in_main and "defined_here" in defined_in_main
+
+
+def returns_a_lock(job, report):
+    return threading.Lock() if job == 1 else job
+
+
+class LoadsNowhere:
+    """Pickles in the driver, fails to unpickle in the worker."""
+
+    def __reduce__(self):
+        return (_refuse_to_load, ())
+
+
+def _refuse_to_load():
+    raise ValueError("not in this process")
+
+
+def echo(job, report):
+    return job
+
+
+def test_what_cannot_be_pickled_fails_its_own_task_once_and_the_worker_lives_on():
+    executor = ProcessExecutor(num_cpus=1, progress=False)
+    try:
+        executor.start()
+        [before] = [w.process.pid for w in executor._pool.workers]
+        results = executor.map(returns_a_lock, [0, 1, 2], 3, "jobs")
+        [unloadable] = executor.map(echo, [LoadsNowhere()], 1, "jobs")
+        [unsendable] = executor.map(echo, [lambda: None], 1, "jobs")
+        [after] = [w.process.pid for w in executor._pool.workers]
+    finally:
+        executor.close()
+    assert results[0] == 0 and results[2] == 2
+    assert str(results[1]) == (
+        "the task's result could not be pickled: TypeError: cannot pickle '_thread.lock' object"
+    )
+    assert str(unloadable) == (
+        "the worker could not unpickle the task: ValueError: not in this process"
+    )
+    assert str(unsendable).startswith("the task could not be pickled: ")
+    assert "lambda" in str(unsendable)
+    assert after == before  # no worker died, so nothing ran twice
+
+
+def reads_the_environment(name, report) -> tuple:
+    return os.environ.get(name), os.environ.get("PYTHONPATH"), os.environ["CUDA_VISIBLE_DEVICES"]
+
+
+def test_a_task_sees_the_drivers_environment_as_it_is_when_submitted(monkeypatch):
+    """The fork server and its workers keep the environment of when they started; a variable the
+    driver sets later (AWS_*, HF_HOME, a scratch folder) must reach the task all the same."""
+    name = "ANIMEGAMER_SET_LATER"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")  # the driver's, not a CPU worker's
+    executor = ProcessExecutor(num_cpus=1, progress=False)
+    try:
+        executor.start()
+        monkeypatch.setenv(name, "after the pool started")
+        [(value, pythonpath, gpus)] = executor.map(reads_the_environment, [name], 1, "env")
+        monkeypatch.delenv(name)
+        [(gone, _, _)] = executor.map(reads_the_environment, [name], 1, "env")
+    finally:
+        executor.close()
+    assert value == "after the pool started" and gone is None
+    assert pythonpath.split(os.pathsep)[0] == str(ROOT)  # this checkout first, as the worker's
+    assert gpus == ""
+
+
+def test_a_result_is_given_once_and_not_kept():
+    """The pool holds no value after it is read: run.films_in_flight bounds the driver's memory."""
+    executor = ProcessExecutor(num_cpus=1, progress=False)
+    try:
+        assert executor.map(fails_on_odd, [0, 2], 2, "jobs") == [0, 2]
+        assert executor._pool is not None and executor._pool.results == {}
+    finally:
+        executor.close()
+
+
+def test_a_cgroup_cpu_quota_and_the_allowed_cores_bound_the_workers(tmp_path, monkeypatch, caplog):
+    """A container's --cpus (a cgroup quota) counts as a CPU limit, rounded up; run.num_cpus above
+    what this process may use is lowered to it, with a warning."""
+    cores = len(os.sched_getaffinity(0))
+    assert usable_cpus() == cores  # this machine sets no quota (a quota here would show)
+    own = tmp_path / "self-cgroup"
+    own.write_text("1:cpu:/\n0::/batch/job\n")
+    (tmp_path / "batch" / "job").mkdir(parents=True)
+    (tmp_path / "batch" / "cpu.max").write_text("150000 100000\n")
+    (tmp_path / "batch" / "job" / "cpu.max").write_text("max 100000\n")
+    monkeypatch.setattr(executor_module, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(executor_module, "OWN_CGROUP", own)
+    assert cgroup_cpu_quota() == 1.5
+    assert usable_cpus() == min(cores, 2)
+    (tmp_path / "cpu").mkdir()  # cgroup v1, a smaller quota
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("50000\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cgroup_cpu_quota() == 0.5
+    executor = ProcessExecutor(num_cpus=cores + 2, progress=False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="pipeline.executor"):
+            assert executor.slots() == 1
+        assert executor._pool is not None and len(executor._pool.workers) == 1
+    finally:
+        executor.close()
+    assert f"run.num_cpus={cores + 2}, but this process may use 1 CPU(s)" in caplog.text
+
+
+def test_run_films_closes_the_executor_it_made_even_when_it_fails(tmp_path):
+    """A caller that keeps the exception (a notebook) keeps the runner's frame alive: its idle
+    workers must not stay with it."""
+    from multiprocessing import forkserver
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    config = local_config(run__executor="processes", run__num_cpus=1)
+    with pytest.raises(OSError) as raised:
+        run_films([BIKES], not_a_folder, config, load_ip(None))
+    server = psutil.Process(forkserver._forkserver._forkserver_pid)
+    assert raised.value is not None  # still held, with its traceback
+    assert not [p for p in server.children() if _running(p.pid)]
