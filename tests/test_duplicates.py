@@ -236,34 +236,39 @@ def test_the_compiled_scan_finds_every_pair_within_the_distance(width):
         assert found == pairs_by_numpy(codes, start, max_bits), (start, max_bits)
 
 
-@pytest.mark.slow  # compiles the kernel in a fresh process: about 5 s
-def test_the_compiled_scan_is_exact_on_a_cpu_without_avx512(tmp_path):
-    """The kernel is built for the CPU it runs on; on one without AVX-512 (or without a popcount
-    instruction: numba's "generic" CPU) it must find the same pairs."""
-    import os
+def _scan_in_a_process(codes: np.ndarray, start: int, cwd: Path, env: dict, tmp_path: Path):
+    """The pairs within 48 bits that `range_pairs` finds in a fresh Python process."""
     import subprocess
     import sys
 
-    codes = codes_with_copies(np.random.default_rng(7), 1200, 4)
     np.save(tmp_path / "codes.npy", codes)
     script = (
         "import sys, numpy as np\n"
         "from pipeline.bitscan import range_pairs\n"
-        "first, second, bits = range_pairs(np.load(sys.argv[1]), 300, 48)\n"
+        "first, second, bits = range_pairs(np.load(sys.argv[1]), int(sys.argv[3]), 48)\n"
         "np.save(sys.argv[2], np.stack([first, second, bits]).T)\n"
     )
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "NUMBA_CPU_NAME": "generic", "NUMBA_CPU_FEATURES": ""}
     done = subprocess.run(
-        [sys.executable, "-c", script, tmp_path / "codes.npy", tmp_path / "pairs.npy"],
-        cwd=root,
+        [sys.executable, "-c", script, tmp_path / "codes.npy", tmp_path / "pairs.npy", str(start)],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    found = sorted(map(tuple, np.load(tmp_path / "pairs.npy").tolist()))
+    return sorted(map(tuple, np.load(tmp_path / "pairs.npy").tolist()))
+
+
+@pytest.mark.slow  # compiles the kernel in a fresh process: about 5 s
+def test_the_compiled_scan_is_exact_on_a_cpu_without_avx512(tmp_path):
+    """The kernel is built for the CPU it runs on; on one without AVX-512 (or without a popcount
+    instruction: numba's "generic" CPU) it must find the same pairs."""
+    import os
+
+    codes = codes_with_copies(np.random.default_rng(7), 1200, 4)
+    env = {**os.environ, "NUMBA_CPU_NAME": "generic", "NUMBA_CPU_FEATURES": ""}
+    found = _scan_in_a_process(codes, 300, Path(__file__).resolve().parents[1], env, tmp_path)
     assert found == pairs_by_numpy(codes, 300, 48)
 
 
@@ -373,3 +378,40 @@ def test_the_search_radius_is_the_rules_own_comparison(distance, width, expected
     """bits / width <= distance is the rule; floor(8.2 * 15) is 122 in floating point."""
     assert radius_bits(distance, width) == expected
     assert expected / width <= distance < (expected + 1) / width
+
+
+@pytest.mark.slow  # compiles the kernel twice in fresh processes: about 10 s
+def test_the_scan_runs_where_numba_finds_no_writable_cache_folder(tmp_path):
+    """A read-only install whose user has no writable home: numba refuses to decorate a cached
+    function at all ("no locator available"). The kernel then caches under the temporary folder,
+    or compiles without a cache when even that is taken; the scan runs and is exact both ways.
+    Made real even for root: `__pycache__` beside the module and the user's cache folder are
+    files, so numba cannot create either."""
+    import os
+
+    package = tmp_path / "install" / "pipeline"
+    package.mkdir(parents=True)
+    source = Path(__file__).resolve().parents[1] / "pipeline"
+    for name in ["__init__.py", "bitscan.py", "bitscan_kernel.py"]:
+        shutil.copy(source / name, package / name)
+    (package / "__pycache__").write_text("not a folder")
+    (tmp_path / "cache-home").write_text("not a folder")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    codes = codes_with_copies(np.random.default_rng(9), 600, 4)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(
+        PYTHONPATH=str(package.parent),
+        PYTHONDONTWRITEBYTECODE="1",
+        XDG_CACHE_HOME=str(tmp_path / "cache-home"),
+        TMPDIR=str(temp),
+    )
+    own = temp / f"animegamer-numba-{os.getuid()}"
+    for taken in [False, True]:  # the temporary folder's cache, then none
+        if taken:
+            shutil.rmtree(own)
+            own.write_text("someone else's")
+        found = _scan_in_a_process(codes, 0, tmp_path, env, tmp_path)
+        assert found == pairs_by_numpy(codes, 0, 48)
+        if not taken:
+            assert any(own.rglob("*.nbi")), "the kernel was cached under the temporary folder"
