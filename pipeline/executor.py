@@ -394,8 +394,10 @@ class _WorkerPool:
                 continue
             try:
                 worker.conn.send((index, payload, _drivers_environment()))
-            except OSError:
-                pass  # the worker is gone; its sentinel says so and the task runs again
+            except OSError:  # the worker died idle (the OOM killer): the task never ran there
+                self._release(worker, task)
+                self._lost(worker)  # idle now: no try counted
+                self.queue.insert(0, index)
 
     def _worker_for(self, gpus: float) -> _Worker | None:
         """An idle worker that sees no GPU, or one that sees a GPU with `gpus` of it unreserved

@@ -151,6 +151,21 @@ def test_gpus_are_given_out_as_under_ray(monkeypatch):
         none.close()
 
 
+def test_workers_that_died_idle_cost_the_next_task_no_try():
+    """The OOM killer may take idle workers: a task sent to one never ran, so it counts no try
+    (two such in a row would otherwise fail a task that never ran)."""
+    executor = ProcessExecutor(num_cpus=2, progress=False)
+    try:
+        executor.start()
+        assert executor._pool is not None
+        for worker in executor._pool.workers:
+            worker.process.kill()
+            worker.process.join()
+        assert executor.map(fails_on_odd, [0], 1, "jobs") == [0]  # sent to both dead ones
+    finally:
+        executor.close()
+
+
 @pytest.mark.slow
 def test_the_pool_cuts_the_same_bytes_as_the_local_executor(tmp_path, bikes_dataset):
     config = local_config(run__executor="processes")
