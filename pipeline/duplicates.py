@@ -19,7 +19,9 @@ That rule depends only on which pairs of clips match, so the search and the choi
 The index keeps, per clip, the keys the rule needs, its hashes, whether it was fit and the
 decision the pass stored, and the pairs found so far; per film, the stamp of its summary.json. A
 film whose stamp is unchanged is not read again and its pairs with other such films are reused:
-adding a film searches its clips against the rest (n x N, not N^2). It is one Parquet file
+adding a film searches its clips against the rest (n x N, not N^2). The index records the
+distance its pairs are complete to (its radius): new clips are searched to that radius even when
+the thresholds ask for less, so going back to a larger distance (calibrate) can still trust it. It is one Parquet file
 written whole and atomically (one object on object storage, uploaded by the working copy), so a
 reader sees the old index or the new one; a missing, unreadable or outdated index is rebuilt.
 """
@@ -44,7 +46,9 @@ from pipeline.bitscan import range_pairs
 from stages.quality import RejectConfig
 
 INDEX_FILE = "quality_index.parquet"
-INDEX_VERSION = "2"  # 2: only fit clips are searched (`searched`)
+# 2: only fit clips are searched (`searched`); 3: the radius is the one every pair is complete to
+# (a version 2 index may hold clips searched to less than its radius)
+INDEX_VERSION = "3"
 
 INDEX_SCHEMA = pa.schema(
     [
@@ -144,6 +148,14 @@ class QualityIndex:
     def stamp(self, folder: str) -> str | None:
         return self.state.get("stamps", {}).get(folder)
 
+    def search_distance(self, thresholds: RejectConfig, reusing: bool) -> float:
+        """The distance a pass searches new clips to. While stored pairs are reused it is the
+        index's own distance (at least the thresholds'): its pairs stay complete to the distance
+        it records, so a later pass at any distance up to that can trust them. A pass that reuses
+        nothing searches to the thresholds' distance only (the index is rebuilt there)."""
+        wanted = thresholds.duplicate_max_distance
+        return max(self.state.get("radius", wanted), wanted) if reusing else wanted
+
     def same_thresholds(self, thresholds: RejectConfig) -> bool:
         return self.state.get("thresholds") == asdict(thresholds)
 
@@ -161,13 +173,20 @@ class QualityIndex:
         return pc.is_in(clips.column("clip_id"), value_set=ids).to_numpy(zero_copy_only=False)
 
     def save(
-        self, root: Path, clips: pa.Table, pairs: PairIds, thresholds: RejectConfig, stamps: dict
+        self,
+        root: Path,
+        clips: pa.Table,
+        pairs: PairIds,
+        thresholds: RejectConfig,
+        stamps: dict,
+        radius: float,
     ) -> Path:
-        """Write the index of `clips` (their decisions as now stored in the shards) and `pairs`."""
+        """Write the index of `clips` (their decisions as now stored in the shards) and `pairs`,
+        every pair among the clips searched within `radius` (the mean bits a hash)."""
         state = {
             "version": INDEX_VERSION,
             "thresholds": asdict(thresholds),
-            "radius": max(self.state.get("radius", 0.0), thresholds.duplicate_max_distance),
+            "radius": radius,
             "stamps": {name: stamp for name, stamp in stamps.items() if stamp is not None},
         }
         clips = clips.select(CLIP_COLUMNS)
@@ -228,10 +247,13 @@ def near_pairs(
     new: np.ndarray,
     thresholds: RejectConfig,
     taking_part: np.ndarray | None = None,
+    distance: float | None = None,
 ) -> Pairs:
-    """Every pair within `duplicate_max_distance` that involves a clip marked `new`, among the
-    clips `taking_part` (all by default), clips of one scene of one film left out; clips are
-    compared only with clips of as many hashes."""
+    """Every pair within `distance` (the mean bits a hash; `duplicate_max_distance` by default)
+    that involves a clip marked `new`, among the clips `taking_part` (all by default), clips of
+    one scene of one film left out; clips are compared only with clips of as many hashes."""
+    if distance is None:
+        distance = thresholds.duplicate_max_distance
     lengths = pc.list_value_length(clips.column("quality_hashes")).fill_null(0).to_numpy()
     if taking_part is not None:
         lengths = np.where(taking_part, lengths, 0)
@@ -244,13 +266,23 @@ def near_pairs(
         members = np.concatenate([members[~new[members]], members[new[members]]])
         codes = _binary_codes(clips.column("quality_hashes").take(pa.array(members)), width)
         first_new = int((~new[members]).sum())
-        local = _range_pairs(
-            codes, first_new, math.floor(thresholds.duplicate_max_distance * width)
-        )
+        local = _range_pairs(codes, first_new, radius_bits(distance, width))
         first, second = members[local.first], members[local.second]
         differ = (film[first] != film[second]) | (scene[first] != scene[second])
         found = found + Pairs(first[differ], second[differ], local.bits[differ])
     return found
+
+
+def radius_bits(distance: float, width: int) -> int:
+    """The most bits two codes of `width` hashes may differ by with `bits / width <= distance`,
+    the rule's own comparison (`choose_kept`): floor(distance * width) can be one short, as
+    8.2 * 15 is 122.99999999999999 in floating point while 123 / 15 <= 8.2."""
+    bits = math.floor(distance * width)
+    while (bits + 1) / width <= distance:
+        bits += 1
+    while bits >= 0 and bits / width > distance:
+        bits -= 1
+    return bits
 
 
 def _range_pairs(codes: np.ndarray, start: int, max_bits: int) -> Pairs:

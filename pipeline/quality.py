@@ -142,7 +142,8 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
     fit = clips.column("fit").to_numpy(zero_copy_only=False)
     old = fit & ~_not_in(clips, reused) & index.searched(clips)
     pairs = stored_pairs(index.rows_of(reused), clips).among(old)
-    pairs = pairs + near_pairs(clips, ~old, thresholds, taking_part=fit)
+    radius = index.search_distance(thresholds, reusing=bool(old.any()))
+    pairs = pairs + near_pairs(clips, ~old, thresholds, taking_part=fit, distance=radius)
     duplicate_of = choose_kept(clips, fit, pairs, thresholds)
     before = clips.column("duplicate_of").to_pylist()
     changed = {
@@ -156,7 +157,7 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
     final = pa.concat_tables(
         [clips.filter(_not_in(clips, [key[f] for f in to_decide]))] + [t for t, _ in outcomes]
     )
-    index.save(root, final, PairIds.of(pairs, clips), thresholds, stamps)
+    index.save(root, final, PairIds.of(pairs, clips), thresholds, stamps, radius)
     counts = pc.value_counts(pc.list_flatten(final.column("reject_reasons"))).to_pylist()
     return PassResult(
         films=len(films),

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import make_clip, write_film
 
-from pipeline.duplicates import INDEX_FILE, INDEX_SCHEMA, choose_kept, near_pairs
+from pipeline.duplicates import INDEX_FILE, INDEX_SCHEMA, choose_kept, near_pairs, radius_bits
 from pipeline.quality import apply_quality
 from stages.quality import RejectConfig, hamming
 
@@ -296,3 +296,80 @@ def test_clips_that_become_fit_again_are_searched_against_what_came_meanwhile(tm
     apply_quality(root, RejectConfig())
     assert incremental == _decisions(root)
     assert sum(d is not None for _, d in incremental.values()) == 4  # ep01's opening
+
+
+def _film_of_copies(
+    root: Path, name: str, sources: list, bits: list[int], rng, text_step: float = 0.0
+) -> list:
+    """A film folder whose clip k is sources[k] with bits[k] bits flipped (random when None),
+    and k * text_step of text area."""
+    hashes = [
+        flipped(h, b, rng) if h is not None else rng.integers(-(2**63), 2**63 - 1, 4).tolist()
+        for h, b in zip(sources, bits)
+    ]
+    clips = [
+        make_clip(
+            i, film_id=name, film_name=name, quality_hashes=h, quality_text_area=text_step * i
+        )
+        for i, h in enumerate(hashes)
+    ]
+    write_film(root / name, clips)
+    return hashes
+
+
+def _from_scratch(root: Path, thresholds: RejectConfig, tmp_path: Path) -> dict[str, tuple]:
+    """The decisions of a pass over a copy of `root` without its index."""
+    copy = tmp_path / "scratch"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(root, copy)
+    (copy / INDEX_FILE).unlink(missing_ok=True)
+    apply_quality(copy, thresholds)
+    return _decisions(copy)
+
+
+def test_clips_searched_at_a_smaller_distance_are_searched_again_at_a_larger_one(tmp_path):
+    """A film added during a pass at a smaller distance must still have its pairs at the larger
+    distance of a later pass (the index once kept the largest distance ever used, and trusted
+    clips searched to less: ep01's copies, 10 bits a hash from ep00's, were missed)."""
+    rng = np.random.default_rng(1)
+    root = tmp_path / "out"
+    first = _film_of_copies(root, "ep00", [None] * 4, [0] * 4, rng)
+    narrow = RejectConfig(duplicate_max_distance=8.0)
+    apply_quality(root, RejectConfig())  # 12 bits a hash
+    apply_quality(root, narrow)
+    _film_of_copies(root, "ep01", first, [40] * 4, rng)  # within 12 bits a hash, not 8
+    apply_quality(root, narrow)
+    apply_quality(root, RejectConfig())
+    incremental = _decisions(root)
+    assert incremental == _from_scratch(root, RejectConfig(), tmp_path)
+    assert sum(d is not None for _, d in incremental.values()) == 4
+
+
+def test_any_sequence_of_distances_and_films_ends_as_a_pass_from_scratch(tmp_path):
+    """Films added between passes at changing distances (and text thresholds that make some
+    clips unfit): after every pass the folder holds what a pass from scratch decides."""
+    rng = np.random.default_rng(2)
+    root = tmp_path / "out"
+    sources = _film_of_copies(root, "ep00", [None] * 6, [0] * 6, rng, 0.001)
+    for step in range(7):
+        thresholds = RejectConfig(
+            duplicate_max_distance=float(rng.choice([6.0, 8.0, 10.0, 12.0, 14.5])),
+            text_max_area=float(rng.choice([1.0, 0.0035])),
+        )
+        if step % 2:
+            picks = rng.integers(len(sources), size=6)
+            bits = rng.choice([20, 30, 36, 40, 44, 50, 58], size=6).tolist()
+            sources += _film_of_copies(
+                root, f"ep{step:02d}", [sources[p] for p in picks], bits, rng, 0.001
+            )
+        apply_quality(root, thresholds)
+        assert _decisions(root) == _from_scratch(root, thresholds, tmp_path), step
+
+
+@pytest.mark.parametrize(
+    "distance, width, expected", [(8.2, 15, 123), (16.4, 15, 246), (12.0, 4, 48), (7.5, 3, 22)]
+)
+def test_the_search_radius_is_the_rules_own_comparison(distance, width, expected):
+    """bits / width <= distance is the rule; floor(8.2 * 15) is 122 in floating point."""
+    assert radius_bits(distance, width) == expected
+    assert expected / width <= distance < (expected + 1) / width
