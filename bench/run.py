@@ -125,7 +125,11 @@ class ProcessTree:
     """CPU seconds and peak resident memory of this process and all its descendants (Ray's
     GCS, raylet and workers, the process pool's fork server and workers). A process that ends
     before the measurement does (the pool's workers, stopped when the run drops its executor)
-    counts with its CPU at the last sample, every 0.2 s."""
+    counts with its CPU at the last sample, every 0.2 s. The memory is the sum of their RSS,
+    which counts a page shared by several processes (the pool's workers share the fork server's)
+    once in each, so it overstates the pool and Ray against one process: 12 idle workers, 1185
+    MiB of RSS against 244 MiB of PSS (the pool's review). PSS is not sampled because reading it
+    costs about 3 ms a process, CPU that this bench would count as the run's."""
 
     def __enter__(self):
         self.peak, self._stop = 0, threading.Event()
@@ -185,16 +189,20 @@ def bare_decode(path: Path) -> dict:
 
 
 def run_pipeline(
-    path: Path, out: Path, executor: str, overrides: tuple[str, ...] = ()
+    path: Path, out: Path, executor: str, overrides: tuple[str, ...] = (), runner=None
 ) -> tuple[float, FilmSummary]:
+    """The film through the pipeline on `runner` (the bench's one executor, started and timed
+    apart: Ray's is process-wide anyway, and a pool of its own per film would count its start in
+    the film's CPU), else on a new `executor`, started before the clock."""
     from pipeline.config import load_config
     from pipeline.executor import make_executor
     from pipeline.ip import load_ip
     from pipeline.runner import run_film
 
     config = load_config(None, [f"run.executor={executor}", *overrides])
-    runner = make_executor(executor, None, progress=True)
-    runner.start()  # before the clock: Ray's start-up is reported on its own
+    if runner is None:
+        runner = make_executor(executor, None, progress=True)
+        runner.start()
     began = time.perf_counter()
     result = run_film(path, out, config, load_ip(None), runner)
     if result.summary is None:
@@ -202,14 +210,14 @@ def run_pipeline(
     return time.perf_counter() - began, result.summary
 
 
-def quality_cost(film: Path, out: Path, executor: str) -> dict:
+def quality_cost(film: Path, out: Path, executor: str, runner=None) -> dict:
     """What the quality stage adds to the wall time: the film again without it (black-run
     boundaries kept, so the clips are the same), then with it, both after the measured run so
     that neither pays for cold workers or caches."""
     seconds = {}
     for name, overrides in (("without", ("quality.enabled=false",)), ("with", ())):
         shutil.rmtree(out, ignore_errors=True)
-        seconds[name], summary = run_pipeline(film, out, executor, overrides)
+        seconds[name], summary = run_pipeline(film, out, executor, overrides, runner)
     return {
         "pipeline_seconds_without_quality": round(seconds["without"], 1),
         "pipeline_seconds_with_quality_again": round(seconds["with"], 1),
@@ -218,12 +226,14 @@ def quality_cost(film: Path, out: Path, executor: str) -> dict:
     }
 
 
-def measure(name: str, film: Path, executor: str, overrides: tuple[str, ...] = ()) -> dict:
+def measure(
+    name: str, film: Path, executor: str, overrides: tuple[str, ...] = (), runner=None
+) -> dict:
     out = OUT / f"dataset-{name}"
     shutil.rmtree(out, ignore_errors=True)
     before = bare_decode(film)
     with ProcessTree() as tree:
-        pipeline_seconds, summary = run_pipeline(film, out, executor, overrides)
+        pipeline_seconds, summary = run_pipeline(film, out, executor, overrides, runner)
     after = bare_decode(film)
     decode_wall = (before["wall"] + after["wall"]) / 2
     decode_cpu = (before["cpu"] + after["cpu"]) / 2
@@ -375,7 +385,7 @@ def main(argv=None) -> int:
     from pipeline.executor import make_executor
 
     start_began = time.perf_counter()
-    executor = make_executor(args.executor, None, progress=False)
+    executor = make_executor(args.executor, None, progress=True)  # the film rows run on it
     executor.start()
     report = {
         "executor": args.executor,
@@ -383,9 +393,9 @@ def main(argv=None) -> int:
         "runs": [],
     }
     for name, film in films:
-        run = measure(name, film, args.executor, tuple(args.set))
+        run = measure(name, film, args.executor, tuple(args.set), executor)
         if film == films[0][1] and not args.only_films:
-            run |= quality_cost(film, OUT / f"dataset-{name}-quality", args.executor)
+            run |= quality_cost(film, OUT / f"dataset-{name}-quality", args.executor, executor)
         report["runs"].append(run)
         print(json.dumps(run, indent=2), flush=True)
     if not args.only_films:
@@ -400,7 +410,7 @@ def main(argv=None) -> int:
             f"{run['film']} ({run['size']}, {run['frames']} frames): pipeline "
             f"{run['pipeline_seconds']} s vs bare decode {run['bare_decode_seconds']} s: "
             f"x{run['ratio_pipeline_to_decode']} wall, x{run['cpu_ratio']} CPU; "
-            f"peak memory {run['peak_memory_gib']} GiB; {run['clips']} clips; blends "
+            f"peak memory (sum of RSS) {run['peak_memory_gib']} GiB; {run['clips']} clips; blends "
             f"{run['blends_share_of_worker_time']} of the workers' CPU"
         )
     print(f"executor start {report['executor_start_seconds']} s (not in the pipeline time)")

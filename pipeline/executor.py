@@ -183,8 +183,11 @@ class ProcessExecutor(_BarInThisProcess):
 
     The workers are forked from multiprocessing's fork server after it imported the pipeline
     (`PRELOAD`), so no worker imports it again (a Ray worker does, after booting Ray's own
-    runtime), and none is a fork of the driver, whatever threads or thread pools the driver runs
-    (OpenMP's and torch's are not fork-safe once started). Workers ignore Ctrl-C (the driver ends
+    runtime), and none is a fork of the driver, whatever thread pools the driver runs (OpenMP's
+    and torch's are not fork-safe once started). The fork server is not free of threads either
+    (pyarrow's jemalloc and OpenBLAS start theirs on import): forking it is safe because those
+    libraries reset themselves in the child (atfork handlers), not because it has no threads.
+    Workers ignore Ctrl-C (the driver ends
     the run and, exiting, the workers), die with the driver even under kill -9, and run at its
     niceness. GPUs follow Ray's rule (core/device.py): a task that reserves a GPU runs in a
     worker that sees only that GPU, one that reserves none sees no GPU."""
@@ -391,8 +394,10 @@ class _WorkerPool:
                 continue
             try:
                 worker.conn.send((index, payload, _drivers_environment()))
-            except OSError:
-                pass  # the worker is gone; its sentinel says so and the task runs again
+            except OSError:  # the worker died idle (the OOM killer): the task never ran there
+                self._release(worker, task)
+                self._lost(worker)  # idle now: no try counted
+                self.queue.insert(0, index)
 
     def _worker_for(self, gpus: float) -> _Worker | None:
         """An idle worker that sees no GPU, or one that sees a GPU with `gpus` of it unreserved
@@ -564,7 +569,8 @@ def usable_cpus() -> int:
     """How many CPUs this process may keep busy: the cores it may run on (its affinity), fewer
     where a cgroup CPU quota (a container's --cpus, a Kubernetes CPU limit) allows less time. A
     quota of 1.5 CPUs counts as 2: two workers use the whole quota (each throttled to three
-    quarters of a core), where one would leave half a CPU idle; Ray rounds up too."""
+    quarters of a core), where one would leave half a CPU idle (Ray truncates to 1: ray/_private/
+    utils.py, get_num_cpus)."""
     cores = len(_allowed_cores()) or os.cpu_count() or 1
     quota = cgroup_cpu_quota()
     return min(cores, max(1, math.ceil(quota))) if quota else cores

@@ -151,21 +151,48 @@ def test_gpus_are_given_out_as_under_ray(monkeypatch):
         none.close()
 
 
+def test_workers_that_died_idle_cost_the_next_task_no_try():
+    """The OOM killer may take idle workers: a task sent to one never ran, so it counts no try
+    (two such in a row would otherwise fail a task that never ran)."""
+    executor = ProcessExecutor(num_cpus=2, progress=False)
+    try:
+        executor.start()
+        assert executor._pool is not None
+        for worker in executor._pool.workers:
+            worker.process.kill()
+            worker.process.join()
+        assert executor.map(fails_on_odd, [0], 1, "jobs") == [0]  # sent to both dead ones
+    finally:
+        executor.close()
+
+
 @pytest.mark.slow
 def test_the_pool_cuts_the_same_bytes_as_the_local_executor(tmp_path, bikes_dataset):
     config = local_config(run__executor="processes")
     result = run_film(BIKES, tmp_path, config, load_ip(None))
     assert result.ok, result.message
     assert result.summary.segment_runs[0]["ran_on"]["node"] == "local"
-    names = sorted(p.name for p in Path(bikes_dataset).glob("*.parquet"))
-    assert names and names == sorted(p.name for p in Path(result.film_dir).glob("*.parquet"))
+    _assert_same_parquet(Path(result.film_dir), Path(bikes_dataset))
+
+
+@pytest.mark.slow
+def test_the_pool_cuts_a_film_of_several_segments_as_the_local_executor(tmp_path):
+    """Several segment tasks at once, finished in any order, then finalize over their results."""
+    ip = load_ip(None)
+    local = run_film(BIKES, tmp_path / "local", local_config(run__segment_seconds="2"), ip)
+    config = local_config(run__executor="processes", run__num_cpus="2", run__segment_seconds="2")
+    pool = run_film(BIKES, tmp_path / "pool", config, ip)
+    assert local.ok and pool.ok, (local.message, pool.message)
+    assert pool.summary.segments == local.summary.segments == 5
+    _assert_same_parquet(Path(pool.film_dir), Path(local.film_dir))
+
+
+def _assert_same_parquet(folder: Path, expected: Path) -> None:
+    names = sorted(p.name for p in expected.glob("*.parquet"))
+    assert names and names == sorted(p.name for p in folder.glob("*.parquet"))
     for name in names:
-        assert (Path(result.film_dir) / name).read_bytes() == (
-            Path(bikes_dataset) / name
-        ).read_bytes()
-    assert [c.clip_id for c in read_clips(result.film_dir)] == [
-        c.clip_id for c in read_clips(bikes_dataset)
-    ]
+        assert (folder / name).read_bytes() == (expected / name).read_bytes(), name
+    assert [c.clip_id for c in read_clips(folder)] == [c.clip_id for c in read_clips(expected)]
 
 
 DRIVER = """

@@ -95,7 +95,7 @@ def _interrupt_once_a_segment_is_done(
     command: list[str], out
 ) -> tuple[subprocess.CompletedProcess, int]:
     """Run `command` in its own process group and send the whole group SIGINT (what Ctrl-C in a
-        terminal does: Ray's processes get it too) once a segment has committed its DONE marker; the
+    terminal does: Ray's processes get it too) once a segment has committed its DONE marker; the
     finished run and its process group."""
     victim = subprocess.Popen(
         command,
