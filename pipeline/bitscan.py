@@ -18,6 +18,9 @@ bits; pipeline/duplicates.py), so this is a scan made as cheap as a scan can be:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
 QUERY_BLOCK = 64  # queries that walk the codes together (one parallel task)
@@ -40,6 +43,26 @@ def range_pairs(codes: np.ndarray, start: int, max_bits: int) -> tuple[np.ndarra
         parts.append(_search(kernel, words, blocks, end, max_bits))
     first, second, bits = (np.concatenate(column) for column in zip(*parts))
     return first, second, bits.astype(np.int32)
+
+
+@contextmanager
+def search_threads(num_cpus: int | None) -> Iterator[None]:
+    """Scans started by this thread meanwhile use at most `num_cpus` threads (`run.num_cpus`):
+    numba's parallel loop otherwise takes one thread per CPU of the machine, whatever the run's
+    share of it. None: no change (and numba is not imported)."""
+    if not num_cpus:
+        yield
+        return
+    import numba
+
+    from pipeline.bitscan_kernel import numba_config
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(num_cpus, numba_config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
 
 
 def _search(kernel, words: np.ndarray, blocks: np.ndarray, end: int, max_bits: int) -> tuple:

@@ -52,7 +52,8 @@ class RunConfig(Settings):
     num_cpus: int | None = None
     """Cores this run may use on this machine: the process pool has that many workers, held to
     that many cores; the embedded Ray gets that many CPUs, its processes held likewise; the local
-    executor's work is held likewise; None: every core this process may use, fewer under a
+    executor's work is held likewise; the folder pass's duplicate search runs that many threads;
+    None: every core this process may use, fewer under a
     cgroup CPU quota (a container's --cpus; 1.5 counts as 2). The pool takes at most that many:
     a larger value is lowered to it, with a one-line warning. Ignored on a cluster (RAY_ADDRESS),
     whose nodes declare their own CPUs."""

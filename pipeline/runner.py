@@ -203,6 +203,7 @@ def _fetch_folder_files(out_dir: str | Path, local: Path) -> None:
 
 
 def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> None:
+    from pipeline.bitscan import search_threads
     from pipeline.quality import apply_quality, film_folders, load_thresholds, save_thresholds
 
     thresholds, saved = load_thresholds(local, config.reject)
@@ -214,7 +215,8 @@ def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> No
         )
     if not saved:
         save_thresholds(local, thresholds)
-    outcome = apply_quality(local, thresholds)
+    with search_threads(config.run.num_cpus):
+        outcome = apply_quality(local, thresholds)
     for result in results:
         if result.ok and result.film_dir is not None:
             folder = FilmFolder(local / storage.name(result.film_dir))

@@ -415,3 +415,45 @@ def test_the_scan_runs_where_numba_finds_no_writable_cache_folder(tmp_path):
         assert found == pairs_by_numpy(codes, 0, 48)
         if not taken:
             assert any(own.rglob("*.nbi")), "the kernel was cached under the temporary folder"
+
+
+@pytest.mark.parametrize("width", [3, 4])
+def test_the_compiled_scan_is_exact_across_its_cache_blocks_and_calls(width):
+    """More codes than a cache block (2,048) and a kernel call's queries (8,192), with copies
+    planted on each side of those boundaries, at the distance's edge, and the extreme words."""
+    from pipeline.bitscan import SEARCH_BLOCK, range_pairs
+    from pipeline.bitscan_kernel import BASE_BLOCK
+
+    rng = np.random.default_rng(20 + width)
+    codes = codes_with_copies(rng, SEARCH_BLOCK + 900, width)
+    limit = 12 * width
+    edges = [BASE_BLOCK - 1, BASE_BLOCK, SEARCH_BLOCK - 1, SEARCH_BLOCK]
+    for k, (a, b) in enumerate([(e - 3, e) for e in edges] + [(e, e + 5) for e in edges]):
+        codes[b] = flipped(codes[a].tolist(), limit - 1 + k % 3, rng)  # 47, 48, 49 bits
+    codes[-2] = -1
+    codes[-1] = -(2**63)
+    every = pairs_by_numpy(codes, 0, limit)
+    for start in [0, BASE_BLOCK, SEARCH_BLOCK - 1]:
+        first, second, bits = range_pairs(codes, start, limit)
+        found = sorted(zip(first.tolist(), second.tolist(), bits.tolist()))
+        assert found == [pair for pair in every if pair[1] >= start], start
+
+
+def test_the_scan_runs_as_many_threads_as_the_run_may_use():
+    """run.num_cpus holds the scan's parallel loop (numba takes every CPU by default) while the
+    folder pass runs, and the count is restored after; the pairs are the same."""
+    import numba
+
+    from pipeline.bitscan import range_pairs, search_threads
+
+    codes = codes_with_copies(np.random.default_rng(4), 700, 4)
+    before = numba.get_num_threads()
+    with search_threads(1):
+        assert numba.get_num_threads() == 1
+        first, second, bits = range_pairs(codes, 0, 48)
+    assert numba.get_num_threads() == before
+    assert sorted(zip(first.tolist(), second.tolist(), bits.tolist())) == pairs_by_numpy(
+        codes, 0, 48
+    )
+    with search_threads(None):
+        assert numba.get_num_threads() == before
