@@ -144,10 +144,18 @@ def _executor_for(config: PipelineConfig, executor: Executor | None) -> Iterator
         yield executor
         return
     made = make_executor(config.run.executor, config.run.num_cpus, config.run.progress)
+    interrupted = False
     try:
         yield made
+    except (KeyboardInterrupt, Interrupted):
+        # Ctrl-C ends the process, whose exit closes the executor after the one line is printed.
+        # Closing here shut Ray down while its workers took the same SIGINT, and their
+        # complaints ('task_manager.cc: Failed to push error') reached the user before the line.
+        interrupted = True
+        raise
     finally:
-        made.close()
+        if not interrupted:
+            made.close()
 
 
 def _run_films(
