@@ -247,8 +247,7 @@ def _wanted(decided: tuple, caption_status: str | None) -> tuple:
 def _rewrite_film(film: Path, wanted: dict[str, tuple]) -> None:
     def transform(table: pa.Table) -> pa.Table:
         ids = table.column("clip_id").to_pylist()
-        names = ("usable", "reject_reasons", "duplicate_of", "caption_status")
-        for position, name in enumerate(names):
+        for position, name in enumerate(DECISION_COLUMNS):
             table = replace_column(table, name, [wanted[i][position] for i in ids])
         return table
 
