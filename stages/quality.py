@@ -269,8 +269,13 @@ def flashes(means: np.ndarray, thresholds: RejectConfig) -> np.ndarray:
     neighbours."""
     if thresholds.flash_min_jump < 0 or means.shape[1] < 3:
         return np.zeros(len(means), bool)
-    jump = means[:, 1:-1] - np.maximum(means[:, :-2], means[:, 2:])
-    return (jump >= thresholds.flash_min_jump).any(axis=1)
+    return np.any(frame_jumps(means) >= thresholds.flash_min_jump, axis=1)
+
+
+def frame_jumps(means: np.ndarray) -> np.ndarray:
+    """Per row of `means` (clips x frames, at least 3): how much brighter each inner frame is
+    than the brighter of its two neighbours, the measure `flashes` compares with its threshold."""
+    return means[:, 1:-1] - np.maximum(means[:, :-2], means[:, 2:])
 
 
 REASON_COLUMNS = ["status", "quality_luma_peak", "quality_luma_mean", "quality_text_area"]
@@ -366,7 +371,7 @@ def quality_measures(
         )
         measures.append((FADE, text, FADE in reasons))
         if len(means) >= 3 and thresholds.flash_min_jump >= 0:
-            jump = float((np.asarray(means[1:-1]) - np.maximum(means[:-2], means[2:])).max())
+            jump = float(frame_jumps(np.asarray([means], dtype=float)).max())
             text = f"brightest jump {jump:.0f} (flash: at least {thresholds.flash_min_jump:g})"
             measures.append((FLASH, text, FLASH in reasons))
     area = row.get("quality_text_area")
