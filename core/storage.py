@@ -163,12 +163,9 @@ def committed_film_dirs(location: Location, marker: str, skip: str = "work") -> 
     segment parts), are not film folders."""
     if exists(join(location, marker)):
         return [location]
-    if not is_remote(location):
-        files = [p.relative_to(location).as_posix() for p in Path(location).rglob(marker)]
-    else:
-        fs, path = filesystem(location)
-        base = path.rstrip("/")
-        files = [found[len(base) + 1 :] for found in fs.find(base)]
+    fs, path = filesystem(location)  # callers pass URLs; fsspec lists a local folder the same way
+    base = path.rstrip("/")
+    files = [found[len(base) + 1 :] for found in fs.find(base)]
     parts = [f.split("/") for f in files]
     found = {"/".join(p[:-1]) for p in parts if len(p) > 1 and p[-1] == marker and skip not in p}
     nested = {f for f in found if any(f.startswith(other + "/") for other in found)}
