@@ -404,7 +404,12 @@ def colour_histogram(image: np.ndarray) -> np.ndarray:
 
 def colour_distance(a: np.ndarray, b: np.ndarray) -> float:
     """Total-variation distance (0-1) of two pictures' 4x4x4 colour histograms."""
-    return 0.5 * float(np.abs(colour_histogram(a) - colour_histogram(b)).sum())
+    return histogram_distance(colour_histogram(a), colour_histogram(b))
+
+
+def histogram_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Total-variation distance (0-1) of two `colour_histogram`s."""
+    return 0.5 * float(np.abs(a - b).sum())
 
 
 class BlendSpans:
@@ -506,7 +511,7 @@ class BlendSpans:
             return False
         if k != self.lags[0] and self._cut_within(t - k, t + k):
             return False
-        if 0.5 * float(np.abs(before[1] - after[1]).sum()) < gate:
+        if histogram_distance(before[1], after[1]) < gate:
             return False
         a, b = before[0], after[0]
         apart = float(cv2.norm(a, b, cv2.NORM_L1))
