@@ -38,6 +38,7 @@ from scenedetect.detectors import (
     ThresholdDetector,
 )
 
+from core.frames import block_mean
 from core.settings import Settings, check_choice
 from stages.base import Frame
 
@@ -474,7 +475,8 @@ class BlendSpans:
     def process(self, frame: Frame) -> list[int]:
         if not self.enabled:
             return []
-        reduced = _block_mean(frame.small(), self.WIDTH)
+        small = frame.small()
+        reduced = block_mean(small, max(1, small.shape[1] // self.WIDTH))
         self.frames[frame.index] = (reduced.astype(np.float32), colour_histogram(reduced))
         return self._judge_up_to(frame.index - self.reach - self.cut_lag)
 
@@ -569,16 +571,6 @@ class BlendSpans:
         if step < 0:
             return max(min(edge, t - self.pad), bound)
         return min(max(edge, t + self.pad), bound)
-
-
-def _block_mean(picture: np.ndarray, width: int) -> np.ndarray:
-    """`picture` about `width` pixels across, each pixel the mean of a whole block of its pixels
-    (OpenCV's area resize by a whole factor is a plain block mean, many times faster than by
-    any other factor)."""
-    factor = max(1, picture.shape[1] // width)
-    rows, cols = max(1, picture.shape[0] // factor), max(1, picture.shape[1] // factor)
-    whole = picture[: rows * factor, : cols * factor]
-    return cv2.resize(whole, (cols, rows), interpolation=cv2.INTER_AREA)
 
 
 def _same_picture(a: np.ndarray, b: np.ndarray, relit: float, flat: float) -> bool:
