@@ -249,9 +249,8 @@ class SceneCuts:
         return int(getattr(self.detector, "event_buffer_length", 0)) + 2 + self.extra_lag
 
     def process(self, frame: Frame) -> list[int]:
-        small = frame.small()
-        self.greys.append((frame.index, cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)))
-        found = self.detector.process_frame(FrameTimecode(frame.index, self.fps), small)
+        self.greys.append((frame.index, frame.grey()))
+        found = self.detector.process_frame(FrameTimecode(frame.index, self.fps), frame.small())
         return self._without_flashes([tc.frame_num for tc in found])
 
     def finish(self, end: int) -> list[int]:
@@ -330,7 +329,7 @@ class BlackRuns:
         if not self.enabled:
             return []
         index = frame.index
-        grey = cv2.cvtColor(frame.small(), cv2.COLOR_BGR2GRAY)
+        grey = frame.grey()
         mean, std = (float(v[0][0]) for v in cv2.meanStdDev(grey))
         self._follow_fade_in(index, mean, std)
         if _is_black_grey(grey, self.luma) or std <= self.flat_std:
