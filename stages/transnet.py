@@ -160,7 +160,8 @@ class TransNetSpans(_OnTransNet):
             last = self.inputs[-1]
             self.inputs += [last] * (WINDOW - len(self.inputs))
             found += self._predict()
-        return found + self._close_run()
+        self.run = []
+        return found
 
     def _predict(self) -> list[int]:
         window = np.stack(self.inputs[:WINDOW])
@@ -173,16 +174,15 @@ class TransNetSpans(_OnTransNet):
         return found
 
     def _follow(self, index: int, probability: float) -> list[int]:
+        """A run's frames are reported as it grows (all of them once it is `min_frames` long),
+        so one that ends has nothing left to report."""
         if probability <= self.threshold:
-            return self._close_run()
+            self.run = []
+            return []
         self.run.append(index)
         if len(self.run) == self.min_frames:
             return list(self.run)
         return [index] if len(self.run) > self.min_frames else []
-
-    def _close_run(self) -> list[int]:
-        self.run = []
-        return []
 
 
 def _window_probabilities(model: Any, window: np.ndarray) -> np.ndarray:
