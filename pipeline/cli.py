@@ -54,6 +54,22 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def shorthand_overrides(
+    overrides: list[str], model: str | None = None, executor: str | None = None, quiet: bool = False
+) -> list[str]:
+    """The --set assignments, then those `dataset`'s shorthand flags stand for (--model,
+    --executor, --quiet), which win as later assignments do: the command reads its settings with
+    this, and `prestart_executor` its executor, before the command's own imports."""
+    overrides = list(overrides)
+    if model:
+        overrides.append(f"caption.model={model}")
+    if executor:
+        overrides.append(f"run.executor={executor}")
+    if quiet:
+        overrides.append("run.progress=false")
+    return overrides
+
+
 def prestart_executor(argv: list[str]) -> str | None:
     """For `dataset`, before its module's imports (a few tenths of a second): the executor its
     arguments choose (--executor, --set run.executor=...; default auto), started in the background
@@ -68,8 +84,9 @@ def prestart_executor(argv: list[str]) -> str | None:
     known, _ = early.parse_known_args(argv)
     if known.command != "dataset" or known.no_tasks:
         return None
-    chosen = [o.split("=", 1)[1] for o in known.overrides if o.startswith("run.executor=")]
-    executor = known.executor or (chosen[-1] if chosen else "auto")  # as the command reads them
+    overrides = shorthand_overrides(known.overrides, executor=known.executor)
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("run.executor=")]
+    executor = chosen[-1] if chosen else "auto"  # the last one, as load_config applies them
     from pipeline.executor import prestart
 
     prestart(executor)

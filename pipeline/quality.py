@@ -84,11 +84,6 @@ class PassResult:
     read_films: int = 0  # films whose shards were read (the others came from the folder's index)
 
 
-def film_folders(location: Path) -> list[Path]:
-    """Film folders at or under `location`, at any depth (core/film.py `FilmFolder.discover`)."""
-    return FilmFolder.discover(Path(location))
-
-
 def load_thresholds(location: Path, default: RejectConfig) -> tuple[RejectConfig, bool]:
     """The folder's thresholds (OUT/quality.json) and True, or `default` and False if none."""
     path = Path(location) / THRESHOLDS_FILE
@@ -126,7 +121,7 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
     thresholds read every film. Films are read one at a time; the index is written last."""
     location = Path(location)
     root = location.parent if (location / SHARDS_DIR).is_dir() else location
-    films = film_folders(location)
+    films = FilmFolder.discover(location)
     index = QualityIndex.load(root, thresholds)
     key = {film: _key(film, root) for film in films}
     stamps = {key[film]: film_stamp(film) for film in films}
@@ -247,8 +242,7 @@ def _wanted(decided: tuple, caption_status: str | None) -> tuple:
 def _rewrite_film(film: Path, wanted: dict[str, tuple]) -> None:
     def transform(table: pa.Table) -> pa.Table:
         ids = table.column("clip_id").to_pylist()
-        names = ("usable", "reject_reasons", "duplicate_of", "caption_status")
-        for position, name in enumerate(names):
+        for position, name in enumerate(DECISION_COLUMNS):
             table = replace_column(table, name, [wanted[i][position] for i in ids])
         return table
 

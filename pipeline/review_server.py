@@ -250,8 +250,8 @@ class ReviewApp:
         page = chosen[offset : None if limit is None else offset + limit]
         rows = snapshot.table.take(pa.array(page, pa.int64())).to_pylist()
         clips = []
-        for index, row in zip(page.tolist(), rows):
-            slug = snapshot.film_at(index)
+        for row in rows:
+            slug = row["film"]  # the snapshot's table carries each clip's film slug
             review = listing.reviews[slug].get(row["clip_id"])
             clips.append(_clip_json(slug, row, review, snapshot.thresholds[slug]))
         return {

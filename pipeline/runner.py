@@ -212,7 +212,7 @@ def _fetch_folder_files(out_dir: str | Path, local: Path) -> None:
 
 def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> None:
     from pipeline.bitscan import search_threads
-    from pipeline.quality import apply_quality, film_folders, load_thresholds, save_thresholds
+    from pipeline.quality import apply_quality, load_thresholds, save_thresholds
 
     thresholds, saved = load_thresholds(local, config.reject)
     if saved and thresholds != config.reject:
@@ -230,7 +230,7 @@ def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> No
             folder = FilmFolder(local / storage.name(result.film_dir))
             result.summary = folder.read_summary()
             result.message += "; " + reviewed_counts(folder).line()  # as the manifest says
-    every = sum(map(reviewed_counts, map(FilmFolder, film_folders(local))), ReviewedCounts())
+    every = sum(map(reviewed_counts, map(FilmFolder, FilmFolder.discover(local))), ReviewedCounts())
     log.info(
         "quality: %d of %d clips usable in %d film(s) of %s",
         every.usable,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from core import storage
 from core.cli import WORK_FAILED, UsageError, input_errors, print_error, work_errors
+from pipeline.cli import shorthand_overrides
 from pipeline.config import (
     EXECUTORS,
     ConfigError,
@@ -78,13 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
     with input_errors(ConfigError, ManifestError, FileNotFoundError, ValueError):
         ip = load_ip(args.ip)
-        overrides = list(args.overrides)
-        if args.model:
-            overrides.append(f"caption.model={args.model}")
-        if args.executor:
-            overrides.append(f"run.executor={args.executor}")
-        if args.quiet:
-            overrides.append("run.progress=false")
+        overrides = shorthand_overrides(args.overrides, args.model, args.executor, args.quiet)
         config = load_config(args.config, overrides)
         build_clip_stages(config)  # builds and checks the stages' settings, loading nothing
         films: list[str | Path] = (

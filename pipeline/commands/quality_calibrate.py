@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from core.cli import input_errors, work_errors
+from core.film import FilmFolder
 from pipeline.config import ConfigError, PipelineConfig, apply_overrides
 
 HELP = (
@@ -49,7 +50,6 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from pipeline.quality import (
         apply_quality,
-        film_folders,
         load_thresholds,
         read_pass_table,
         save_thresholds,
@@ -57,7 +57,7 @@ def run(args) -> int:
     from stages.quality import RejectConfig, own_reasons
 
     with input_errors(ConfigError, FileNotFoundError, ValueError):
-        if not args.dataset.is_dir() or not film_folders(args.dataset):
+        if not args.dataset.is_dir() or not FilmFolder.discover(args.dataset):
             raise FileNotFoundError(f"{args.dataset}: no film folder with shards/ here")
         root = _dataset_root(args.dataset)
         config = PipelineConfig()
@@ -71,7 +71,7 @@ def run(args) -> int:
     if args.dry_run:
         own: Counter[str] = Counter()
         clips = 0
-        for film in film_folders(args.dataset):  # one film's rows in memory at a time
+        for film in FilmFolder.discover(args.dataset):  # one film's rows in memory at a time
             table = read_pass_table(film)
             clips += table.num_rows
             own.update(r for reasons in own_reasons(table, thresholds) for r in reasons)
