@@ -133,7 +133,7 @@ class ProcessTree:
 
     def __enter__(self):
         self.peak, self._stop = 0, threading.Event()
-        self._cpu_before = self._cpu_by_pid()
+        _, self._cpu_before = self._read()
         self._cpu_seen: dict[int, float] = {}
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -142,34 +142,30 @@ class ProcessTree:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        after = self._cpu_seen | self._cpu_by_pid()
+        after = self._cpu_seen | self._read()[1]
         self.cpu_seconds = sum(cpu - self._cpu_before.get(pid, 0.0) for pid, cpu in after.items())
 
     @staticmethod
-    def _processes() -> list[psutil.Process]:
+    def _read() -> tuple[int, dict[int, float]]:
+        """The tree's summed resident memory and each process's CPU seconds, in one walk of it
+        (the sampler's own CPU counts as the run's)."""
         me = psutil.Process()
-        return [me, *me.children(recursive=True)]
-
-    def _cpu_by_pid(self) -> dict[int, float]:
-        cpu = {}
-        for proc in self._processes():
+        rss, cpu = 0, {}
+        for proc in (me, *me.children(recursive=True)):
             try:
-                times = proc.cpu_times()
-                cpu[proc.pid] = times.user + times.system
+                with proc.oneshot():
+                    rss += proc.memory_info().rss
+                    times = proc.cpu_times()
             except psutil.Error:
-                pass
-        return cpu
+                continue
+            cpu[proc.pid] = times.user + times.system
+        return rss, cpu
 
     def _sample(self):
         while not self._stop.is_set():
-            total = 0
-            for proc in self._processes():
-                try:
-                    total += proc.memory_info().rss
-                except psutil.Error:
-                    pass
-            self.peak = max(self.peak, total)
-            self._cpu_seen.update(self._cpu_by_pid())
+            rss, cpu = self._read()
+            self.peak = max(self.peak, rss)
+            self._cpu_seen.update(cpu)
             time.sleep(0.2)
 
 

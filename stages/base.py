@@ -51,9 +51,10 @@ import pkgutil
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+import cv2
 import numpy as np
 import pyarrow as pa
 
@@ -80,6 +81,14 @@ class Frame:
     starts_scene: bool = False
     in_transition: bool = False
     is_flash: bool = False
+    _grey: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+
+    def grey(self) -> np.ndarray:
+        """`small()` in grey levels, converted once however many stages ask (cut, flash and
+        black-run detection all do)."""
+        if self._grey is None:
+            self._grey = cv2.cvtColor(self.small(), cv2.COLOR_BGR2GRAY)
+        return self._grey
 
 
 Found = TypeVar("Found")

@@ -23,7 +23,7 @@ import cv2
 import numpy as np
 
 from core.film import Drop
-from core.frames import ClipFrames, chroma_region, i420_planes
+from core.frames import ClipFrames, block_mean, chroma_region, i420_planes
 from core.record import Clip, make_clip_id
 from core.settings import Settings, check_choice
 from stages.base import Frame
@@ -169,11 +169,7 @@ def _shrink_by_whole_factor(image: np.ndarray, width: int, height: int) -> np.nd
     faster than its general case, which then has only the rest to do. At most k - 1 edge pixels
     of the source are left out; pictures under twice the target size are untouched."""
     factor = min(image.shape[1] // width, image.shape[0] // height)
-    if factor < 2:
-        return image
-    rows, cols = image.shape[0] // factor, image.shape[1] // factor
-    whole = image[: rows * factor, : cols * factor]
-    return cv2.resize(whole, (cols, rows), interpolation=cv2.INTER_AREA)
+    return block_mean(image, factor) if factor >= 2 else image
 
 
 class ClipSplitter:

@@ -38,6 +38,7 @@ from scenedetect.detectors import (
     ThresholdDetector,
 )
 
+from core.frames import block_mean
 from core.settings import Settings, check_choice
 from stages.base import Frame
 
@@ -248,9 +249,8 @@ class SceneCuts:
         return int(getattr(self.detector, "event_buffer_length", 0)) + 2 + self.extra_lag
 
     def process(self, frame: Frame) -> list[int]:
-        small = frame.small()
-        self.greys.append((frame.index, cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)))
-        found = self.detector.process_frame(FrameTimecode(frame.index, self.fps), small)
+        self.greys.append((frame.index, frame.grey()))
+        found = self.detector.process_frame(FrameTimecode(frame.index, self.fps), frame.small())
         return self._without_flashes([tc.frame_num for tc in found])
 
     def finish(self, end: int) -> list[int]:
@@ -329,7 +329,7 @@ class BlackRuns:
         if not self.enabled:
             return []
         index = frame.index
-        grey = cv2.cvtColor(frame.small(), cv2.COLOR_BGR2GRAY)
+        grey = frame.grey()
         mean, std = (float(v[0][0]) for v in cv2.meanStdDev(grey))
         self._follow_fade_in(index, mean, std)
         if _is_black_grey(grey, self.luma) or std <= self.flat_std:
@@ -404,7 +404,12 @@ def colour_histogram(image: np.ndarray) -> np.ndarray:
 
 def colour_distance(a: np.ndarray, b: np.ndarray) -> float:
     """Total-variation distance (0-1) of two pictures' 4x4x4 colour histograms."""
-    return 0.5 * float(np.abs(colour_histogram(a) - colour_histogram(b)).sum())
+    return histogram_distance(colour_histogram(a), colour_histogram(b))
+
+
+def histogram_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Total-variation distance (0-1) of two `colour_histogram`s."""
+    return 0.5 * float(np.abs(a - b).sum())
 
 
 class BlendSpans:
@@ -469,7 +474,8 @@ class BlendSpans:
     def process(self, frame: Frame) -> list[int]:
         if not self.enabled:
             return []
-        reduced = _block_mean(frame.small(), self.WIDTH)
+        small = frame.small()
+        reduced = block_mean(small, max(1, small.shape[1] // self.WIDTH))
         self.frames[frame.index] = (reduced.astype(np.float32), colour_histogram(reduced))
         return self._judge_up_to(frame.index - self.reach - self.cut_lag)
 
@@ -506,7 +512,7 @@ class BlendSpans:
             return False
         if k != self.lags[0] and self._cut_within(t - k, t + k):
             return False
-        if 0.5 * float(np.abs(before[1] - after[1]).sum()) < gate:
+        if histogram_distance(before[1], after[1]) < gate:
             return False
         a, b = before[0], after[0]
         apart = float(cv2.norm(a, b, cv2.NORM_L1))
@@ -564,16 +570,6 @@ class BlendSpans:
         if step < 0:
             return max(min(edge, t - self.pad), bound)
         return min(max(edge, t + self.pad), bound)
-
-
-def _block_mean(picture: np.ndarray, width: int) -> np.ndarray:
-    """`picture` about `width` pixels across, each pixel the mean of a whole block of its pixels
-    (OpenCV's area resize by a whole factor is a plain block mean, many times faster than by
-    any other factor)."""
-    factor = max(1, picture.shape[1] // width)
-    rows, cols = max(1, picture.shape[0] // factor), max(1, picture.shape[1] // factor)
-    whole = picture[: rows * factor, : cols * factor]
-    return cv2.resize(whole, (cols, rows), interpolation=cv2.INTER_AREA)
 
 
 def _same_picture(a: np.ndarray, b: np.ndarray, relit: float, flat: float) -> bool:

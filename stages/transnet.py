@@ -108,7 +108,23 @@ def network_input(bgr: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(small, cv2.COLOR_BGR2RGB)
 
 
-class TransNetSpans:
+class _OnTransNet:
+    """What both ways of running TransNetV2 share: the device (one rule, core/device.py,
+    resolved once), what the segment task reserves for it (pipeline/runner.py
+    segment_resources), and the network, loaded on first use."""
+
+    def __init__(self, device: str):
+        self.device = resolve_device(device)
+        self.resources = Resources(cpus=1.0, gpus=1.0 if uses_cuda(self.device) else 0.0)
+        self.model: Any = None
+
+    def _network(self) -> Any:
+        if self.model is None:
+            self.model = load_transnet(pick_device(self.device, "scenes.gradual_device"))
+        return self.model
+
+
+class TransNetSpans(_OnTransNet):
     """A frame-level stage: `process(frame)` returns the frames it now knows to be inside a
     transition (runs of at least `min_frames` frames whose probability exceeds `threshold`).
 
@@ -118,11 +134,8 @@ class TransNetSpans:
     """
 
     def __init__(self, threshold: float, min_frames: int, device: str = "auto"):
+        super().__init__(device)
         self.threshold, self.min_frames = threshold, max(1, min_frames)
-        self.device = resolve_device(device)  # the one rule (core/device.py), resolved once
-        # what the segment task reserves for it (pipeline/runner.py segment_resources)
-        self.resources = Resources(cpus=1.0, gpus=1.0 if uses_cuda(self.device) else 0.0)
-        self.model: Any = None
         self.inputs: list[np.ndarray] = []  # the network inputs not yet predicted, with context
         self.indices: list[int] = []  # frame index of each input still to be predicted
         self.run: list[int] = []  # the current run of frames above the threshold
@@ -147,13 +160,12 @@ class TransNetSpans:
             last = self.inputs[-1]
             self.inputs += [last] * (WINDOW - len(self.inputs))
             found += self._predict()
-        return found + self._close_run()
+        self.run = []
+        return found
 
     def _predict(self) -> list[int]:
-        if self.model is None:
-            self.model = load_transnet(pick_device(self.device, "scenes.gradual_device"))
         window = np.stack(self.inputs[:WINDOW])
-        probabilities = _window_probabilities(self.model, window)
+        probabilities = _window_probabilities(self._network(), window)
         kept = min(KEPT, len(self.indices))
         found: list[int] = []
         for index, p in zip(self.indices[:kept], probabilities[:kept]):
@@ -162,16 +174,15 @@ class TransNetSpans:
         return found
 
     def _follow(self, index: int, probability: float) -> list[int]:
+        """A run's frames are reported as it grows (all of them once it is `min_frames` long),
+        so one that ends has nothing left to report."""
         if probability <= self.threshold:
-            return self._close_run()
+            self.run = []
+            return []
         self.run.append(index)
         if len(self.run) == self.min_frames:
             return list(self.run)
         return [index] if len(self.run) > self.min_frames else []
-
-    def _close_run(self) -> list[int]:
-        self.run = []
-        return []
 
 
 def _window_probabilities(model: Any, window: np.ndarray) -> np.ndarray:
@@ -182,7 +193,7 @@ def _window_probabilities(model: Any, window: np.ndarray) -> np.ndarray:
     return _raw_many_hot(model, window)[CONTEXT : CONTEXT + KEPT]
 
 
-class GatedTransNet:
+class GatedTransNet(_OnTransNet):
     """scenes.gradual=gated: TransNetV2 on a planned clip window only when its first and last
     frames' colours differ by at least `gate` (a window inside one shot rarely changes colours
     that much; a dissolve or a fade always does), on the window plus GATE_CONTEXT frames each
@@ -192,11 +203,9 @@ class GatedTransNet:
     GATE_CONTEXT = 16
 
     def __init__(self, gate: float, threshold: float, min_frames: int, device: str = "auto"):
+        super().__init__(device)
         self.gate, self.threshold, self.min_frames = gate, threshold, max(1, min_frames)
-        self.device = resolve_device(device)
-        self.resources = Resources(cpus=1.0, gpus=1.0 if uses_cuda(self.device) else 0.0)
         self.inputs: dict[int, np.ndarray] = {}
-        self.model: Any = None
 
     @property
     def lag(self) -> int:
@@ -218,10 +227,8 @@ class GatedTransNet:
             return None
         span = range(start - self.GATE_CONTEXT, stop + self.GATE_CONTEXT)
         indices = [i for i in span if i in self.inputs]
-        if self.model is None:
-            self.model = load_transnet(pick_device(self.device, "scenes.gradual_device"))
         window = np.stack([self.inputs[i] for i in indices])
-        probabilities = _raw_many_hot(self.model, window)
+        probabilities = _raw_many_hot(self._network(), window)
         marked = [
             i for i, p in zip(indices, probabilities) if start <= i < stop and p > self.threshold
         ]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import BIKES, ROOT, local_config
+from conftest import BIKES, ROOT, local_config, where_it_runs
 
 import pipeline.executor as executor_module
 from core.resources import Resources
@@ -24,28 +24,6 @@ from core.shards import read_clips
 from pipeline.executor import ProcessExecutor, cgroup_cpu_quota, make_executor, usable_cpus
 from pipeline.ip import load_ip
 from pipeline.runner import run_film, run_films
-
-
-def where_it_runs(_, report) -> dict:
-    """What a task sees of its worker: its process, the cores it may use (its own and those of a
-    thread it starts), which checkout's code it imports, its GPUs and its niceness."""
-    import pipeline
-
-    seen = {}
-    thread = threading.Thread(target=lambda: seen.update(cores=os.sched_getaffinity(0)))
-    thread.start()
-    thread.join()
-    report(300)
-    time.sleep(0.3)  # long enough that one worker cannot take every task before another starts
-    return {
-        "pid": os.getpid(),
-        "cores": sorted(os.sched_getaffinity(0)),
-        "thread_cores": sorted(seen["cores"]),
-        "code": pipeline.__file__,
-        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "nice": os.nice(0),
-        "started": time.monotonic(),
-    }
 
 
 def fails_on_odd(job, report) -> int:

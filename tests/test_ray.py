@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import BIKES, ROOT, local_config
+from conftest import BIKES, ROOT, local_config, where_it_runs
 
 from core.shards import read_clips
 from pipeline.ip import load_ip
@@ -38,33 +38,6 @@ def test_ray_executor_matches_local(tmp_path, bikes_dataset):
         assert by_id[clip.clip_id].video == clip.video
 
 
-def _where_it_runs():
-    """A job that reports what a task sees of its worker: its process, the cores it may use (its
-    own and those of a thread it starts), and which checkout's code it imports. (Made inside a
-    function, so Ray sends it by value: the workers cannot import this test module.)"""
-
-    def job(_, report) -> dict:
-        import os
-        import threading
-        import time
-
-        import pipeline
-
-        seen = {}
-        thread = threading.Thread(target=lambda: seen.update(cores=os.sched_getaffinity(0)))
-        thread.start()
-        thread.join()
-        time.sleep(0.3)  # long enough that one worker cannot take every task before another starts
-        return {
-            "pid": os.getpid(),
-            "cores": sorted(os.sched_getaffinity(0)),
-            "thread_cores": sorted(seen["cores"]),
-            "code": pipeline.__file__,
-        }
-
-    return job
-
-
 def _ray_workers() -> dict[int, tuple[tuple[int, ...], int]]:
     """The cores each Python worker process may use and its niceness, by process id, of the
     embedded Ray this process started (its agents left out)."""
@@ -81,7 +54,7 @@ def _ray_workers() -> dict[int, tuple[tuple[int, ...], int]]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to hold one")
-def test_embedded_ray_is_one_pool_on_num_cpus_cores_running_this_checkout():
+def test_embedded_ray_is_one_pool_on_num_cpus_cores_running_this_checkout(monkeypatch):
     """No runtime_env in the embedded Ray (it would start a second pool beside the prestarted
     one), no progress actor when no bar is shown, and run.num_cpus=1 holds every worker, and
     every thread a task starts, to one core, while the driver keeps its cores; the workers run at
@@ -91,9 +64,10 @@ def test_embedded_ray_is_one_pool_on_num_cpus_cores_running_this_checkout():
     from pipeline.executor import RayExecutor
 
     driver_cores = os.sched_getaffinity(0)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests"))  # where Ray's workers find the job
     executor = RayExecutor(num_cpus=1, progress=False)
     try:
-        results = executor.map(_where_it_runs(), list(range(4)), 4, "probe")
+        results = executor.map(where_it_runs, list(range(4)), 4, "probe")
         workers = _ray_workers()
     finally:
         ray.shutdown()
@@ -110,7 +84,7 @@ def test_the_local_executor_holds_a_job_to_num_cpus_cores():
     from pipeline.executor import LocalExecutor
 
     before = os.sched_getaffinity(0)
-    task = LocalExecutor(progress=False, num_cpus=1).submit(_where_it_runs(), None)
+    task = LocalExecutor(progress=False, num_cpus=1).submit(where_it_runs, None)
     seen = task.value
     assert len(seen["cores"]) == 1 and seen["thread_cores"] == seen["cores"]
     assert seen["pid"] == os.getpid() and os.sched_getaffinity(0) == before
