@@ -230,11 +230,6 @@ def is_black(peak: Any, thresholds: RejectConfig) -> Any:
     return peak <= thresholds.black_luma
 
 
-def is_fade(means: Sequence[float], thresholds: RejectConfig) -> bool:
-    """A fade from or to dark (one clip's `fades`)."""
-    return bool(fades(np.asarray([means], dtype=float), thresholds)[0])
-
-
 def fades(means: np.ndarray, thresholds: RejectConfig) -> np.ndarray:
     """Per row of `means` (clips x frames): a fade from or to dark. The first (or last) frame is
     darker than the clip's median brightness by fade_min_ratio, and the brightness climbs from it
@@ -258,10 +253,6 @@ def fades(means: np.ndarray, thresholds: RejectConfig) -> np.ndarray:
                 biggest = climb.max(axis=1, initial=0.0)
                 found[group] |= steady & (biggest <= 0.5 * rise[group])
     return found
-
-
-def has_flash(means: Sequence[float], thresholds: RejectConfig) -> bool:
-    return bool(flashes(np.asarray([means], dtype=float), thresholds)[0])
 
 
 def flashes(means: np.ndarray, thresholds: RejectConfig) -> np.ndarray:

@@ -32,9 +32,9 @@ from stages.quality import (
     RejectConfig,
     clip_reasons,
     decide,
+    fades,
+    flashes,
     hamming,
-    has_flash,
-    is_fade,
     own_reasons,
 )
 from trainer.data import ClipCatalog
@@ -248,15 +248,15 @@ def _ramp(picture: np.ndarray, gains) -> np.ndarray:
 
 def test_fades_from_and_to_black_are_rejected_but_cuts_and_steady_shots_are_not(shots):
     picture = shots[580].astype(np.float32)
-    means = lambda frames: [float(f.mean()) for f in frames]  # noqa: E731
+    means = lambda *clips: np.array([[float(f.mean()) for f in c] for c in clips])  # noqa: E731
     fade_in = _ramp(picture, np.linspace(0.15, 1.0, 16))
-    assert is_fade(means(fade_in), THRESHOLDS)
-    assert is_fade(means(fade_in[::-1]), THRESHOLDS)  # fade out
-    assert not is_fade(means(_ramp(picture, np.ones(16))), THRESHOLDS)
+    steady = _ramp(picture, np.ones(16))
     cut = _ramp(picture, [0.2] * 8 + [1.0] * 8)  # a dark shot cut to a bright one
-    assert not is_fade(means(cut), THRESHOLDS)
+    # fade in, fade out, a steady shot, a cut: one row each
+    found = fades(means(fade_in, fade_in[::-1], steady, cut), THRESHOLDS)
+    assert found.tolist() == [True, True, False, False]
     flash = _ramp(picture, [1.0] * 7 + [3.0] + [1.0] * 8)
-    assert has_flash(means(flash), THRESHOLDS) and not has_flash(means(fade_in), THRESHOLDS)
+    assert flashes(means(flash, fade_in), THRESHOLDS).tolist() == [True, False]
 
 
 def test_stage_rejects_a_black_start_and_a_fade(quality_stage, shots):
