@@ -126,7 +126,7 @@ def run_corpus(films: Sequence[str | Path], out: Path, num_cpus: int | None) -> 
     """Seconds to cut every film with the default executor on `num_cpus` CPUs (None: every core),
     and the mean number of tasks at work (worker seconds of every stage over the wall time)."""
     from pipeline.config import load_config
-    from pipeline.executor import make_executor
+    from pipeline.executors import make_executor
     from pipeline.ip import load_ip
     from pipeline.runner import run_films
 

@@ -191,7 +191,7 @@ def run_pipeline(
     apart: Ray's is process-wide anyway, and a pool of its own per film would count its start in
     the film's CPU), else on a new `executor`, started before the clock."""
     from pipeline.config import load_config
-    from pipeline.executor import make_executor
+    from pipeline.executors import make_executor
     from pipeline.ip import load_ip
     from pipeline.runner import run_film
 
@@ -378,7 +378,7 @@ def main(argv=None) -> int:
     if args.profile:
         profile(films[0][1])
         return 0
-    from pipeline.executor import make_executor
+    from pipeline.executors import make_executor
 
     start_began = time.perf_counter()
     executor = make_executor(args.executor, None, progress=True)  # the film rows run on it

@@ -73,7 +73,7 @@ def shorthand_overrides(
 def prestart_executor(argv: list[str]) -> str | None:
     """For `dataset`, before its module's imports (a few tenths of a second): the executor its
     arguments choose (--executor, --set run.executor=...; default auto), started in the background
-    where that pays (pipeline.executor.prestart), and named; None for other commands, --help and
+    where that pays (pipeline.executors.prestart), and named; None for other commands, --help and
     --dry-run (no task runs). A --config file that chooses another executor is not read here: the
     fork server then idles beside the run."""
     early = argparse.ArgumentParser(add_help=False)
@@ -87,7 +87,7 @@ def prestart_executor(argv: list[str]) -> str | None:
     overrides = shorthand_overrides(known.overrides, executor=known.executor)
     chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("run.executor=")]
     executor = chosen[-1] if chosen else "auto"  # the last one, as load_config applies them
-    from pipeline.executor import prestart
+    from pipeline.executors import prestart
 
     prestart(executor)
     return executor

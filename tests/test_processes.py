@@ -18,10 +18,12 @@ import psutil
 import pytest
 from conftest import BIKES, ROOT, local_config, where_it_runs
 
-import pipeline.executor as executor_module
+import pipeline.executors.cpus as cpus_module
 from core.resources import Resources
 from core.shards import read_clips
-from pipeline.executor import ProcessExecutor, cgroup_cpu_quota, make_executor, usable_cpus
+from pipeline.executors import make_executor
+from pipeline.executors.cpus import cgroup_cpu_quota, usable_cpus
+from pipeline.executors.processes import ProcessExecutor
 from pipeline.ip import load_ip
 from pipeline.runner import run_film, run_films
 
@@ -175,7 +177,7 @@ def _assert_same_parquet(folder: Path, expected: Path) -> None:
 
 DRIVER = """
 import time
-from pipeline.executor import ProcessExecutor
+from pipeline.executors.processes import ProcessExecutor
 
 def busy(job, report):
     time.sleep(600)
@@ -239,7 +241,7 @@ UNGUARDED_DRIVER = """
 import sys
 sys.path.insert(0, "tests")
 from test_processes import fails_on_odd
-from pipeline.executor import ProcessExecutor
+from pipeline.executors.processes import ProcessExecutor
 
 def defined_here(job, report):
     return job
@@ -352,8 +354,8 @@ def test_a_cgroup_cpu_quota_and_the_allowed_cores_bound_the_workers(tmp_path, mo
     (tmp_path / "batch" / "job").mkdir(parents=True)
     (tmp_path / "batch" / "cpu.max").write_text("150000 100000\n")
     (tmp_path / "batch" / "job" / "cpu.max").write_text("max 100000\n")
-    monkeypatch.setattr(executor_module, "CGROUP_ROOT", tmp_path)
-    monkeypatch.setattr(executor_module, "OWN_CGROUP", own)
+    monkeypatch.setattr(cpus_module, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(cpus_module, "OWN_CGROUP", own)
     assert cgroup_cpu_quota() == 1.5
     assert usable_cpus() == min(cores, 2)
     (tmp_path / "cpu").mkdir()  # cgroup v1, a smaller quota
@@ -362,7 +364,7 @@ def test_a_cgroup_cpu_quota_and_the_allowed_cores_bound_the_workers(tmp_path, mo
     assert cgroup_cpu_quota() == 0.5
     executor = ProcessExecutor(num_cpus=cores + 2, progress=False)
     try:
-        with caplog.at_level(logging.WARNING, logger="pipeline.executor"):
+        with caplog.at_level(logging.WARNING, logger="pipeline.executors.processes"):
             assert executor.slots() == 1
         assert executor._pool is not None and len(executor._pool.workers) == 1
     finally:
