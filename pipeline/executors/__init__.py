@@ -1,8 +1,9 @@
 """Where work runs: in this process, in worker processes on this machine, as Ray tasks, or on Ray
-actors. The rest of the pipeline imports this module only: the contracts and the factories.
-Each executor is a module of its own, imported when it is made (`pipeline/executors/local.py`,
-`processes.py`, `ray.py`, the only module that imports Ray); what they share is in `jobs.py`
-(a job's progress and place), `cpus.py` (cores and cgroup quotas) and `checkout.py`.
+actors. The rest of the pipeline imports this module only: the contracts (from `base.py`) and
+the factories. Each executor is a module of its own, imported when one is made (`local.py`,
+`processes.py` with `process_worker.py`, `ray.py`: the only module that imports Ray); what they
+share is in `base.py` (the contracts), `jobs.py` (a job's progress and place), `cpus.py` (cores
+and cgroup quotas) and `checkout.py`. None of them imports this module, so there is no cycle.
 
 `Executor` is the one contract the runner schedules through; `LocalExecutor`, `ProcessExecutor`
 (the default on one machine) and `RayExecutor` (a cluster, or `run.executor=ray`) implement it.
@@ -26,82 +27,24 @@ from one that has imported the pipeline costs next to nothing and runs the same 
 from __future__ import annotations
 
 import os
-from collections import Counter
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
-from core.resources import Resources
+from pipeline.executors.base import ONE_CPU, Executor, JobFn, JobReport, StageRunner
 
 if TYPE_CHECKING:
-    from tqdm import tqdm
-
-    from core.record import Clip
     from stages.base import ClipStage
 
-# A job function: `fn(job, report)`, where `report(n)` advances the progress bar by n units.
-JobReport = Callable[[int], None]
-JobFn = Callable[[Any, JobReport], Any]
-ONE_CPU = Resources()
-
-
-class Executor(Protocol):
-    """Runs jobs as tasks. A task is an opaque handle: submit it, wait for it, take its result
-    (the job's return value, or the exception it raised: one failed job never stops the others)."""
-
-    name: str
-
-    def start(self) -> None:
-        """Bring the executor up now (Ray: start or join the cluster) rather than on first use,
-        so that a caller can time its start-up apart."""
-        ...
-
-    def close(self) -> None:
-        """Release what `start` (or first use) brought up in this process."""
-        ...
-
-    def slots(self) -> int:
-        """How many one-CPU tasks can run at once."""
-        ...
-
-    def shortfall(self, resources: Resources) -> str | None:
-        """Why a task asking `resources` could never be placed here, said of the task ("needs 1
-        GPU(s); the Ray cluster has 0"), or None: it can."""
-        ...
-
-    def submit(self, fn: JobFn, job: Any, resources: Resources = ONE_CPU) -> Hashable:
-        """Start `fn(job, report)` where `resources` are free."""
-        ...
-
-    def wait(self, tasks: list[Hashable]) -> list[Hashable]:
-        """The tasks of `tasks` that have finished (soon after one does)."""
-        ...
-
-    def result(self, task: Hashable) -> Any:
-        """A finished task's return value, or the exception its job raised."""
-        ...
-
-    def progress_bar(self, desc: str) -> AbstractContextManager[tqdm]:
-        """A progress bar that jobs submitted inside it advance through `report`."""
-        ...
-
-    def map(self, fn: JobFn, jobs: list, total: int, desc: str) -> list:
-        """`fn(job, report)` for every job; results (or exceptions) in job order."""
-        ...
-
-
-class StageRunner(Protocol):
-    """A batched clip stage's loaded replicas."""
-
-    def map(self, batches: list[list[Clip]]) -> Iterator[tuple[list[Clip], list[Clip]]]:
-        """Each batch with the stage's answer to it, in batch order."""
-        ...
-
-    def take_stats(self) -> Counter[str]:
-        """The stage's counts since the last call, summed over replicas."""
-        ...
-
-    def close(self) -> None: ...
+__all__ = [  # the contracts (defined in base.py, which the executors' modules import) and factories
+    "ONE_CPU",
+    "Executor",
+    "JobFn",
+    "JobReport",
+    "StageRunner",
+    "make_executor",
+    "make_stage_runner",
+    "prestart",
+    "resolve_executor",
+]
 
 
 def resolve_executor(name: str) -> str:

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from pipeline.executors import JobFn, JobReport
+from pipeline.executors.base import JobFn, JobReport
 
 if TYPE_CHECKING:
-    from pipeline.executors import Executor
+    from pipeline.executors.base import Executor
 
 
 class BarInThisProcess:

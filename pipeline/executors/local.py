@@ -8,7 +8,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from core.resources import Resources
-from pipeline.executors import ONE_CPU, JobFn
+from pipeline.executors.base import ONE_CPU, JobFn
 from pipeline.executors.cpus import cpu_cap
 from pipeline.executors.jobs import BarInThisProcess, ignore_report, placed
 

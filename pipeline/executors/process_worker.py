@@ -10,7 +10,7 @@ import threading
 from multiprocessing import connection
 from typing import Any
 
-from pipeline.executors import JobReport
+from pipeline.executors.base import JobReport
 from pipeline.executors.jobs import placed, reports_in_batches
 
 

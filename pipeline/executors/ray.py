@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from core.resources import Resources
-from pipeline.executors import ONE_CPU, JobFn
+from pipeline.executors.base import ONE_CPU, JobFn
 from pipeline.executors.checkout import project_root, this_checkout_first
 from pipeline.executors.cpus import cpu_cap
 from pipeline.executors.jobs import ignore_report, make_bar, map_jobs, placed, reports_in_batches
