@@ -237,6 +237,28 @@ def test_dataset_starts_the_fork_server_before_its_own_imports(monkeypatch):
         assert prestart_executor(no_tasks) is None
 
 
+def test_the_fork_server_start_reads_the_config_file_as_the_command_does(tmp_path, monkeypatch):
+    """A --config file that chooses the executor is honoured before the command reads it (the
+    fork server is not started beside a run on Ray or in this process); --set and --executor
+    still win over it, and a file the command will refuse starts nothing."""
+    from pipeline.cli import prestart_executor
+    from pipeline.config import load_config
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    config = tmp_path / "local.yaml"
+    config.write_text("run:\n  executor: local\n  num_cpus: 1\n")
+    argv = ["dataset", "f", "--config", str(config)]
+    assert prestart_executor(argv) == load_config(config).run.executor == "local"
+    assert prestart_executor([*argv, "--set", "run.executor=ray"]) == "ray"
+    assert prestart_executor([*argv, "--executor", "processes"]) == "processes"
+    (tmp_path / "other.yaml").write_text("quality:\n  enabled: true\n")
+    assert prestart_executor(["dataset", "f", "--config", str(tmp_path / "other.yaml")]) == "auto"
+    for refused in ("[1, 2]\n", "run: [local]\n"):
+        config.write_text(refused)
+        assert prestart_executor(argv) is None
+    assert prestart_executor(["dataset", "f", "--config", str(tmp_path / "missing.yaml")]) is None
+
+
 UNGUARDED_DRIVER = """
 import sys
 sys.path.insert(0, "tests")
