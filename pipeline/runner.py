@@ -46,7 +46,7 @@ from core.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from core.shards import ShardWriter, read_clips
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 from pipeline.corpus import write_dataset_summary
-from pipeline.executor import Executor, make_executor
+from pipeline.executors import Executor, make_executor
 from pipeline.ip import IP
 from pipeline.manifest import ReviewedCounts, reviewed_counts, write_manifest
 from pipeline.segments import (
