@@ -172,12 +172,20 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Clips in the manifest", f"{len(manifest)} ({len(ok)} ok)"),
         ("Usable clips (quality)", _usable_text(manifest)),
         ("Clip geometry", _clip_geometry(manifest)),
+        ("Upscaled", _upscaled_text(summary)),
         ("Captions (summary)", summary.captions),
         ("Windows dropped", len(drops) if len(drops) else _summary_drop_total(summary)),
         ("Manual review", review_text(film.review_counts)),
         ("Folder", str(film.path)),
     ]
     return _table(["", ""], [(name, _shown(value)) for name, value in rows], show_header=False)
+
+
+def _upscaled_text(summary) -> str:
+    """Whether the clips enlarge the source picture (summary.json `upscaled`), and how much."""
+    if "upscaled" in summary.absent:
+        return "not recorded"
+    return summary.upscaled.note if summary.upscaled else "no"
 
 
 def _crop_figure(dataset: Dataset, film: Film, manifest: pd.DataFrame) -> str:
