@@ -37,6 +37,7 @@ from core.film import (
     FilmFolder,
     FilmSummary,
     FolderError,
+    OverlayRecord,
     SegmentSpan,
     SegmentStats,
 )
@@ -59,7 +60,8 @@ from pipeline.segments import (
 )
 from stages.base import build_clip_stages, clip_schema
 from stages.clips import source_scale
-from stages.crop import BorderCrop, CropBox
+from stages.crop import BorderCrop, CropBox, sample_luma_frames
+from stages.overlays import film_overlays, overlay_frames
 from stages.probe import FilmError, FilmInfo, Probe
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,7 @@ class FilmPlan:
     film_dir: str | Path  # a local path or an fsspec URL
     segments: list[SegmentSpan]
     seconds: dict[str, float]
+    overlays: OverlayRecord | None = None  # None: overlays.enabled is off
 
 
 @dataclass
@@ -476,13 +479,33 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
         )
     probe_seconds = time.perf_counter() - began
     limit_threads(job.config.run.task_threads)
-    crop_began = time.perf_counter()
-    crop = BorderCrop(job.config.crop).process(film)
-    seconds = {"probe": probe_seconds, "crop": time.perf_counter() - crop_began}
+    crop, overlay_record, seconds = _film_pictures(film, job.config)
+    seconds = {"probe": probe_seconds, **seconds}
     segments = plan_segments(film, job.config.run.segment_seconds)
     if storage.is_remote(job.path):
         film.path = str(job.path)  # every task fetches the film by its URL (once per node)
-    return FilmPlan(film, crop, film_dir, segments, seconds)
+    return FilmPlan(film, crop, film_dir, segments, seconds, overlay_record)
+
+
+def _film_pictures(
+    film: FilmInfo, config: PipelineConfig
+) -> tuple[CropBox, OverlayRecord | None, dict[str, float]]:
+    """The border crop and the overlay pass, on one sample of the film's key frames (each timed
+    as its own stage); the overlay pass is None when `overlays.enabled` is off."""
+    began = time.perf_counter()
+    overlays = config.overlays if config.overlays.enabled else None
+    samples = max(config.crop.samples, overlays.samples) if overlays else config.crop.samples
+    needed = config.crop.box is None or overlays is not None
+    frames = sample_luma_frames(film, samples) if needed else None
+    crop = BorderCrop(config.crop).process(film, frames)
+    seconds = {"crop": time.perf_counter() - began}
+    if overlays is None:
+        return crop, None, seconds
+    began = time.perf_counter()
+    pictures = overlay_frames(film, frames or [], overlays)
+    record = film_overlays(config).process(pictures, crop)
+    seconds["overlays"] = time.perf_counter() - began
+    return crop, record, seconds
 
 
 def _fetched_film(path: str | Path) -> Path:
@@ -502,11 +525,14 @@ def _segment_job(
     """A segment's job: its folder is the film's, or for a film in object storage a local scratch
     folder standing in for it (`store` then names the real one)."""
     if not storage.is_remote(plan.film_dir):
+        folder = FilmFolder(Path(plan.film_dir))
         return SegmentJob(
-            plan.film, plan.crop, config, ip.name, segment, FilmFolder(Path(plan.film_dir))
+            plan.film, plan.crop, config, ip.name, segment, folder, overlays=plan.overlays
         )
     folder = FilmFolder(storage.scratch_dir(plan.film_dir))
-    return SegmentJob(plan.film, plan.crop, config, ip.name, segment, folder, str(plan.film_dir))
+    return SegmentJob(
+        plan.film, plan.crop, config, ip.name, segment, folder, str(plan.film_dir), plan.overlays
+    )
 
 
 def run_stored_segment(job: SegmentJob, report=_no_report) -> SegmentStats:
@@ -540,7 +566,14 @@ def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
     if remote:
         _fetch_parts(plan.film_dir, folder, job.segment_results)
     summary = finalize(
-        folder, plan.film, plan.crop, job.config, job.ip, job.segment_results, plan.seconds
+        folder,
+        plan.film,
+        plan.crop,
+        job.config,
+        job.ip,
+        job.segment_results,
+        plan.seconds,
+        plan.overlays,
     )
     seconds = dict(summary.stage_seconds or {})
     seconds["finalize"] = round(time.perf_counter() - began, 3)
@@ -590,6 +623,7 @@ def finalize(
     ip: IP,
     results: list[SegmentStats | Exception],
     extra_seconds: dict[str, float],
+    overlays: OverlayRecord | None = None,
 ) -> FilmSummary:
     """Gather the segments' parts into shards with film-wide clip and scene numbering."""
     failed = {
@@ -616,6 +650,7 @@ def finalize(
     write_manifest(folder)
     write_table_atomic(rows_to_table(drop_rows, DROP_SCHEMA), folder.drops)
     summary = _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seconds)
+    summary = summary.updated(overlays=overlays)
     if summary.complete:
         shutil.rmtree(folder.work, ignore_errors=True)
     return summary
@@ -755,4 +790,5 @@ def _summary_line(film: FilmInfo, summary: FilmSummary) -> str:
         f"{film.film_name}{upscaled}: {state}: {summary.clips_written} clips "
         f"({summary.clips_failed} failed), {len(summary.scenes or [])} scenes, drops: {drops}; "
         f"{film.duration:.1f} s of film in {summary.wall_seconds or 0:.1f} s{reused}"
+        + (f"; {summary.overlays.line()}" if summary.overlays is not None else "")
     )
