@@ -32,7 +32,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator, NullLocator
 
 from core import storage
-from core.film import CropRecord, FilmSummary
+from core.film import CropRecord, FilmSummary, WindowRecord
 from core.io import write_text_atomic
 from core.record import CAPTION_PENDING
 from core.video import rotate_frame
@@ -158,6 +158,7 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Source frames", facts.num_frames),
         ("Duration", _duration(facts.duration)),
         ("Crop box (x, y, w, h)", _crop_text(summary.crop)),
+        ("Clip window (x, y, w, h)", _window_text(summary.window)),
         ("Scenes", len(summary.scenes) if summary.scenes is not None else None),
         ("Clips written (summary)", summary.clips_written),
         ("Clips failed (summary)", summary.clips_failed),
@@ -182,7 +183,7 @@ def _crop_figure(dataset: Dataset, film: Film, manifest: pd.DataFrame) -> str:
     source = source_frame_at(source_path, float(clip["start_time"])) if source_path else None
     shown = _shown_region(film.summary, box)
     label = f"clip {clip['clip_id'][:8]} at {clip['start_time']:.2f} s"
-    figure = _crop_plot(source, stored, box, shown, label)
+    figure = _crop_plot(source, stored, box, shown, label, film.summary.window)
     return figure + f'<p class="note">{html.escape(_crop_note(film, box, shown, source))}</p>'
 
 
@@ -207,11 +208,19 @@ def _crop_note(film: Film, box: tuple, shown: tuple | None, source: np.ndarray |
             f"; the clips show its {sw}x{sh} part at ({sx}, {sy}) (dashed: the resize mode "
             "cuts the box to the clips' aspect)"
         )
+    window = film.summary.window
+    if window is not None and window.line():
+        note += f"; {window.line()} (dotted: where the centred window would be)"
     return note + ". Right: the clip's stored first frame."
 
 
 def _crop_plot(
-    source: np.ndarray | None, stored: np.ndarray, box: tuple, shown: tuple | None, label: str
+    source: np.ndarray | None,
+    stored: np.ndarray,
+    box: tuple,
+    shown: tuple | None,
+    label: str,
+    window: WindowRecord | None = None,
 ) -> str:
     panels = [source, stored] if source is not None else [stored]
     figure = _new_figure(6.0 * len(panels), 3.6)
@@ -231,6 +240,12 @@ def _crop_plot(
                 )
             )
             title += f"; clips show {sw}x{sh} at ({sx}, {sy})"
+        if window is not None and window.moved:
+            cx, cy, cw, ch = window.centred
+            axes[0].add_patch(
+                Rectangle((cx, cy), cw, ch, fill=False, edgecolor="#ffd60a", linestyle=":")
+            )
+            title += ", moved"
         axes[0].set_title(title, fontsize=9)
     axes[-1].set_title(f"stored {stored.shape[1]}x{stored.shape[0]}, {label}", fontsize=9)
     return _plot_img(figure, "crop", "crop box drawn on a source frame")
@@ -239,8 +254,12 @@ def _crop_plot(
 def _shown_region(
     summary: FilmSummary, box: tuple[int, int, int, int]
 ) -> tuple[int, int, int, int] | None:
-    """The part of the crop box the clips show, by the clip stage's own rule (center_crop cuts
-    the box to the clip's aspect); None when the run's clip settings cannot be read."""
+    """The part of the crop box the clips show: the film's window (summary.json `window`), or
+    for a folder written before the window was recorded, the clip stage's centring rule
+    (center_crop cuts the box to the clip's aspect); None when neither can be read."""
+    window = summary.window
+    if window is not None and not {"x", "y", "w", "h"} & window.absent:
+        return window.region
     try:
         from stages.clips import ClipConfig, output_region
         from stages.crop import CropBox
@@ -811,6 +830,13 @@ def _duration(seconds):
     minutes, rest = divmod(float(seconds), 60)
     hours, minutes = divmod(int(minutes), 60)
     return f"{hours}:{minutes:02d}:{rest:05.2f} ({seconds:.2f} s)"
+
+
+def _window_text(window: WindowRecord | None) -> str | None:
+    if window is None or {"x", "y", "w", "h"} & window.absent:
+        return None
+    words = window.line() or "centred"
+    return f"{window.x}, {window.y}, {window.w}, {window.h} ({words})"
 
 
 def _crop_text(crop: CropRecord | None) -> str | None:

@@ -21,7 +21,7 @@ import shutil
 import time
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from core.film import (
     FolderError,
     SegmentSpan,
     SegmentStats,
+    WindowRecord,
 )
 from core.io import write_table_atomic
 from core.resources import Resources
@@ -57,6 +58,7 @@ from pipeline.segments import (
     run_segment,
 )
 from stages.base import build_clip_stages, clip_schema
+from stages.clips import place_window
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
 
@@ -94,6 +96,7 @@ class FilmPlan:
     film_dir: str | Path  # a local path or an fsspec URL
     segments: list[SegmentSpan]
     seconds: dict[str, float]
+    window: WindowRecord = field(kw_only=True)  # what every clip shows: place_window's answer
 
 
 @dataclass
@@ -528,11 +531,12 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
     limit_threads(job.config.run.task_threads)
     crop_began = time.perf_counter()
     crop = BorderCrop(job.config.crop).process(film)
+    window = place_window(crop, job.config.clips, None)
     seconds = {"probe": probe_seconds, "crop": time.perf_counter() - crop_began}
     segments = plan_segments(film, job.config.run.segment_seconds)
     if storage.is_remote(job.path):
         film.path = str(job.path)  # every task fetches the film by its URL (once per node)
-    return FilmPlan(film, crop, film_dir, segments, seconds)
+    return FilmPlan(film, crop, film_dir, segments, seconds, window=window)
 
 
 def _fetched_film(path: str | Path) -> Path:
@@ -552,11 +556,21 @@ def _segment_job(
     """A segment's job: its folder is the film's, or for a film in object storage a local scratch
     folder standing in for it (`store` then names the real one)."""
     if not storage.is_remote(plan.film_dir):
+        folder = FilmFolder(Path(plan.film_dir))
         return SegmentJob(
-            plan.film, plan.crop, config, ip.name, segment, FilmFolder(Path(plan.film_dir))
+            plan.film, plan.crop, config, ip.name, segment, folder, window=plan.window
         )
     folder = FilmFolder(storage.scratch_dir(plan.film_dir))
-    return SegmentJob(plan.film, plan.crop, config, ip.name, segment, folder, str(plan.film_dir))
+    return SegmentJob(
+        plan.film,
+        plan.crop,
+        config,
+        ip.name,
+        segment,
+        folder,
+        str(plan.film_dir),
+        window=plan.window,
+    )
 
 
 def run_stored_segment(job: SegmentJob, report=_no_report) -> SegmentStats:
@@ -591,7 +605,7 @@ def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
         _fetch_parts(plan.film_dir, folder, job.segment_results)
     summary = finalize(
         folder, plan.film, plan.crop, job.config, job.ip, job.segment_results, plan.seconds
-    )
+    ).updated(window=plan.window)
     seconds = dict(summary.stage_seconds or {})
     seconds["finalize"] = round(time.perf_counter() - began, 3)
     summary = summary.updated(
@@ -816,4 +830,5 @@ def _summary_line(film: FilmInfo, summary: FilmSummary) -> str:
         f"{film.film_name}: {state}: {summary.clips_written} clips "
         f"({summary.clips_failed} failed), {len(summary.scenes or [])} scenes, drops: {drops}; "
         f"{film.duration:.1f} s of film in {summary.wall_seconds or 0:.1f} s{reused}"
+        + (f"; {summary.window.line()}" if summary.window and summary.window.line() else "")
     )
