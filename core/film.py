@@ -154,6 +154,21 @@ class OverlayRecord(JsonRecord):
 
 
 @dataclass
+class SourceScale(JsonRecord):
+    """How much a film's clips enlarge its picture: the clip region of the crop (the source
+    pixels a clip shows, the film's window) and the factor it is scaled by into
+    the clip's size. Recorded only when the factor is over 1."""
+
+    factor: float = 1.0
+    width: int = 0
+    height: int = 0
+
+    @property
+    def note(self) -> str:
+        return f"upscaled {self.factor:.2f}x from {self.width}x{self.height}"
+
+
+@dataclass
 class QualityCounts(JsonRecord):
     """summary.json's `quality`: how the film's clips were decided (pipeline/quality.py)."""
 
@@ -245,6 +260,7 @@ class FilmSummary(JsonRecord):
         "film": FilmFacts,
         "crop": CropRecord,
         "overlays": OverlayRecord,
+        "upscaled": SourceScale,
         "quality": QualityCounts,
         "caption": CaptionCounts,
         "window": WindowRecord,
@@ -256,6 +272,7 @@ class FilmSummary(JsonRecord):
     ip: str | None = None
     crop: CropRecord | None = None
     overlays: OverlayRecord | None = None  # None: overlays.enabled was off
+    upscaled: SourceScale | None = None  # the clips enlarge the picture (None: they do not)
     segments: int = 0
     segments_reused: int = 0
     # per segment: index, frames, clips, whether it was reused, the Ray node it ran on, seconds

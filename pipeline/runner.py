@@ -47,7 +47,7 @@ from core.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from core.shards import ShardWriter, read_clips
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 from pipeline.corpus import write_dataset_summary
-from pipeline.executor import Executor, make_executor
+from pipeline.executors import Executor, make_executor
 from pipeline.ip import IP
 from pipeline.manifest import ReviewedCounts, reviewed_counts, write_manifest
 from pipeline.segments import (
@@ -58,7 +58,7 @@ from pipeline.segments import (
     run_segment,
 )
 from stages.base import build_clip_stages, clip_schema
-from stages.clips import place_window
+from stages.clips import output_region, place_window, source_scale
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
 
@@ -732,6 +732,7 @@ def _summary(
         film=FilmFacts.from_dict(film.facts()),
         ip=ip.name,
         crop=CropRecord(x=crop.x, y=crop.y, w=crop.w, h=crop.h, source=crop.source),
+        upscaled=source_scale(output_region(crop, config.clips), config.clips),  # the window's size
         segments=len(done) + len(failed),
         segments_reused=sum(stats.skipped for stats in done),
         segment_runs=[_segment_run(stats) for stats in done],
@@ -826,8 +827,9 @@ def _summary_line(film: FilmInfo, summary: FilmSummary) -> str:
             f"{next(iter(failed.values()))}; rerun to retry)"
         )
     )
+    upscaled = f" ({summary.upscaled.note})" if summary.upscaled else ""
     return (
-        f"{film.film_name}: {state}: {summary.clips_written} clips "
+        f"{film.film_name}{upscaled}: {state}: {summary.clips_written} clips "
         f"({summary.clips_failed} failed), {len(summary.scenes or [])} scenes, drops: {drops}; "
         f"{film.duration:.1f} s of film in {summary.wall_seconds or 0:.1f} s{reused}"
         + (f"; {summary.window.line()}" if summary.window and summary.window.line() else "")

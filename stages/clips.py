@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from core.film import Drop, OverlayRecord, WindowRecord
+from core.film import Drop, OverlayRecord, SourceScale, WindowRecord
 from core.frames import ClipFrames, block_mean, chroma_region, i420_planes
 from core.record import Clip, make_clip_id
 from core.settings import Settings, check_choice
@@ -59,6 +59,12 @@ class ClipConfig(Settings):
     """center_crop: move the window inside the crop box, where the box is wider or taller than
     the clips, away from the film's burned-in subtitle bands and logos (stages/overlays.py);
     False keeps it centred. Films without overlays keep the centred window either way."""
+    min_source_height: int = 0
+    """A film whose clips show fewer source rows than this (the crop, cut to the clip's aspect:
+    a 480x360 film shows 480x320, upscaled 1.5 times) gives no clips: each window becomes a
+    `small_source` drop naming the upscale. 480 refuses every upscaled film at the default
+    720x480. 0 keeps them all; summary.json, the console line and the report name the upscale
+    either way."""
 
     def validate(self) -> None:
         check_choice("clips", "resize", self.resize, RESIZE_MODES)
@@ -161,6 +167,26 @@ def _as_overlays(boxes: dict[str, list]) -> dict[str, list[list[int]]]:
     """Boxes back in OverlayRecord's terms: subtitle bands as rows [y0, y1]."""
     bands = [[y, y + h] for _, y, _, h in boxes[SUBTITLE_BANDS]]
     return {SUBTITLE_BANDS: bands, LOGOS: [list(box) for box in boxes[LOGOS]]}
+
+
+def source_scale(region: Box, config: ClipConfig) -> SourceScale | None:
+    """How many times the clips enlarge the picture they show (`region`, the film's window:
+    `fit_frame`'s scale, the larger of the two for center_crop and stretch, the smaller for
+    pad), or None when they do not."""
+    _, _, w, h = region
+    along = (config.width / w, config.height / h)
+    factor = min(along) if config.resize == "pad" else max(along)
+    if round(factor, 2) <= 1.0:
+        return None
+    return SourceScale(factor=round(factor, 3), width=w, height=h)
+
+
+def _refusal(region: tuple, scale: SourceScale | None, config: ClipConfig) -> str | None:
+    """Why no window of the film becomes a clip (clips.min_source_height), or None."""
+    if region[3] >= config.min_source_height:
+        return None
+    upscaled = f"{scale.note}: " if scale is not None else ""
+    return f"{upscaled}{region[3]} source rows, under clips.min_source_height {config.min_source_height}"
 
 
 def fit_frame(
@@ -272,6 +298,7 @@ class ClipSplitter:
         self.segment_index = segment_index
         self.is_last_segment = is_last_segment
         self.region = region  # the film's window (place_window): what every clip shows
+        self.refusal = _refusal(region, source_scale(region, config), config)
         # start time of every frame, plus the end of the last one, so a window that ends exactly
         # with the film still fits
         self.times = film.frame_times() + [film.duration]
@@ -309,7 +336,7 @@ class ClipSplitter:
         """Take frame `index` for the samples due at it; `shown` is the frame stored in its
         place (itself, or the frame before a flash), whose index the clip records."""
         window = self.window
-        if window is None or not window.fits:
+        if window is None or not window.fits or self.refusal is not None:
             return
         for m, sample in enumerate(window.sample_indices):
             if sample == index:
@@ -361,7 +388,9 @@ class ClipSplitter:
         window = self.window
         assert window is not None  # called only while a window is open
         out: list[Clip | Drop]
-        if len(window.samples) < self.config.num_frames:
+        if self.refusal is not None:
+            out = [self._drop(window, "small_source", self.refusal)]
+        elif len(window.samples) < self.config.num_frames:
             out = [
                 self._drop(
                     window,
