@@ -26,7 +26,7 @@ import pandas as pd
 from matplotlib.patches import Rectangle
 
 from core import storage
-from core.film import CropRecord, FilmSummary, WindowRecord
+from core.film import CropRecord, FilmSummary, OverlayRecord, WindowRecord
 from core.io import write_text_atomic
 from core.video import rotate_frame
 from core.vocabulary import REJECT_REASONS
@@ -167,6 +167,7 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Duration", _duration(facts.duration)),
         ("Crop box (x, y, w, h)", _crop_text(summary.crop)),
         ("Clip window (x, y, w, h)", _window_text(summary.window)),
+        ("Overlays", summary.overlays.line() if summary.overlays is not None else None),
         ("Scenes", len(summary.scenes) if summary.scenes is not None else None),
         ("Clips written (summary)", summary.clips_written),
         ("Clips failed (summary)", summary.clips_failed),
@@ -199,7 +200,9 @@ def _crop_figure(dataset: Dataset, film: Film, manifest: pd.DataFrame) -> str:
     source = source_frame_at(source_path, float(clip["start_time"])) if source_path else None
     shown = _shown_region(film.summary, box)
     label = f"clip {clip['clip_id'][:8]} at {clip['start_time']:.2f} s"
-    figure = _crop_plot(source, stored, box, shown, label, film.summary.window)
+    figure = _crop_plot(
+        source, stored, box, shown, label, film.summary.overlays, film.summary.window
+    )
     return figure + f'<p class="note">{html.escape(_crop_note(film, box, shown, source))}</p>'
 
 
@@ -236,6 +239,7 @@ def _crop_plot(
     box: tuple,
     shown: tuple | None,
     label: str,
+    overlays: OverlayRecord | None = None,
     window: WindowRecord | None = None,
 ) -> str:
     panels = [source, stored] if source is not None else [stored]
@@ -262,9 +266,23 @@ def _crop_plot(
                 Rectangle((cx, cy), cw, ch, fill=False, edgecolor="#ffd60a", linestyle=":")
             )
             title += ", moved"
+        if overlays is not None:
+            _draw_overlays(axes[0], overlays, box)
         axes[0].set_title(title, fontsize=9)
     axes[-1].set_title(f"stored {stored.shape[1]}x{stored.shape[0]}, {label}", fontsize=9)
     return _plot_img(figure, "crop", "crop box drawn on a source frame")
+
+
+def _draw_overlays(ax, overlays: OverlayRecord, box: tuple) -> None:
+    """The film's subtitle bands (shaded rows across the crop box) and logos (boxes), as the
+    overlay pass found them (stages/overlays.py)."""
+    x, _, w, _ = box
+    for y0, y1 in overlays.subtitle_bands:
+        ax.add_patch(Rectangle((x, y0), w, y1 - y0, color="#0a84ff", alpha=0.35, linewidth=0))
+        ax.text(x + 4, y0, "subtitles", color="#0a84ff", fontsize=7, va="bottom")
+    for lx, ly, lw, lh in overlays.logos:
+        ax.add_patch(Rectangle((lx, ly), lw, lh, fill=False, edgecolor="#30d158", linewidth=2))
+        ax.text(lx, ly + lh, "logo", color="#30d158", fontsize=7, va="top")
 
 
 def _shown_region(
