@@ -105,20 +105,24 @@ SUBTITLE_BANDS, LOGOS = "subtitle_bands", "logos"  # OverlayRecord's keys, kept 
 def place_window(crop: CropBox, config: ClipConfig, overlays: OverlayRecord | None) -> WindowRecord:
     """The part of the crop box every clip of a film shows. `output_region` sizes it and
     centres it; where the box is wider (or taller) than the clips' aspect, the window may slide
-    along that side, and it goes where it shows the fewest pixels of subtitle band, then of
-    logo, then as near the centre as it can: a 4:3 film's window rises clear of a bottom
-    subtitle band, a 16:9 film's slides sideways off a corner logo. Subtitles come first: a
-    clip that shows one is lost, and a logo is smaller. With no overlay (or
-    `clips.avoid_overlays` off) it stays centred, so such films keep their clip ids."""
+    along that side. It goes where it shows the fewest pixels of subtitle band, then where it
+    shows no logo at all, then as near the centre as it can: a 4:3 film's window rises clear of
+    a bottom subtitle band, a 16:9 film's slides sideways off a corner logo. Subtitles come
+    first (a band is rows across the picture; a clip that shows a line is lost). A logo is on
+    every frame, so a window that still shows one of them saves no clip: the window moves for
+    logos only where it leaves them all, which also keeps it centred where the logo pass
+    mistook steady picture edges for several logos. With no overlay (or `clips.avoid_overlays`
+    off) it stays centred, so such films keep their clip ids."""
     centred = output_region(crop, config)
     found = _overlay_boxes(crop, overlays)
     region = centred
     if config.avoid_overlays and any(found.values()):
 
         def cost(candidate: Box) -> tuple:
-            shown = [sum(_shown_area(candidate, box) for box in boxes) for boxes in found.values()]
+            bands = sum(_shown_rows(candidate, box) for box in found[SUBTITLE_BANDS])
+            logos = any(_shown_area(candidate, box) for box in found[LOGOS])
             distance = abs(candidate[0] - centred[0]) + abs(candidate[1] - centred[1])
-            return (*shown, distance, candidate)
+            return bands, logos, distance, candidate
 
         region = min(_slides(crop, centred), key=cost)
     before = {k: [b for b in boxes if _shown_area(centred, b)] for k, boxes in found.items()}
@@ -155,12 +159,25 @@ def _slides(crop: CropBox, centred: Box) -> list[Box]:
 
 
 def _shown_area(region: Box, box: Box) -> int:
-    """Pixels of `box` that reach a clip cut from `region`: the region widened to even edges,
-    since a chroma sample covers two pixels (core.frames.chroma_region)."""
-    x, y, w, h = region
-    x0, y0, x1, y1 = x - x % 2, y - y % 2, x + w + (x + w) % 2, y + h + (y + h) % 2
+    """Pixels of `box` that reach a clip cut from `region`."""
+    x0, y0, x1, y1 = _reach(region)
     bx, by, bw, bh = box
     return max(0, min(x1, bx + bw) - max(x0, bx)) * max(0, min(y1, by + bh) - max(y0, by))
+
+
+def _shown_rows(region: Box, band: Box) -> int:
+    """Rows of a subtitle band that reach a clip cut from `region` (a line of text runs across
+    the picture: what counts is how much of its height the window shows)."""
+    _, y0, _, y1 = _reach(region)
+    _, by, _, bh = band
+    return max(0, min(y1, by + bh) - max(y0, by))
+
+
+def _reach(region: Box) -> tuple[int, int, int, int]:
+    """x0, y0, x1, y1 of the source pixels a clip cut from `region` takes: the region widened
+    to even edges, since a chroma sample covers two pixels (core.frames.chroma_region)."""
+    x, y, w, h = region
+    return x - x % 2, y - y % 2, x + w + (x + w) % 2, y + h + (y + h) % 2
 
 
 def _as_overlays(boxes: dict[str, list]) -> dict[str, list[list[int]]]:

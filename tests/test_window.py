@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import local_config
+from conftest import local_config, shard_rows
 from overlay_films import SUBTITLE
 
 from core.film import OverlayRecord, WindowRecord
 from core.record import make_clip_id
+from core.vocabulary import SUBTITLE as SUBTITLE_REASON
 from pipeline.explore import open_dataset
 from pipeline.ip import load_ip
 from pipeline.report import ReportOptions, build_report
@@ -25,10 +26,12 @@ from pipeline.runner import (
     _segment_job,
     finalize_film,
     prepare_film,
+    run_film,
     run_stored_segment,
 )
 from stages.clips import RESIZE_MODES, ClipConfig, output_region, place_window
 from stages.crop import CropBox
+from stages.quality import RejectConfig, decide
 
 
 def overlaps(a, b) -> bool:
@@ -106,9 +109,8 @@ def test_the_window_stays_in_the_crop_and_never_shows_more_than_the_centred_one(
         bands = [(crop.x, y0, crop.w, y1 - y0) for y0, y1 in overlays.subtitle_bands]
         assert shown_area(window.region, bands) <= shown_area(window.centred, bands)
         if shown_area(window.region, bands) == shown_area(window.centred, bands):
-            assert shown_area(window.region, overlays.logos) <= shown_area(
-                window.centred, overlays.logos
-            )
+            # it moved only to leave every logo, or not at all
+            assert shown_area(window.region, overlays.logos) == 0 or not window.moved
         moved += window.moved
         # what it says it shows is what it shows (its even edges included)
         for y0, y1 in window.shown["subtitle_bands"]:
@@ -151,6 +153,9 @@ def test_a_wide_window_slides_off_the_logo_and_names_the_subtitles_it_keeps(wide
         f"moved {50 - left} px left" in window.line()
         and "still shows subtitle band" in window.line()
     )
+    # a second logo no slide can leave: moving saves no clip, so the window stays centred
+    middle = OverlayRecord(logos=[*truth.logos, [300, 150, 40, 30]])
+    assert place_window(crop, ClipConfig(), middle).region == tuple(window.centred)
 
 
 def test_the_window_record_reads_back_as_written():
@@ -175,35 +180,58 @@ def cut_with_overlays(path: Path, out: Path, overlays: OverlayRecord | None):
     return finalize_film(FinalizeJob(plan, config, ip, stats, time.time()))
 
 
+def shows_subtitle(film, region, frame_indices) -> bool:
+    return any(overlaps(region, box) for i in frame_indices for box in film.boxes(SUBTITLE, i))
+
+
 @pytest.mark.slow
 def test_every_clip_of_a_4_3_film_shows_the_moved_window(academy_film, tmp_path):
-    centred = cut_with_overlays(academy_film.path, tmp_path / "centred", None)
-    moved = cut_with_overlays(academy_film.path, tmp_path / "moved", record(academy_film))
-    rows = {
-        name: pd.read_parquet(Path(result.film_dir) / "manifest.parquet")
-        for name, result in (("centred", centred), ("moved", moved))
-    }
-    assert len(rows["moved"]) == len(rows["centred"]) == 4  # one 2-s window a shot
-    summary = moved.summary
-    assert summary.window is not None and summary.window.moved
-    window = summary.window.region
-    assert f"window 480x320 moved {20 - window[1]} px up from the centre" in moved.message
-    for name, region in (("centred", (0, 20, 480, 320)), ("moved", window)):
-        clips = rows[name]
-        assert {(r.crop_x, r.crop_y, r.crop_w, r.crop_h) for r in clips.itertuples()} == {region}
-        showing = [
-            any(
-                overlaps(region, box)
-                for i in row.frame_indices
-                for box in academy_film.boxes(SUBTITLE, i)
-            )
-            for row in clips.itertuples()
-        ]
-        # the centred window shows a subtitle in every clip; the moved one in none
-        assert showing == [name == "centred"] * 4
-    assert set(rows["moved"].clip_id).isdisjoint(rows["centred"].clip_id)  # ids follow geometry
-    page = build_report(open_dataset(Path(moved.film_dir)), ReportOptions(max_previews=0))
-    assert f"moved {20 - summary.window.y} px up from the centre" in page
+    """With a perfect overlay record, no clip shows a subtitle; centred, every clip would."""
+    result = cut_with_overlays(academy_film.path, tmp_path / "moved", record(academy_film))
+    rows = pd.read_parquet(Path(result.film_dir) / "manifest.parquet")
+    assert len(rows) == 4  # one 2-s window a shot
+    window = result.summary.window
+    assert window is not None and window.moved
+    assert f"window 480x320 moved {20 - window.y} px up from the centre" in result.message
+    centred = (0, 20, 480, 320)
+    for row in rows.itertuples():
+        assert (row.crop_x, row.crop_y, row.crop_w, row.crop_h) == window.region
+        assert not shows_subtitle(academy_film, window.region, row.frame_indices)
+        assert shows_subtitle(academy_film, centred, row.frame_indices)
+        # ids follow the geometry: not those the centred window gives the same frames
+        ids = {
+            make_clip_id(row.film_id, list(row.frame_indices), region, (480, 720), "center_crop")
+            for region in (window.region, centred)
+        }
+        assert row.clip_id in ids and len(ids) == 2
+    page = build_report(open_dataset(Path(result.film_dir)), ReportOptions(max_previews=0))
+    assert f"moved {20 - window.y} px up from the centre" in page
+
+
+@pytest.mark.slow
+def test_a_subtitled_4_3_film_keeps_its_clips_through_the_moved_window(academy_film, tmp_path):
+    """The whole pipeline: the overlay pass finds the band, the window rises clear of it, and no
+    clip is rejected for a subtitle; kept centred, clips are. Decided here without the logo
+    rule: on this film of four textured shots the logo pass takes steady picture edges for
+    logos (notes/window.md), which is the overlay pass's to fix, not the window's."""
+    thresholds = RejectConfig(logo_max_share=1.0)
+    columns = ["frame_indices", "crop_x", "crop_y", "crop_w", "crop_h", "overlay_subtitle_area"]
+    columns += ["overlay_logo_share", "quality_text_area", "quality_luma_mean", "status"]
+    columns += ["quality_luma_peak", "motion_scope"]
+    decided = {}
+    for name, avoid in (("moved", "true"), ("centred", "false")):
+        config = local_config(clips__avoid_overlays=avoid)
+        result = run_film(academy_film.path, tmp_path / name, config, load_ip(None))
+        assert result.summary.overlays is not None and result.summary.overlays.subtitle_bands
+        rows = shard_rows(Path(result.film_dir), columns)
+        decided[name] = [(row, *decide(row, thresholds)) for row in rows]
+    moved, centred = decided["moved"], decided["centred"]
+    assert len(moved) == len(centred) == 4
+    for row, usable, reasons in moved:
+        assert usable, reasons
+        region = (row["crop_x"], row["crop_y"], row["crop_w"], row["crop_h"])
+        assert not shows_subtitle(academy_film, region, row["frame_indices"])
+    assert any(SUBTITLE_REASON in reasons for _, _, reasons in centred)
 
 
 def test_a_film_without_overlays_keeps_its_centred_window_and_ids(bikes_dataset):
