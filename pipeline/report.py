@@ -26,7 +26,7 @@ import pandas as pd
 from matplotlib.patches import Rectangle
 
 from core import storage
-from core.film import CropRecord, FilmSummary, OverlayRecord
+from core.film import CropRecord, FilmSummary, OverlayRecord, WindowRecord
 from core.io import write_text_atomic
 from core.video import rotate_frame
 from core.vocabulary import REJECT_REASONS
@@ -166,6 +166,7 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Source frames", facts.num_frames),
         ("Duration", _duration(facts.duration)),
         ("Crop box (x, y, w, h)", _crop_text(summary.crop)),
+        ("Clip window (x, y, w, h)", _window_text(summary.window)),
         ("Overlays", summary.overlays.line() if summary.overlays is not None else None),
         ("Scenes", len(summary.scenes) if summary.scenes is not None else None),
         ("Clips written (summary)", summary.clips_written),
@@ -199,7 +200,9 @@ def _crop_figure(dataset: Dataset, film: Film, manifest: pd.DataFrame) -> str:
     source = source_frame_at(source_path, float(clip["start_time"])) if source_path else None
     shown = _shown_region(film.summary, box)
     label = f"clip {clip['clip_id'][:8]} at {clip['start_time']:.2f} s"
-    figure = _crop_plot(source, stored, box, shown, label, film.summary.overlays)
+    figure = _crop_plot(
+        source, stored, box, shown, label, film.summary.overlays, film.summary.window
+    )
     return figure + f'<p class="note">{html.escape(_crop_note(film, box, shown, source))}</p>'
 
 
@@ -224,6 +227,9 @@ def _crop_note(film: Film, box: tuple, shown: tuple | None, source: np.ndarray |
             f"; the clips show its {sw}x{sh} part at ({sx}, {sy}) (dashed: the resize mode "
             "cuts the box to the clips' aspect)"
         )
+    window = film.summary.window
+    if window is not None and window.line():
+        note += f"; {window.line()} (dotted: where the centred window would be)"
     return note + ". Right: the clip's stored first frame."
 
 
@@ -234,6 +240,7 @@ def _crop_plot(
     shown: tuple | None,
     label: str,
     overlays: OverlayRecord | None = None,
+    window: WindowRecord | None = None,
 ) -> str:
     panels = [source, stored] if source is not None else [stored]
     figure = _new_figure(6.0 * len(panels), 3.6)
@@ -253,6 +260,12 @@ def _crop_plot(
                 )
             )
             title += f"; clips show {sw}x{sh} at ({sx}, {sy})"
+        if window is not None and window.moved:
+            cx, cy, cw, ch = window.centred
+            axes[0].add_patch(
+                Rectangle((cx, cy), cw, ch, fill=False, edgecolor="#ffd60a", linestyle=":")
+            )
+            title += ", moved"
         if overlays is not None:
             _draw_overlays(axes[0], overlays, box)
         axes[0].set_title(title, fontsize=9)
@@ -275,8 +288,12 @@ def _draw_overlays(ax, overlays: OverlayRecord, box: tuple) -> None:
 def _shown_region(
     summary: FilmSummary, box: tuple[int, int, int, int]
 ) -> tuple[int, int, int, int] | None:
-    """The part of the crop box the clips show, by the clip stage's own rule (center_crop cuts
-    the box to the clip's aspect); None when the run's clip settings cannot be read."""
+    """The part of the crop box the clips show: the film's window (summary.json `window`), or
+    for a folder written before the window was recorded, the clip stage's centring rule
+    (center_crop cuts the box to the clip's aspect); None when neither can be read."""
+    window = summary.window
+    if window is not None and not {"x", "y", "w", "h"} & window.absent:
+        return window.region
     try:
         from stages.clips import ClipConfig, output_region
         from stages.crop import CropBox
@@ -583,6 +600,13 @@ def _report_title(dataset: Dataset, ip: str | None) -> str:
         film = dataset.films[0]
         return _film_name(film, film.manifest)
     return f"{ip or dataset.root.name}: {len(dataset.films)} films"
+
+
+def _window_text(window: WindowRecord | None) -> str | None:
+    if window is None or {"x", "y", "w", "h"} & window.absent:
+        return None
+    words = window.line() or "centred"
+    return f"{window.x}, {window.y}, {window.w}, {window.h} ({words})"
 
 
 def _crop_text(crop: CropRecord | None) -> str | None:

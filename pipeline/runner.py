@@ -21,7 +21,7 @@ import shutil
 import time
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from core.film import (
     OverlayRecord,
     SegmentSpan,
     SegmentStats,
+    WindowRecord,
 )
 from core.io import write_table_atomic
 from core.resources import Resources
@@ -59,7 +60,7 @@ from pipeline.segments import (
     run_segment,
 )
 from stages.base import build_clip_stages, clip_schema
-from stages.clips import source_scale
+from stages.clips import output_region, place_window, source_scale
 from stages.crop import BorderCrop, CropBox, sample_luma_frames
 from stages.overlays import film_overlays, overlay_frames
 from stages.probe import FilmError, FilmInfo, Probe
@@ -99,6 +100,7 @@ class FilmPlan:
     segments: list[SegmentSpan]
     seconds: dict[str, float]
     overlays: OverlayRecord | None = None  # None: overlays.enabled is off
+    window: WindowRecord = field(kw_only=True)  # what every clip shows: place_window's answer
 
 
 @dataclass
@@ -481,10 +483,11 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
     limit_threads(job.config.run.task_threads)
     crop, overlay_record, seconds = _film_pictures(film, job.config)
     seconds = {"probe": probe_seconds, **seconds}
+    window = place_window(crop, job.config.clips, overlay_record)
     segments = plan_segments(film, job.config.run.segment_seconds)
     if storage.is_remote(job.path):
         film.path = str(job.path)  # every task fetches the film by its URL (once per node)
-    return FilmPlan(film, crop, film_dir, segments, seconds, overlay_record)
+    return FilmPlan(film, crop, film_dir, segments, seconds, overlay_record, window=window)
 
 
 def _film_pictures(
@@ -527,11 +530,26 @@ def _segment_job(
     if not storage.is_remote(plan.film_dir):
         folder = FilmFolder(Path(plan.film_dir))
         return SegmentJob(
-            plan.film, plan.crop, config, ip.name, segment, folder, overlays=plan.overlays
+            plan.film,
+            plan.crop,
+            config,
+            ip.name,
+            segment,
+            folder,
+            overlays=plan.overlays,
+            window=plan.window,
         )
     folder = FilmFolder(storage.scratch_dir(plan.film_dir))
     return SegmentJob(
-        plan.film, plan.crop, config, ip.name, segment, folder, str(plan.film_dir), plan.overlays
+        plan.film,
+        plan.crop,
+        config,
+        ip.name,
+        segment,
+        folder,
+        str(plan.film_dir),
+        plan.overlays,
+        window=plan.window,
     )
 
 
@@ -574,7 +592,7 @@ def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
         job.segment_results,
         plan.seconds,
         plan.overlays,
-    )
+    ).updated(window=plan.window)
     seconds = dict(summary.stage_seconds or {})
     seconds["finalize"] = round(time.perf_counter() - began, 3)
     summary = summary.updated(
@@ -690,7 +708,7 @@ def _summary(
         film=FilmFacts.from_dict(film.facts()),
         ip=ip.name,
         crop=CropRecord(x=crop.x, y=crop.y, w=crop.w, h=crop.h, source=crop.source),
-        upscaled=source_scale(crop, config.clips),
+        upscaled=source_scale(output_region(crop, config.clips), config.clips),  # the window's size
         segments=len(done) + len(failed),
         segments_reused=sum(stats.skipped for stats in done),
         segment_runs=[_segment_run(stats) for stats in done],
@@ -791,4 +809,5 @@ def _summary_line(film: FilmInfo, summary: FilmSummary) -> str:
         f"({summary.clips_failed} failed), {len(summary.scenes or [])} scenes, drops: {drops}; "
         f"{film.duration:.1f} s of film in {summary.wall_seconds or 0:.1f} s{reused}"
         + (f"; {summary.overlays.line()}" if summary.overlays is not None else "")
+        + (f"; {summary.window.line()}" if summary.window and summary.window.line() else "")
     )
