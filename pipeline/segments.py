@@ -25,21 +25,21 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import av
 import cv2
 
 from core import storage
-from core.film import Drop, FilmFolder, SegmentSpan, SegmentStats
+from core.film import Drop, FilmFolder, OverlayRecord, SegmentSpan, SegmentStats, WindowRecord
 from core.frames import PlaneSource
 from core.record import STATUS_OK, Clip
 from core.resources import Resources
 from core.shards import ShardWriter
 from core.video import FrameReader
 from pipeline.config import PipelineConfig
-from stages.base import ClipStage, Frame, build_clip_stages, clip_schema
+from stages.base import ClipStage, FilmContext, Frame, build_clip_stages, clip_schema
 from stages.clips import ClipSplitter
 from stages.crop import CropBox
 from stages.probe import FilmInfo
@@ -59,6 +59,8 @@ class SegmentJob:
     segment: SegmentSpan
     folder: FilmFolder  # always local: where the segment's parts and DONE.json are made
     store: str | None = None  # the film folder's URL when the outputs live in object storage
+    overlays: OverlayRecord | None = None  # the film's (stages/overlays.py), None when off
+    window: WindowRecord = field(kw_only=True)  # what every clip shows (stages/clips.py)
 
     @property
     def directory(self) -> Path:
@@ -139,7 +141,7 @@ class _SegmentRun:
         self.splitter = ClipSplitter(
             config.clips,
             film,
-            job.crop,
+            job.window.region,
             job.ip,
             seg.index,
             seg.is_last,
@@ -154,7 +156,15 @@ class _SegmentRun:
 
     def run(self) -> SegmentStats:
         cv2.setNumThreads(1)  # one CPU per segment task (see the module's docstring)
+        config = self.job.config
+        context = FilmContext(
+            self.job.overlays,
+            config.clips.resize,
+            config.quality.text_model,
+            config.quality.text_pixel_probability,
+        )
         for stage in self.stages:
+            stage.for_film(context)
             _timed(self.seconds, stage.name, stage.setup)
         threads = self.job.config.run.task_threads
         limit_threads(threads)
