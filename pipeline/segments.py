@@ -122,7 +122,8 @@ class _SegmentRun:
         self.job = job
         self.report = report
         film, config, seg = job.film, job.config, job.segment
-        self.detector = SceneCuts(config.scenes, film.fps)
+        held_rule = (config.motion.held_pixel_delta, config.motion.held_max_fraction)
+        self.detector = SceneCuts(config.scenes, film.fps, held_rule)
         self.black_runs = BlackRuns(config.scenes, film.fps)
         # a blend is judged once every cut within its reach is known
         cut_lag = max(self.detector.lag, self.black_runs.min_frames)

@@ -17,18 +17,18 @@ from core.film import OverlayRecord, WindowRecord
 from core.record import make_clip_id
 from core.vocabulary import SUBTITLE as SUBTITLE_REASON
 from pipeline.explore import open_dataset
-from pipeline.ip import load_ip
-from pipeline.report import ReportOptions, build_report
-from pipeline.runner import (
+from pipeline.film_tasks import (
     FilmPlan,
     FinalizeJob,
     PrepareJob,
-    _segment_job,
     finalize_film,
     prepare_film,
-    run_film,
     run_stored_segment,
+    segment_job,
 )
+from pipeline.ip import load_ip
+from pipeline.report import ReportOptions, build_report
+from pipeline.runner import run_film
 from stages.clips import RESIZE_MODES, ClipConfig, output_region, place_window
 from stages.crop import CropBox
 from stages.quality import RejectConfig, decide
@@ -176,7 +176,7 @@ def cut_with_overlays(path: Path, out: Path, overlays: OverlayRecord | None):
     plan = prepare_film(PrepareJob(path, out, config, ip))
     assert isinstance(plan, FilmPlan)
     plan.window = place_window(plan.crop, config.clips, overlays)
-    stats = [run_stored_segment(_segment_job(plan, config, ip, seg)) for seg in plan.segments]
+    stats = [run_stored_segment(segment_job(plan, config, ip, seg)) for seg in plan.segments]
     return finalize_film(FinalizeJob(plan, config, ip, stats, time.time()))
 
 
