@@ -141,19 +141,9 @@ def fetched_film(path: str | Path) -> Path:
 def segment_job(plan: FilmPlan, config: PipelineConfig, ip: IP, segment: SegmentSpan) -> SegmentJob:
     """A segment's job: its folder is the film's, or for a film in object storage a local scratch
     folder standing in for it (`store` then names the real one)."""
-    if not storage.is_remote(plan.film_dir):
-        folder = FilmFolder(Path(plan.film_dir))
-        return SegmentJob(
-            plan.film,
-            plan.crop,
-            config,
-            ip.name,
-            segment,
-            folder,
-            overlays=plan.overlays,
-            window=plan.window,
-        )
-    folder = FilmFolder(storage.scratch_dir(plan.film_dir))
+    remote = storage.is_remote(plan.film_dir)
+    folder = FilmFolder(storage.scratch_dir(plan.film_dir) if remote else Path(plan.film_dir))
+    store = str(plan.film_dir) if remote else None
     return SegmentJob(
         plan.film,
         plan.crop,
@@ -161,7 +151,7 @@ def segment_job(plan: FilmPlan, config: PipelineConfig, ip: IP, segment: Segment
         ip.name,
         segment,
         folder,
-        str(plan.film_dir),
+        store,
         plan.overlays,
         window=plan.window,
     )

@@ -105,7 +105,7 @@ SUBTITLE_BANDS, LOGOS = "subtitle_bands", "logos"  # OverlayRecord's keys, kept 
 def place_window(crop: CropBox, config: ClipConfig, overlays: OverlayRecord | None) -> WindowRecord:
     """The part of the crop box every clip of a film shows. `output_region` sizes it and
     centres it; where the box is wider (or taller) than the clips' aspect, the window may slide
-    along that side. It goes where it shows the fewest pixels of subtitle band, then where it
+    along that side. It goes where it shows the fewest rows of subtitle band, then where it
     shows no logo at all, then as near the centre as it can: a 4:3 film's window rises clear of
     a bottom subtitle band, a 16:9 film's slides sideways off a corner logo. Subtitles come
     first (a band is rows across the picture; a clip that shows a line is lost). A logo is on
