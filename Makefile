@@ -87,10 +87,10 @@ lint: venv
 
 test: venv
 	@scripts/install-chromium.sh || echo "warning: Chromium could not be installed; the browser tests of the report and the review page will fail (ANIMEGAMER_SKIP_BROWSER=1 skips them)"
-	$(PY) -m pytest $(ARGS)
+	PYTHON=$(PY) scripts/test.sh "" $(ARGS)
 
 test-fast: venv
-	$(PY) -m pytest -m "not slow" $(ARGS)
+	PYTHON=$(PY) scripts/test.sh "not slow" $(ARGS)
 
 bench: venv
 	$(PY) -m bench.run $(ARGS)

@@ -14,6 +14,9 @@ from core.shards import read_clips
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
 
+# Ray starts a worker per core, and the tests below count cores: alone, after the others.
+pytestmark = pytest.mark.serial
+
 
 @pytest.mark.slow
 def test_ray_executor_matches_local(tmp_path, bikes_dataset):
