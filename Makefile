@@ -87,9 +87,11 @@ lint: venv
 
 test: venv
 	@scripts/install-chromium.sh || echo "warning: Chromium could not be installed; the browser tests of the report and the review page will fail (ANIMEGAMER_SKIP_BROWSER=1 skips them)"
+	@scripts/install-fonts.sh || echo "warning: the fonts could not be installed; the tests of the labelled overlay films will fail (scripts/install-fonts.sh)"
 	PYTHON=$(PY) scripts/test.sh "" $(ARGS)
 
 test-fast: venv
+	@scripts/install-fonts.sh || echo "warning: the fonts could not be installed; the tests of the labelled overlay films will fail (scripts/install-fonts.sh)"
 	PYTHON=$(PY) scripts/test.sh "not slow" $(ARGS)
 
 bench: venv

@@ -195,7 +195,7 @@ def step(name: str, root: str) -> dict:
         write_dataset_summary(root, [])
     elif name == "report-corpus":
         from pipeline.explore import open_dataset
-        from pipeline.report import _corpus_section
+        from pipeline.report_corpus import _corpus_section
 
         _corpus_section(open_dataset(root))
     elif name == "review-page":

@@ -19,12 +19,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import av
 import psutil
+
+from bench.process_tree import ProcessTree
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sintel_trailer.mp4"
@@ -126,7 +127,7 @@ def run_corpus(films: Sequence[str | Path], out: Path, num_cpus: int | None) -> 
     """Seconds to cut every film with the default executor on `num_cpus` CPUs (None: every core),
     and the mean number of tasks at work (worker seconds of every stage over the wall time)."""
     from pipeline.config import load_config
-    from pipeline.executor import make_executor
+    from pipeline.executors import make_executor
     from pipeline.ip import load_ip
     from pipeline.runner import run_films
 
@@ -184,45 +185,6 @@ def _machine_cpu_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-class _TreeCpu:
-    """CPU seconds of one process and all its descendants, including those that end before it
-    (Ray's workers): every 0.1 s each live process's total is noted, and the last note counts."""
-
-    def __init__(self, root: int):
-        self.root = root
-        self.seen: dict[tuple[int, float], tuple[str, float]] = {}  # (pid, start) -> name, CPU
-        self.sizes: Counter[int] = Counter()  # how often the tree had each number of processes
-
-    def sample(self) -> None:
-        try:
-            top = psutil.Process(self.root)
-            tree = [top, *top.children(recursive=True)]
-        except psutil.Error:
-            return
-        self.sizes[len(tree)] += 1
-        for proc in tree:
-            try:
-                times = proc.cpu_times()
-                key = (proc.pid, proc.create_time())
-                name = self.seen.get(key, ("",))[0]
-                if not name.startswith("ray::") or name == "ray::IDLE":
-                    # a Ray worker: named by its first task; an ended process has no name left
-                    name = _process_name(proc) or name
-                self.seen[key] = (name, times.user + times.system)
-            except psutil.Error:
-                pass
-
-    def seconds(self) -> float:
-        return sum(cpu for _, cpu in self.seen.values())
-
-    def by_name(self) -> dict[str, list[float]]:
-        """CPU seconds of each process, by name."""
-        names: dict[str, list[float]] = {}
-        for name, cpu in self.seen.values():
-            names.setdefault(name, []).append(round(cpu, 1))
-        return names
-
-
 PROCESS_NAMES = {  # a part of a Ray process's command line: what the process is
     "gcs_server": "gcs_server",
     "raylet": "raylet",
@@ -234,10 +196,18 @@ PROCESS_NAMES = {  # a part of a Ray process's command line: what the process is
 }
 
 
-def _process_name(proc: psutil.Process) -> str:
+def _process_name(proc: psutil.Process, before: str) -> str:
     """What a process of the run is: the driver, Ray's GCS, raylet, one of its agents, or a worker
     by the task it runs (Ray sets its workers' titles to `ray::TASK`); the process pool's fork
-    server, its workers (the fork server's children) and multiprocessing's resource tracker."""
+    server, its workers (the fork server's children) and multiprocessing's resource tracker.
+    `before` is its name at the last sample: a Ray worker keeps the name of its first task, and
+    an ended process, which has no name left, the one it had."""
+    if before.startswith("ray::") and before != "ray::IDLE":
+        return before
+    return _name_now(proc) or before
+
+
+def _name_now(proc: psutil.Process) -> str:
     words = proc.cmdline()
     title = words[0] if len(words) == 1 else " ".join(words[:3])
     for part, name in PROCESS_NAMES.items():
@@ -263,16 +233,14 @@ def timed_run(films: Path, out: Path, sets: Sequence[str] = ()) -> dict:
     command += ["--quiet", *(a for s in sets for a in ("--set", s))]
     machine, began = _machine_cpu_seconds(), time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    tree = _TreeCpu(process.pid)
-    while process.poll() is None:
-        tree.sample()
-        time.sleep(0.1)
-    wall = time.perf_counter() - began
+    with ProcessTree(process.pid, every=0.1, namer=_process_name) as tree:
+        process.wait()
+        wall = time.perf_counter() - began
     machine = _machine_cpu_seconds() - machine
     stdout, stderr = process.communicate()
     if process.returncode:
         raise RuntimeError(f"{' '.join(command)} failed:\n{stdout.decode()}{stderr.decode()}")
-    cpu = tree.seconds()
+    cpu = tree.cpu_seconds
     work = _stage_seconds(out)
     return {
         "wall_seconds": round(wall, 1),

@@ -33,7 +33,6 @@ import json
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from fractions import Fraction
@@ -42,8 +41,8 @@ from pathlib import Path
 import av
 import cv2
 import numpy as np
-import psutil
 
+from bench.process_tree import ProcessTree
 from core.film import FilmSummary
 from pipeline.config import EXECUTORS
 
@@ -121,54 +120,6 @@ def _planes(frame: av.VideoFrame) -> list[np.ndarray]:
     ][:3]
 
 
-class ProcessTree:
-    """CPU seconds and peak resident memory of this process and all its descendants (Ray's
-    GCS, raylet and workers, the process pool's fork server and workers). A process that ends
-    before the measurement does (the pool's workers, stopped when the run drops its executor)
-    counts with its CPU at the last sample, every 0.2 s. The memory is the sum of their RSS,
-    which counts a page shared by several processes (the pool's workers share the fork server's)
-    once in each, so it overstates the pool and Ray against one process: 12 idle workers, 1185
-    MiB of RSS against 244 MiB of PSS (the pool's review). PSS is not sampled because reading it
-    costs about 3 ms a process, CPU that this bench would count as the run's."""
-
-    def __enter__(self):
-        self.peak, self._stop = 0, threading.Event()
-        _, self._cpu_before = self._read()
-        self._cpu_seen: dict[int, float] = {}
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        after = self._cpu_seen | self._read()[1]
-        self.cpu_seconds = sum(cpu - self._cpu_before.get(pid, 0.0) for pid, cpu in after.items())
-
-    @staticmethod
-    def _read() -> tuple[int, dict[int, float]]:
-        """The tree's summed resident memory and each process's CPU seconds, in one walk of it
-        (the sampler's own CPU counts as the run's)."""
-        me = psutil.Process()
-        rss, cpu = 0, {}
-        for proc in (me, *me.children(recursive=True)):
-            try:
-                with proc.oneshot():
-                    rss += proc.memory_info().rss
-                    times = proc.cpu_times()
-            except psutil.Error:
-                continue
-            cpu[proc.pid] = times.user + times.system
-        return rss, cpu
-
-    def _sample(self):
-        while not self._stop.is_set():
-            rss, cpu = self._read()
-            self.peak = max(self.peak, rss)
-            self._cpu_seen.update(cpu)
-            time.sleep(0.2)
-
-
 def bare_decode(path: Path) -> dict:
     """Decode every frame with FFmpeg's default threading (one thread per core), convert none."""
     wall, cpu, frames = time.perf_counter(), time.process_time(), 0
@@ -191,7 +142,7 @@ def run_pipeline(
     apart: Ray's is process-wide anyway, and a pool of its own per film would count its start in
     the film's CPU), else on a new `executor`, started before the clock."""
     from pipeline.config import load_config
-    from pipeline.executor import make_executor
+    from pipeline.executors import make_executor
     from pipeline.ip import load_ip
     from pipeline.runner import run_film
 
@@ -378,7 +329,7 @@ def main(argv=None) -> int:
     if args.profile:
         profile(films[0][1])
         return 0
-    from pipeline.executor import make_executor
+    from pipeline.executors import make_executor
 
     start_began = time.perf_counter()
     executor = make_executor(args.executor, None, progress=True)  # the film rows run on it

@@ -132,6 +132,43 @@ class CropRecord(JsonRecord):
 
 
 @dataclass
+class OverlayRecord(JsonRecord):
+    """summary.json's `overlays`: what was drawn over the film's picture (stages/overlays.py),
+    in the film's displayed source pixels, the crop box's coordinates."""
+
+    subtitle_bands: list[list[int]] = field(default_factory=list)  # [[y0, y1], ...], y1 exclusive
+    subtitle_share: float = 0.0  # share of the sampled frames with text in a band, 0..1
+    logos: list[list[int]] = field(default_factory=list)  # [[x, y, w, h], ...]
+    frames_sampled: int = 0  # sampled key frames that show a picture (black ones left out)
+    text_scale: float = 1.0  # source pixels to the text detector's pixels
+
+    def line(self) -> str:
+        """The console's words: `hardsubbed: 71 % of frames, band y 420-470; logo at x
+        1700-1880 y 40-110`, or `no overlays`."""
+        parts = []
+        if self.subtitle_bands:
+            bands = ", ".join(f"y {y0}-{y1}" for y0, y1 in self.subtitle_bands)
+            parts.append(f"hardsubbed: {self.subtitle_share * 100:.0f} % of frames, band {bands}")
+        parts += [f"logo at x {x}-{x + w} y {y}-{y + h}" for x, y, w, h in self.logos]
+        return "; ".join(parts) if parts else "no overlays"
+
+
+@dataclass
+class SourceScale(JsonRecord):
+    """How much a film's clips enlarge its picture: the clip region of the crop (the source
+    pixels a clip shows, stages/clips.py output_region) and the factor it is scaled by into
+    the clip's size. Recorded only when the factor is over 1."""
+
+    factor: float = 1.0
+    width: int = 0
+    height: int = 0
+
+    @property
+    def note(self) -> str:
+        return f"upscaled {self.factor:.2f}x from {self.width}x{self.height}"
+
+
+@dataclass
 class QualityCounts(JsonRecord):
     """summary.json's `quality`: how the film's clips were decided (pipeline/quality.py)."""
 
@@ -171,6 +208,8 @@ class FilmSummary(JsonRecord):
     NESTED: ClassVar[dict[str, type[JsonRecord]]] = {
         "film": FilmFacts,
         "crop": CropRecord,
+        "overlays": OverlayRecord,
+        "upscaled": SourceScale,
         "quality": QualityCounts,
         "caption": CaptionCounts,
     }
@@ -180,6 +219,8 @@ class FilmSummary(JsonRecord):
     film: FilmFacts = field(default_factory=FilmFacts)
     ip: str | None = None
     crop: CropRecord | None = None
+    overlays: OverlayRecord | None = None  # None: overlays.enabled was off
+    upscaled: SourceScale | None = None  # the clips enlarge the picture (None: they do not)
     segments: int = 0
     segments_reused: int = 0
     # per segment: index, frames, clips, whether it was reused, the Ray node it ran on, seconds

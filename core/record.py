@@ -106,6 +106,9 @@ class Clip:
     quality_text_area: float | None = None  # share 0-1 of the frame marked as text (max)
     quality_hashes: list[int] | None = None  # 64-bit perceptual hashes of a few frames
     quality_version: str | None = None
+    # overlays (stages/overlays.py; docs/quality.md "Overlays")
+    overlay_subtitle_area: float | None = None  # share of the film's subtitle band that is text
+    overlay_logo_share: float | None = None  # largest share of a film logo inside the window
     # outcome
     status: str = STATUS_OK
     error: str | None = None

@@ -1,5 +1,5 @@
 """What one task or one stage replica asks the scheduler for. Stages declare it (stage code never
-imports Ray); the executor reads it to place work (pipeline/executor.py)."""
+imports Ray); the executor reads it to place work (pipeline/executors/)."""
 
 from __future__ import annotations
 

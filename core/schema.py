@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from core.vocabulary import CAPTION_FIELDS, CaptionField
 
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "2.1"  # 2.1: overlay_subtitle_area, overlay_logo_share (issue 28)
 
 _ARROW_TYPES = {
     "string": pa.string(),
@@ -69,6 +69,8 @@ CLIP_SCHEMA = pa.schema(
         pa.field("quality_text_area", pa.float32()),
         pa.field("quality_hashes", pa.list_(pa.int64())),
         pa.field("quality_version", pa.string()),
+        pa.field("overlay_subtitle_area", pa.float32()),
+        pa.field("overlay_logo_share", pa.float32()),
         pa.field("status", pa.string(), nullable=False),
         pa.field("error", pa.string()),
     ],

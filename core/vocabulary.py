@@ -82,6 +82,8 @@ BLACK = "black"
 FADE = "fade"
 FLASH = "flash"
 TEXT = "text"
+SUBTITLE = "subtitle"
+LOGO = "logo"
 STATIC = "static"
 DUPLICATE = "duplicate"
 REVIEW = "review"
@@ -91,6 +93,8 @@ REJECT_REASONS: dict[str, str] = {
     FADE: "a fade from or to black: the first or last frame is much darker than the clip",
     FLASH: "one frame is far brighter than both neighbours",
     TEXT: "a title card, credits or subtitles: the text detector marks part of a frame",
+    SUBTITLE: "burned-in subtitles: overlay text inside the film's subtitle band",
+    LOGO: "a channel logo or watermark that stays on every shot is inside the clip's window",
     STATIC: "every frame pair is a held drawing",
     DUPLICATE: "a near-duplicate of a clip that is kept (same film or another)",
     REVIEW: "a person rejected it on the review page",

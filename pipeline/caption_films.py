@@ -26,7 +26,7 @@ from core.film import CAPTION_REWRITE_DIR, CaptionCounts, FilmFolder
 from core.record import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, Clip
 from core.shards import ShardConfig, ShardWriter, read_clips, shard_paths
 from pipeline.config import PipelineConfig
-from pipeline.executor import LocalStageRunner, StageActorPool, StageRunner
+from pipeline.executors import StageRunner, make_stage_runner
 from pipeline.ip import IP
 from pipeline.manifest import write_manifest
 from pipeline.review import Review, effective_quality, read_reviews
@@ -240,12 +240,12 @@ def _make_runner(stage: CaptionStage, config: CaptionConfig, engine) -> StageRun
     if executor == "auto":
         executor = "ray" if config.engine == "lmdeploy" else "local"
     if executor == "local":
-        return LocalStageRunner(stage)
+        return make_stage_runner("local", stage)
     if executor != "ray":
         raise ValueError(f"caption.executor={config.executor!r}: choose auto, ray or local")
     if engine is not None:
         raise ValueError("an engine object cannot be shipped to Ray actors; use executor local")
-    return StageActorPool(stage, config.workers)
+    return make_stage_runner("ray", stage, config.workers)
 
 
 # ---- files ---------------------------------------------------------------------------------

@@ -72,25 +72,45 @@ def shorthand_overrides(
 
 def prestart_executor(argv: list[str]) -> str | None:
     """For `dataset`, before its module's imports (a few tenths of a second): the executor its
-    arguments choose (--executor, --set run.executor=...; default auto), started in the background
-    where that pays (pipeline.executor.prestart), and named; None for other commands, --help and
-    --dry-run (no task runs). A --config file that chooses another executor is not read here: the
-    fork server then idles beside the run."""
+    arguments choose, read as the command reads them (its --config file's run.executor, then
+    --set run.executor=... and --executor, the last one winning; default auto), started in the
+    background where that pays (pipeline.executors.prestart), and named; None for other commands,
+    --help, --dry-run (no task runs) and a --config file the command will refuse."""
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("command", nargs="?")
+    early.add_argument("--config")
     early.add_argument("--executor")
     early.add_argument("--set", dest="overrides", action="append", default=[])
     early.add_argument("--dry-run", "-h", "--help", dest="no_tasks", action="store_true")
     known, _ = early.parse_known_args(argv)
     if known.command != "dataset" or known.no_tasks:
         return None
+    executor = _configured_executor(known.config)
+    if executor is None:
+        return None
     overrides = shorthand_overrides(known.overrides, executor=known.executor)
     chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("run.executor=")]
-    executor = chosen[-1] if chosen else "auto"  # the last one, as load_config applies them
-    from pipeline.executor import prestart
+    executor = chosen[-1] if chosen else executor  # the last one, as load_config applies them
+    from pipeline.executors import prestart
 
     prestart(executor)
     return executor
+
+
+def _configured_executor(config: str | None) -> str | None:
+    """run.executor as a --config file sets it ('auto' without a file or the setting), read with
+    the command's own reader; None where the command will refuse the file (its one-line error
+    says why), so nothing is started for a run that never starts."""
+    if not config:
+        return "auto"
+    from core.settings import ConfigError, read_settings_file
+
+    try:
+        run = read_settings_file(config, expected="a mapping of sections").get("run") or {}
+    except ConfigError:
+        return None
+    executor = run.get("executor", "auto") if isinstance(run, dict) else None
+    return executor if isinstance(executor, str) else None
 
 
 def main(argv: list[str] | None = None) -> int:

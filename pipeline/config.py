@@ -32,6 +32,7 @@ from stages.captioning.stage import CaptionConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
 from stages.motion import MotionConfig
+from stages.overlays import OverlayConfig
 from stages.quality import QualityConfig, RejectConfig
 from stages.scenes import SceneConfig
 
@@ -74,6 +75,7 @@ class RunConfig(Settings):
 @dataclass
 class PipelineConfig:
     crop: CropConfig = field(default_factory=CropConfig)
+    overlays: OverlayConfig = field(default_factory=OverlayConfig)
     scenes: SceneConfig = field(default_factory=SceneConfig)
     clips: ClipConfig = field(default_factory=ClipConfig)
     motion: MotionConfig = field(default_factory=MotionConfig)

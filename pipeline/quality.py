@@ -72,6 +72,9 @@ PASS_COLUMNS = [
     "caption_status",
 ]
 DECISION_COLUMNS = ["usable", "reject_reasons", "duplicate_of", "caption_status"]
+# registered stages' measurements that reasons read, where a shard has them (clips cut before
+# the overlay stage existed have none: no measurement, no reason)
+OPTIONAL_COLUMNS = ["overlay_subtitle_area", "overlay_logo_share"]
 
 
 @dataclass
@@ -225,8 +228,10 @@ def read_pass_table(film: Path) -> pa.Table:
     """The columns the pass reads, of every shard of a film, as one table."""
     tables = []
     for path in shard_paths(film / SHARDS_DIR):
-        check_schema_version(pq.read_schema(path), path)
-        tables.append(pq.read_table(path, columns=PASS_COLUMNS))
+        schema = pq.read_schema(path)
+        check_schema_version(schema, path)
+        optional = [name for name in OPTIONAL_COLUMNS if name in schema.names]
+        tables.append(pq.read_table(path, columns=PASS_COLUMNS + optional))
     if not tables:
         return pa.schema([CLIP_SCHEMA.field(name) for name in PASS_COLUMNS]).empty_table()
     return pa.concat_tables(tables, promote_options="permissive")

@@ -15,29 +15,21 @@ pyplot, so building a report from a notebook leaves the notebook's plotting back
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
 import html
-import io
 import json
-from collections import Counter
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import av
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import MaxNLocator, NullLocator
 
 from core import storage
-from core.film import CropRecord, FilmSummary
+from core.film import CropRecord, FilmSummary, OverlayRecord
 from core.io import write_text_atomic
-from core.record import CAPTION_PENDING
 from core.video import rotate_frame
 from core.vocabulary import REJECT_REASONS
-from pipeline import __version__
 from pipeline.explore import (
     Dataset,
     DatasetError,
@@ -47,14 +39,30 @@ from pipeline.explore import (
     open_dataset,
 )
 from pipeline.quality import film_thresholds
+from pipeline.report_corpus import _corpus_section, _distributions_section, _overview_section
+from pipeline.report_html import (
+    NOT_AVAILABLE,
+    _anchor,
+    _contents,
+    _data_uri,
+    _duration,
+    _new_figure,
+    _not_available,
+    _number,
+    _page,
+    _plot_img,
+    _shown,
+    _size,
+    _slug,
+    _table,
+    review_text,
+)
 from stages.quality import RejectConfig, quality_measures
 
-NOT_AVAILABLE = "not available"
 # Clips on the timeline (a rejected clip: by the quality stage or in review)
 _CLIP_COLORS = {"usable": "#2e9e5b", "rejected": "#c7c7c7", "failed": "#d62728"}
 # Drop reasons on the timeline: no green, grey or red, which mark the clips.
 _DROP_COLORS = ["#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf"]
-TOP_VALUES = 12  # bars per caption histogram: the long tail is read in the notebook
 
 
 @dataclass
@@ -158,18 +166,27 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Source frames", facts.num_frames),
         ("Duration", _duration(facts.duration)),
         ("Crop box (x, y, w, h)", _crop_text(summary.crop)),
+        ("Overlays", summary.overlays.line() if summary.overlays is not None else None),
         ("Scenes", len(summary.scenes) if summary.scenes is not None else None),
         ("Clips written (summary)", summary.clips_written),
         ("Clips failed (summary)", summary.clips_failed),
         ("Clips in the manifest", f"{len(manifest)} ({len(ok)} ok)"),
         ("Usable clips (quality)", _usable_text(manifest)),
         ("Clip geometry", _clip_geometry(manifest)),
+        ("Upscaled", _upscaled_text(summary)),
         ("Captions (summary)", summary.captions),
         ("Windows dropped", len(drops) if len(drops) else _summary_drop_total(summary)),
         ("Manual review", review_text(film.review_counts)),
         ("Folder", str(film.path)),
     ]
     return _table(["", ""], [(name, _shown(value)) for name, value in rows], show_header=False)
+
+
+def _upscaled_text(summary) -> str:
+    """Whether the clips enlarge the source picture (summary.json `upscaled`), and how much."""
+    if "upscaled" in summary.absent:
+        return "not recorded"
+    return summary.upscaled.note if summary.upscaled else "no"
 
 
 def _crop_figure(dataset: Dataset, film: Film, manifest: pd.DataFrame) -> str:
@@ -182,7 +199,7 @@ def _crop_figure(dataset: Dataset, film: Film, manifest: pd.DataFrame) -> str:
     source = source_frame_at(source_path, float(clip["start_time"])) if source_path else None
     shown = _shown_region(film.summary, box)
     label = f"clip {clip['clip_id'][:8]} at {clip['start_time']:.2f} s"
-    figure = _crop_plot(source, stored, box, shown, label)
+    figure = _crop_plot(source, stored, box, shown, label, film.summary.overlays)
     return figure + f'<p class="note">{html.escape(_crop_note(film, box, shown, source))}</p>'
 
 
@@ -211,7 +228,12 @@ def _crop_note(film: Film, box: tuple, shown: tuple | None, source: np.ndarray |
 
 
 def _crop_plot(
-    source: np.ndarray | None, stored: np.ndarray, box: tuple, shown: tuple | None, label: str
+    source: np.ndarray | None,
+    stored: np.ndarray,
+    box: tuple,
+    shown: tuple | None,
+    label: str,
+    overlays: OverlayRecord | None = None,
 ) -> str:
     panels = [source, stored] if source is not None else [stored]
     figure = _new_figure(6.0 * len(panels), 3.6)
@@ -231,9 +253,23 @@ def _crop_plot(
                 )
             )
             title += f"; clips show {sw}x{sh} at ({sx}, {sy})"
+        if overlays is not None:
+            _draw_overlays(axes[0], overlays, box)
         axes[0].set_title(title, fontsize=9)
     axes[-1].set_title(f"stored {stored.shape[1]}x{stored.shape[0]}, {label}", fontsize=9)
     return _plot_img(figure, "crop", "crop box drawn on a source frame")
+
+
+def _draw_overlays(ax, overlays: OverlayRecord, box: tuple) -> None:
+    """The film's subtitle bands (shaded rows across the crop box) and logos (boxes), as the
+    overlay pass found them (stages/overlays.py)."""
+    x, _, w, _ = box
+    for y0, y1 in overlays.subtitle_bands:
+        ax.add_patch(Rectangle((x, y0), w, y1 - y0, color="#0a84ff", alpha=0.35, linewidth=0))
+        ax.text(x + 4, y0, "subtitles", color="#0a84ff", fontsize=7, va="bottom")
+    for lx, ly, lw, lh in overlays.logos:
+        ax.add_patch(Rectangle((lx, ly), lw, lh, fill=False, edgecolor="#30d158", linewidth=2))
+        ax.text(lx, ly + lh, "logo", color="#30d158", fontsize=7, va="top")
 
 
 def _shown_region(
@@ -463,234 +499,6 @@ def _config(summary: FilmSummary) -> str:
     )
 
 
-# ---------------------------------------------------------------- across the selected films
-
-
-def _corpus_section(dataset: Dataset) -> str:
-    """The whole corpus first: what a user of many films checks before any single film."""
-    overview = dataset.overview
-    stage_seconds = overview["stage_seconds"]
-    busy = sum(stage_seconds.values()) or 1.0
-    rows = [
-        ("films", f"{overview['films']} ({overview['films_complete']} complete)"),
-        ("IPs", ", ".join(overview["ips"]) or NOT_AVAILABLE),
-        ("hours of film", f"{overview['hours_of_film']:.2f}"),
-        ("clips", f"{overview['clips']} ({overview['clips_failed']} failed)"),
-        (
-            "usable clips",
-            NOT_AVAILABLE if overview["usable_clips"] is None else overview["usable_clips"],
-        ),
-        ("windows dropped", ", ".join(f"{k} {v}" for k, v in overview["drops"].items()) or "none"),
-        ("failed segments", overview["failed_segments"]),
-        (
-            "films that failed before cutting",
-            "; ".join(f["error"] for f in overview["failed_films"]) or "none",
-        ),
-        (
-            "worker seconds by stage",
-            ", ".join(f"{k} {v:.1f} s ({v / busy:.0%})" for k, v in stage_seconds.items()),
-        ),
-    ]
-    table = _table(["", ""], rows, show_header=False)
-    return f'<section id="corpus"><h2>Corpus</h2>{table}</section>'
-
-
-def _overview_section(dataset: Dataset) -> str:
-    rows = []
-    for film in dataset.films:
-        manifest, drops = film.manifest, film.drops
-        link = f'<a href="#{_anchor(film)}">{html.escape(film.slug)}</a>'
-        rows.append(
-            (
-                link,
-                film_ip(film) or NOT_AVAILABLE,
-                _duration(film.summary.film.duration),
-                len(manifest),
-                int((manifest["status"] != "ok").sum()),
-                len(drops),
-                review_text(film.review_counts),
-            )
-        )
-    table = _table(
-        ["film", "IP", "duration", "clips", "failed", "windows dropped", "manual review"],
-        rows,
-        escape=False,
-    )
-    return f'<section id="overview"><h2>Films</h2>{table}</section>'
-
-
-def _distributions_section(dataset: Dataset) -> str:
-    scope = "all films" if len(dataset.films) > 1 else "this film"
-    manifest = dataset.manifest
-    parts = [
-        f"<h2>Distributions ({scope})</h2>",
-        "<h3>Motion scope</h3>",
-        _motion_plot(manifest, _motion_levels(dataset)),
-        "<h3>Captions</h3>",
-        _caption_plots(manifest),
-        "<h3>Drop reasons</h3>",
-        _drop_plot(dataset),
-    ]
-    return f'<section id="distributions">{"".join(parts)}</section>'
-
-
-def _motion_plot(manifest: pd.DataFrame, levels: dict | None) -> str:
-    scopes = manifest["motion_scope"].dropna().astype(float)
-    if scopes.empty:
-        return _not_available(
-            "no clip has a motion_scope value yet (the motion stage has not run on these clips)"
-        )
-    edges = [float(e) for e in (levels or {}).get("edges", []) if np.isfinite(float(e))]
-    figure = _new_figure(11, 3.2)
-    left, right = figure.subplots(1, 2, width_ratios=[2.2, 1])
-    left.hist(scopes, bins=_scope_bins(left, scopes, edges), color="#6c8ebf")
-    for edge in edges:
-        left.axvline(edge, color="#d62728", linestyle="--", linewidth=1)
-    _label_levels(left, edges, scopes)
-    left.set_xlabel("motion scope (mean flow magnitude, px)")
-    left.set_ylabel("clips")
-    for ax in (left, right):
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    version = (levels or {}).get("version")
-    left.set_title(
-        "level edges " + (f"(version {version})" if edges else NOT_AVAILABLE), fontsize=9, pad=14
-    )
-    counts = manifest["motion_level"].dropna().astype(int).value_counts()
-    level_range = range(1, 6)
-    bars = right.bar(
-        [str(k) for k in level_range], [counts.get(k, 0) for k in level_range], color="#2e9e5b"
-    )
-    right.bar_label(bars, fontsize=8)
-    right.set_xlabel("motion level")
-    right.set_title(f"{len(scopes)} of {len(manifest)} clips measured", fontsize=9)
-    edges_text = (
-        f"Level edges, version {version}: {', '.join(f'{e:g}' for e in edges)}."
-        if edges
-        else "Level edges: not available (no motion_levels in summary.json "
-        "and no edges file for the clips' motion_levels_version)."
-    )
-    return (
-        _plot_img(figure, "motion", "histogram of motion scope with the level edges")
-        + f'<p class="note">{html.escape(edges_text)}</p>'
-    )
-
-
-def _scope_bins(ax, scopes: pd.Series, edges: list[float]):
-    """Logarithmic bins when the scopes span more than a decade: the level edges are roughly
-    geometric (1.1, 5, 12, 24 px) and a linear axis crushes the low levels. The axis is symlog,
-    linear below 1 px, so still clips (scope 0) keep their bin."""
-    high = max([scopes.max(), *edges])
-    if high < 10:
-        return 30
-    ax.set_xscale("symlog", linthresh=1.0, linscale=0.5)
-    ticks = [t for t in (0, 1, 2, 5, 10, 20, 50, 100, 200, 500) if t <= high * 1.05]
-    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-    ax.xaxis.set_minor_locator(NullLocator())
-    return np.concatenate([np.linspace(0, 1, 5, endpoint=False), np.geomspace(1, high * 1.05, 26)])
-
-
-def _label_levels(ax, edges: list[float], scopes: pd.Series) -> None:
-    """Write L1..L5 over the histogram, centred between the level edges that are in view."""
-    if len(edges) != 4:  # five levels have four inner edges; anything else is not labelled
-        return
-    low, high = ax.get_xlim()
-    bounds = [min(low, scopes.min())] + edges + [max(high, scopes.max())]
-    for level, (start, stop) in enumerate(zip(bounds, bounds[1:]), start=1):
-        start, stop = max(start, low), min(stop, high)
-        if stop > start:
-            geometric = ax.get_xscale() != "linear" and start >= 1
-            centre = np.sqrt(start * stop) if geometric else (start + stop) / 2
-            ax.text(
-                centre,
-                1.0,
-                f"L{level}",
-                transform=ax.get_xaxis_transform(),
-                ha="center",
-                va="bottom",
-                fontsize=8,
-                color="#d62728",
-            )
-
-
-def _caption_plots(manifest: pd.DataFrame) -> str:
-    columns = {
-        "subject": manifest["subject"].dropna(),
-        "environment": manifest["environment"].dropna(),
-        "characters": manifest["characters"].dropna().explode().dropna(),
-    }
-    status = Counter(manifest["caption_status"].fillna(CAPTION_PENDING))
-    status_text = ", ".join(f"{k}: {v}" for k, v in sorted(status.items()))
-    note = f'<p class="note">Caption status: {html.escape(status_text)}.</p>'
-    if all(values.empty for values in columns.values()):
-        return (
-            _not_available(
-                "no clip has caption fields yet (the captioning pass has not run on these clips)"
-            )
-            + note
-        )
-    figure = _new_figure(12, 3.6)
-    for ax, (name, values) in zip(figure.subplots(1, 3), columns.items()):
-        counts = Counter(values).most_common(TOP_VALUES)
-        if not counts:
-            ax.text(0.5, 0.5, NOT_AVAILABLE, ha="center", va="center", transform=ax.transAxes)
-            ax.set_axis_off()
-        else:
-            ax.barh([str(k) for k, _ in counts], [v for _, v in counts], color="#9467bd")
-            ax.invert_yaxis()
-        ax.set_title(name, fontsize=10)
-    return _plot_img(figure, "captions", "histograms of subject, environment and characters") + note
-
-
-def _drop_plot(dataset: Dataset) -> str:
-    counts, lost = _drop_counts(dataset)
-    if counts is None:
-        return _not_available("no drops.parquet rows and no drop counts in summary.json")
-    figure = _new_figure(7, 0.45 * len(counts) + 1.0)
-    ax = figure.add_subplot()
-    bars = ax.barh(list(counts.index), list(counts.values), color="#ff7f0e")
-    ax.bar_label(bars, fontsize=8, padding=3)
-    ax.invert_yaxis()
-    ax.margins(x=0.2)
-    ax.set_xlabel("windows dropped")
-    rows = [
-        (reason, count, NOT_AVAILABLE if lost is None else f"{lost[reason]:.1f} s")
-        for reason, count in counts.items()
-    ]
-    return _plot_img(figure, "drops", "histogram of drop reasons") + _table(
-        ["reason", "windows", "film time lost"], rows
-    )
-
-
-def _drop_counts(dataset: Dataset) -> tuple[pd.Series | None, pd.Series | None]:
-    """Windows dropped per reason, and the seconds they covered (from drops.parquet rows, else
-    the counts in summary.json, which carry no durations)."""
-    drops = dataset.drops
-    if not drops.empty:
-        lost = (drops["end_time"] - drops["start_time"]).groupby(drops["reason"]).sum()
-        return drops["reason"].value_counts(), lost
-    totals: Counter[str] = Counter()
-    for summary in dataset.summaries.values():
-        totals.update(summary.drops or {})
-    return (pd.Series(dict(totals.most_common())), None) if totals else (None, None)
-
-
-def _motion_levels(dataset: Dataset) -> dict | None:
-    """The level edges the clips were measured against: summary.json's, else the bundled edges
-    file named by the clips' motion_levels_version."""
-    for summary in dataset.summaries.values():
-        if summary.motion_levels:
-            return summary.motion_levels
-    versions = dataset.manifest["motion_levels_version"].dropna().unique()
-    if len(versions) == 0:
-        return None
-    try:
-        from stages.motion_levels import LevelsError, load_levels
-
-        return load_levels(str(versions[0])).to_dict()
-    except (ImportError, LevelsError):
-        return None  # edges made elsewhere (a recalibration file not at hand): shown as missing
-
-
 # ---------------------------------------------------------------- data helpers
 
 
@@ -763,17 +571,6 @@ def _summary_drop_total(summary: FilmSummary) -> int | None:
     return sum(drops.values()) if isinstance(drops, dict) else None
 
 
-def review_text(counts: dict[str, int]) -> str:
-    """`3 of 120 clips reviewed: 2 accepted, 1 rejected, 1 corrected` (and stale decisions)."""
-    text = (
-        f"{counts['reviewed']} of {counts['clips']} clips reviewed: {counts['accepted']} "
-        f"accepted, {counts['rejected']} rejected, {counts['corrected']} corrected"
-    )
-    if counts["stale"]:
-        text += f" ({counts['stale']} decisions name clips no longer in the film)"
-    return text
-
-
 def _clip_geometry(manifest: pd.DataFrame) -> str | None:
     if manifest.empty:
         return None
@@ -788,126 +585,8 @@ def _report_title(dataset: Dataset, ip: str | None) -> str:
     return f"{ip or dataset.root.name}: {len(dataset.films)} films"
 
 
-# ---------------------------------------------------------------- formatting
-
-
-def _shown(value) -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
-        return NOT_AVAILABLE
-    return str(value)
-
-
-def _number(value, pattern: str):
-    return pattern.format(value) if isinstance(value, (int, float)) else None
-
-
-def _size(width, height):
-    return f"{width}x{height}" if width and height else None
-
-
-def _duration(seconds):
-    if not isinstance(seconds, (int, float)):
-        return None
-    minutes, rest = divmod(float(seconds), 60)
-    hours, minutes = divmod(int(minutes), 60)
-    return f"{hours}:{minutes:02d}:{rest:05.2f} ({seconds:.2f} s)"
-
-
 def _crop_text(crop: CropRecord | None) -> str | None:
     if crop is None or crop.box is None:
         return None
     source = crop.source if "source" not in crop.absent else "source unknown"
     return f"{crop.x}, {crop.y}, {crop.w}, {crop.h} ({source})"
-
-
-def _anchor(film: Film) -> str:
-    return f"film-{_slug(film.slug)}"
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
-
-
-def _not_available(reason: str) -> str:
-    return f'<p class="na">Not available: {html.escape(reason)}.</p>'
-
-
-def _table(
-    header: list[str], rows: list[tuple], show_header: bool = True, escape: bool = True
-) -> str:
-    cell = (lambda v: html.escape(str(v))) if escape else str
-    head = (
-        "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
-        if show_header
-        else ""
-    )
-    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
-    return f"<table>{head}{body}</table>"
-
-
-def _new_figure(width: float, height: float) -> Figure:
-    return Figure(figsize=(width, height), layout="constrained")
-
-
-def _plot_img(figure, name: str, alt: str) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    return (
-        f'<img class="plot" data-plot="{name}" alt="{html.escape(alt)}" '
-        f'src="{_data_uri(buffer.getvalue(), "image/png")}">'
-    )
-
-
-def _data_uri(data: bytes, mime: str) -> str:
-    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
-
-
-def _contents(dataset: Dataset) -> str:
-    links = (
-        ['<a href="#corpus">Corpus</a>', '<a href="#overview">Films</a>']
-        if len(dataset.films) > 1
-        else []
-    )
-    links += [f'<a href="#{_anchor(f)}">{html.escape(f.slug)}</a>' for f in dataset.films]
-    links.append('<a href="#distributions">Distributions</a>')
-    return " &middot; ".join(links)
-
-
-def _page(title: str, contents: str, body: str) -> str:
-    generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,">
-<title>Dataset report: {html.escape(title)}</title>
-<style>{_STYLE}</style></head>
-<body><header><h1>Dataset report: {html.escape(title)}</h1>
-<p class="note">Generated {generated} by animegamer {__version__}. Every image below was rendered
-from the clip shards (and the source film, for the crop box).</p>
-<nav>{contents}</nav></header>
-{body}
-</body></html>
-"""
-
-
-_STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; color: #1d1d1f;
-       margin: 0 auto; max-width: 1320px; padding: 0 20px 40px; }
-h1 { font-size: 24px; }
-h2 { border-bottom: 2px solid #ddd; padding-top: 16px; }
-h2 small { color: #888; font-weight: normal; }
-table { border-collapse: collapse; }
-td, th { border-bottom: 1px solid #eee; padding: 3px 10px; text-align: left; vertical-align: top; }
-.note { color: #555; }
-.swatch { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 10px;
-  vertical-align: middle; border-radius: 2px; }
-.measures b { color: #8a1f11; }
-.na { color: #a15c00; background: #fff6e5; padding: 6px 10px; border-radius: 4px;
-      display: inline-block; }
-.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr)); gap: 14px; }
-figure.clip { margin: 0; background: #f6f6f8; border-radius: 6px; padding: 6px; font-size: 12px; }
-figure.clip img { display: block; max-width: 100%; height: auto; border-radius: 3px; }
-img.plot { display: block; max-width: 100%; height: auto; margin: 6px 0; }
-q { font-style: italic; }
-pre { background: #f6f6f8; padding: 10px; overflow: auto; }
-"""

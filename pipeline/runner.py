@@ -37,6 +37,7 @@ from core.film import (
     FilmFolder,
     FilmSummary,
     FolderError,
+    OverlayRecord,
     SegmentSpan,
     SegmentStats,
 )
@@ -46,9 +47,10 @@ from core.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from core.shards import ShardWriter, read_clips
 from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 from pipeline.corpus import write_dataset_summary
-from pipeline.executor import Executor, make_executor
+from pipeline.executors import Executor, make_executor
+from pipeline.folder_passes import caption_pass, quality_pass
 from pipeline.ip import IP
-from pipeline.manifest import ReviewedCounts, reviewed_counts, write_manifest
+from pipeline.manifest import write_manifest
 from pipeline.segments import (
     SegmentJob,
     frame_stage_resources,
@@ -57,7 +59,9 @@ from pipeline.segments import (
     run_segment,
 )
 from stages.base import build_clip_stages, clip_schema
-from stages.crop import BorderCrop, CropBox
+from stages.clips import source_scale
+from stages.crop import BorderCrop, CropBox, sample_luma_frames
+from stages.overlays import film_overlays, overlay_frames
 from stages.probe import FilmError, FilmInfo, Probe
 
 log = logging.getLogger(__name__)
@@ -94,6 +98,7 @@ class FilmPlan:
     film_dir: str | Path  # a local path or an fsspec URL
     segments: list[SegmentSpan]
     seconds: dict[str, float]
+    overlays: OverlayRecord | None = None  # None: overlays.enabled is off
 
 
 @dataclass
@@ -180,64 +185,12 @@ def _run_films(
         results[index] = _as_result(paths[index], outcome)
     done = [r for r in results if r is not None]
     if any(r.ok for r in done):
-        _quality_pass(done, out_dir, config)
+        quality_pass(done, out_dir, config)
     if config.caption.model:
-        _caption(done, config, ip)
+        caption_pass(done, config, ip)
     unprocessed = [{"path": r.path, "error": r.message} for r in done if r.film_dir is None]
     write_dataset_summary(out_dir, unprocessed)
     return done
-
-
-def _quality_pass(results: list[FilmResult], out_dir: str | Path, config: PipelineConfig) -> None:
-    """Decide every clip of the output folder, duplicates across its films included, with the
-    folder's thresholds (written from this run's settings the first time)."""
-    with storage.working_copy(out_dir, SUMMARY_FILE) as local:  # s3://: a copy, published back
-        _fetch_folder_files(out_dir, local)
-        _decide_quality(results, out_dir, local, config)
-
-
-def _fetch_folder_files(out_dir: str | Path, local: Path) -> None:
-    """The folder's thresholds and duplicate index, which a copy of its films leaves out (each
-    one object, written whole; the pass's new versions are uploaded with the films)."""
-    from pipeline.duplicates import INDEX_FILE
-    from pipeline.quality import THRESHOLDS_FILE
-
-    if not storage.is_remote(out_dir):
-        return
-    for name in (THRESHOLDS_FILE, INDEX_FILE):
-        remote = storage.join(out_dir, name)
-        if storage.exists(remote):
-            storage.download(remote, local / name)
-
-
-def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> None:
-    from pipeline.bitscan import search_threads
-    from pipeline.quality import apply_quality, load_thresholds, save_thresholds
-
-    thresholds, saved = load_thresholds(local, config.reject)
-    if saved and thresholds != config.reject:
-        log.info(
-            "quality: the thresholds of %s are kept (change them with animegamer "
-            "quality-calibrate); this run's reject.* settings differ",
-            storage.join(out_dir, "quality.json"),
-        )
-    if not saved:
-        save_thresholds(local, thresholds)
-    with search_threads(config.run.num_cpus):
-        outcome = apply_quality(local, thresholds)
-    for result in results:
-        if result.ok and result.film_dir is not None:
-            folder = FilmFolder(local / storage.name(result.film_dir))
-            result.summary = folder.read_summary()
-            result.message += "; " + reviewed_counts(folder).line()  # as the manifest says
-    every = sum(map(reviewed_counts, map(FilmFolder, FilmFolder.discover(local))), ReviewedCounts())
-    log.info(
-        "quality: %d of %d clips usable in %d film(s) of %s",
-        every.usable,
-        every.clips,
-        outcome.films,
-        out_dir,
-    )
 
 
 def run_film(
@@ -254,7 +207,7 @@ def run_film(
         raise outcome
     result = _as_result(path, outcome)
     if result.ok:
-        _quality_pass([result], out_dir, config)  # the one decision, as after `dataset`
+        quality_pass([result], out_dir, config)  # the one decision, as after `dataset`
     return result
 
 
@@ -526,13 +479,33 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
         )
     probe_seconds = time.perf_counter() - began
     limit_threads(job.config.run.task_threads)
-    crop_began = time.perf_counter()
-    crop = BorderCrop(job.config.crop).process(film)
-    seconds = {"probe": probe_seconds, "crop": time.perf_counter() - crop_began}
+    crop, overlay_record, seconds = _film_pictures(film, job.config)
+    seconds = {"probe": probe_seconds, **seconds}
     segments = plan_segments(film, job.config.run.segment_seconds)
     if storage.is_remote(job.path):
         film.path = str(job.path)  # every task fetches the film by its URL (once per node)
-    return FilmPlan(film, crop, film_dir, segments, seconds)
+    return FilmPlan(film, crop, film_dir, segments, seconds, overlay_record)
+
+
+def _film_pictures(
+    film: FilmInfo, config: PipelineConfig
+) -> tuple[CropBox, OverlayRecord | None, dict[str, float]]:
+    """The border crop and the overlay pass, on one sample of the film's key frames (each timed
+    as its own stage); the overlay pass is None when `overlays.enabled` is off."""
+    began = time.perf_counter()
+    overlays = config.overlays if config.overlays.enabled else None
+    samples = max(config.crop.samples, overlays.samples) if overlays else config.crop.samples
+    needed = config.crop.box is None or overlays is not None
+    frames = sample_luma_frames(film, samples) if needed else None
+    crop = BorderCrop(config.crop).process(film, frames)
+    seconds = {"crop": time.perf_counter() - began}
+    if overlays is None:
+        return crop, None, seconds
+    began = time.perf_counter()
+    pictures = overlay_frames(film, frames or [], overlays)
+    record = film_overlays(config).process(pictures, crop)
+    seconds["overlays"] = time.perf_counter() - began
+    return crop, record, seconds
 
 
 def _fetched_film(path: str | Path) -> Path:
@@ -552,11 +525,14 @@ def _segment_job(
     """A segment's job: its folder is the film's, or for a film in object storage a local scratch
     folder standing in for it (`store` then names the real one)."""
     if not storage.is_remote(plan.film_dir):
+        folder = FilmFolder(Path(plan.film_dir))
         return SegmentJob(
-            plan.film, plan.crop, config, ip.name, segment, FilmFolder(Path(plan.film_dir))
+            plan.film, plan.crop, config, ip.name, segment, folder, overlays=plan.overlays
         )
     folder = FilmFolder(storage.scratch_dir(plan.film_dir))
-    return SegmentJob(plan.film, plan.crop, config, ip.name, segment, folder, str(plan.film_dir))
+    return SegmentJob(
+        plan.film, plan.crop, config, ip.name, segment, folder, str(plan.film_dir), plan.overlays
+    )
 
 
 def run_stored_segment(job: SegmentJob, report=_no_report) -> SegmentStats:
@@ -590,7 +566,14 @@ def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
     if remote:
         _fetch_parts(plan.film_dir, folder, job.segment_results)
     summary = finalize(
-        folder, plan.film, plan.crop, job.config, job.ip, job.segment_results, plan.seconds
+        folder,
+        plan.film,
+        plan.crop,
+        job.config,
+        job.ip,
+        job.segment_results,
+        plan.seconds,
+        plan.overlays,
     )
     seconds = dict(summary.stage_seconds or {})
     seconds["finalize"] = round(time.perf_counter() - began, 3)
@@ -632,19 +615,6 @@ def _publish_film(local_dir: Path, remote_dir: str | Path, complete: bool) -> No
     shutil.rmtree(local_dir, ignore_errors=True)
 
 
-def _caption(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
-    """Caption every film that was cut, with one model load for all of them (films in object
-    storage in local copies, published back with their summary.json last)."""
-    from pipeline.caption_films import caption_films
-
-    cut = [r for r in results if r.ok and r.film_dir is not None]
-    with storage.working_copies([r.film_dir for r in cut], SUMMARY_FILE) as film_dirs:
-        for result, film_dir, stats in zip(cut, film_dirs, caption_films(film_dirs, config, ip)):
-            result.summary = FilmFolder(film_dir).read_summary()
-            counts = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_status.items()))
-            result.message += f"; captions: {counts or 'none'}"
-
-
 def finalize(
     folder: FilmFolder,
     film: FilmInfo,
@@ -653,6 +623,7 @@ def finalize(
     ip: IP,
     results: list[SegmentStats | Exception],
     extra_seconds: dict[str, float],
+    overlays: OverlayRecord | None = None,
 ) -> FilmSummary:
     """Gather the segments' parts into shards with film-wide clip and scene numbering."""
     failed = {
@@ -679,6 +650,7 @@ def finalize(
     write_manifest(folder)
     write_table_atomic(rows_to_table(drop_rows, DROP_SCHEMA), folder.drops)
     summary = _summary(film, crop, config, ip, done, failed, scenes, drop_rows, extra_seconds)
+    summary = summary.updated(overlays=overlays)
     if summary.complete:
         shutil.rmtree(folder.work, ignore_errors=True)
     return summary
@@ -718,6 +690,7 @@ def _summary(
         film=FilmFacts.from_dict(film.facts()),
         ip=ip.name,
         crop=CropRecord(x=crop.x, y=crop.y, w=crop.w, h=crop.h, source=crop.source),
+        upscaled=source_scale(crop, config.clips),
         segments=len(done) + len(failed),
         segments_reused=sum(stats.skipped for stats in done),
         segment_runs=[_segment_run(stats) for stats in done],
@@ -812,8 +785,10 @@ def _summary_line(film: FilmInfo, summary: FilmSummary) -> str:
             f"{next(iter(failed.values()))}; rerun to retry)"
         )
     )
+    upscaled = f" ({summary.upscaled.note})" if summary.upscaled else ""
     return (
-        f"{film.film_name}: {state}: {summary.clips_written} clips "
+        f"{film.film_name}{upscaled}: {state}: {summary.clips_written} clips "
         f"({summary.clips_failed} failed), {len(summary.scenes or [])} scenes, drops: {drops}; "
         f"{film.duration:.1f} s of film in {summary.wall_seconds or 0:.1f} s{reused}"
+        + (f"; {summary.overlays.line()}" if summary.overlays is not None else "")
     )

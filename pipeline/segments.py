@@ -32,14 +32,14 @@ import av
 import cv2
 
 from core import storage
-from core.film import Drop, FilmFolder, SegmentSpan, SegmentStats
+from core.film import Drop, FilmFolder, OverlayRecord, SegmentSpan, SegmentStats
 from core.frames import PlaneSource
 from core.record import STATUS_OK, Clip
 from core.resources import Resources
 from core.shards import ShardWriter
 from core.video import FrameReader
 from pipeline.config import PipelineConfig
-from stages.base import ClipStage, Frame, build_clip_stages, clip_schema
+from stages.base import ClipStage, FilmContext, Frame, build_clip_stages, clip_schema
 from stages.clips import ClipSplitter
 from stages.crop import CropBox
 from stages.probe import FilmInfo
@@ -59,6 +59,7 @@ class SegmentJob:
     segment: SegmentSpan
     folder: FilmFolder  # always local: where the segment's parts and DONE.json are made
     store: str | None = None  # the film folder's URL when the outputs live in object storage
+    overlays: OverlayRecord | None = None  # the film's (stages/overlays.py), None when off
 
     @property
     def directory(self) -> Path:
@@ -153,7 +154,15 @@ class _SegmentRun:
 
     def run(self) -> SegmentStats:
         cv2.setNumThreads(1)  # one CPU per segment task (see the module's docstring)
+        config = self.job.config
+        context = FilmContext(
+            self.job.overlays,
+            config.clips.resize,
+            config.quality.text_model,
+            config.quality.text_pixel_probability,
+        )
         for stage in self.stages:
+            stage.for_film(context)
             _timed(self.seconds, stage.name, stage.setup)
         threads = self.job.config.run.task_threads
         limit_threads(threads)

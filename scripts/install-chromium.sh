@@ -10,23 +10,8 @@ if [ -x /usr/bin/chromium ]; then
     exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-chromium.sh: apt-get not found; install Chromium yourself and set" \
-         "CHROMIUM=/path/to/chromium for the tests" >&2
-    exit 1
-fi
-
-if [ "$(id -u)" -eq 0 ]; then
-    as_root=""
-elif command -v sudo >/dev/null 2>&1; then
-    as_root="sudo"
-else
-    echo "install-chromium.sh: need root (or sudo) to apt-get install chromium" >&2
-    exit 1
-fi
-
-echo "install-chromium.sh: installing Debian's chromium (about 100 MB)"
-$as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
 # Recommended packages (desktop integration) are not needed headless; a font is, for the text
 # in screenshots.
-$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core
+"$(dirname "$0")/apt-install.sh" install-chromium.sh "Debian's chromium (about 100 MB)" \
+    chromium fonts-dejavu-core \
+    || { echo "install-chromium.sh: or install Chromium by other means and set CHROMIUM=/path/to/chromium" >&2; exit 1; }

@@ -58,6 +58,7 @@ import cv2
 import numpy as np
 import pyarrow as pa
 
+from core.film import OverlayRecord
 from core.record import Clip
 from core.resources import Resources
 from core.schema import CLIP_SCHEMA
@@ -104,12 +105,29 @@ class FrameStage(Protocol[Found]):
         ...
 
 
+@dataclass(frozen=True)
+class FilmContext:
+    """What a film's prepare step found that a clip stage may need: the overlays of the film
+    (stages/overlays.py; None when that pass is off), how clips fit their window
+    (`clips.resize`), and the text detector the film pass used (`quality.text_model` and
+    `quality.text_pixel_probability`), so that a clip is looked at as its film was."""
+
+    overlays: OverlayRecord | None = None
+    resize: str = "center_crop"
+    text_model: str | None = None
+    text_probability: float = 0.3
+
+
 class ClipStage(ABC):
     name: str = "stage"
     resources: Resources = Resources()
 
     def setup(self) -> None:  # noqa: B027 - optional hook, not every stage loads state
         """Load heavy state once per worker. The default has nothing to load."""
+
+    def for_film(self, film: FilmContext) -> None:  # noqa: B027 - optional hook
+        """Told, before a segment's first clip, what its film's prepare step found. The
+        default needs nothing of it."""
 
     @abstractmethod
     def process(self, clip: Clip) -> Clip:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from core.film import Drop
+from core.film import Drop, SourceScale
 from core.frames import ClipFrames, block_mean, chroma_region, i420_planes
 from core.record import Clip, make_clip_id
 from core.settings import Settings, check_choice
@@ -55,6 +55,12 @@ class ClipConfig(Settings):
     PSNR at crf 20 (see README "Benchmark")."""
     image_format: str = "jpeg"
     """Encoding of first_frame: jpeg or png."""
+    min_source_height: int = 0
+    """A film whose clips show fewer source rows than this (the crop, cut to the clip's aspect:
+    a 480x360 film shows 480x320, upscaled 1.5 times) gives no clips: each window becomes a
+    `small_source` drop naming the upscale. 480 refuses every upscaled film at the default
+    720x480. 0 keeps them all; summary.json, the console line and the report name the upscale
+    either way."""
 
     def validate(self) -> None:
         check_choice("clips", "resize", self.resize, RESIZE_MODES)
@@ -86,6 +92,25 @@ def output_region(crop: CropBox, config: ClipConfig) -> tuple[int, int, int, int
         return crop.x + (crop.w - w) // 2, crop.y, w, crop.h
     h = min(crop.h, int(round(crop.w / target / 2)) * 2)
     return crop.x, crop.y + (crop.h - h) // 2, crop.w, h
+
+
+def source_scale(crop: CropBox, config: ClipConfig) -> SourceScale | None:
+    """How many times the clips enlarge the picture (`fit_frame`'s scale: the larger of the two
+    for center_crop and stretch, the smaller for pad), or None when they do not."""
+    _, _, w, h = output_region(crop, config)
+    along = (config.width / w, config.height / h)
+    factor = min(along) if config.resize == "pad" else max(along)
+    if round(factor, 2) <= 1.0:
+        return None
+    return SourceScale(factor=round(factor, 3), width=w, height=h)
+
+
+def _refusal(region: tuple, scale: SourceScale | None, config: ClipConfig) -> str | None:
+    """Why no window of the film becomes a clip (clips.min_source_height), or None."""
+    if region[3] >= config.min_source_height:
+        return None
+    upscaled = f"{scale.note}: " if scale is not None else ""
+    return f"{upscaled}{region[3]} source rows, under clips.min_source_height {config.min_source_height}"
 
 
 def fit_frame(
@@ -197,6 +222,7 @@ class ClipSplitter:
         self.segment_index = segment_index
         self.is_last_segment = is_last_segment
         self.region = output_region(crop, config)
+        self.refusal = _refusal(self.region, source_scale(crop, config), config)
         # start time of every frame, plus the end of the last one, so a window that ends exactly
         # with the film still fits
         self.times = film.frame_times() + [film.duration]
@@ -234,7 +260,7 @@ class ClipSplitter:
         """Take frame `index` for the samples due at it; `shown` is the frame stored in its
         place (itself, or the frame before a flash), whose index the clip records."""
         window = self.window
-        if window is None or not window.fits:
+        if window is None or not window.fits or self.refusal is not None:
             return
         for m, sample in enumerate(window.sample_indices):
             if sample == index:
@@ -286,7 +312,9 @@ class ClipSplitter:
         window = self.window
         assert window is not None  # called only while a window is open
         out: list[Clip | Drop]
-        if len(window.samples) < self.config.num_frames:
+        if self.refusal is not None:
+            out = [self._drop(window, "small_source", self.refusal)]
+        elif len(window.samples) < self.config.num_frames:
             out = [
                 self._drop(
                     window,

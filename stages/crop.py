@@ -50,10 +50,13 @@ class BorderCrop:
     def __init__(self, config: CropConfig | None = None):
         self.config = config or CropConfig()
 
-    def process(self, film: FilmInfo) -> CropBox:
+    def process(self, film: FilmInfo, frames: list[np.ndarray] | None = None) -> CropBox:
+        """`frames`: upright luma planes already sampled from the film (the overlay pass shares
+        them); None samples `samples` key frames here."""
         if self.config.box is not None:
             return self._manifest_box(film, self.config.box)
-        frames = sample_luma_frames(film, self.config.samples)
+        if frames is None:
+            frames = sample_luma_frames(film, self.config.samples)
         return self.detect(frames, film.width, film.height)
 
     def detect(self, luma_frames: list[np.ndarray], width: int, height: int) -> CropBox:
@@ -109,4 +112,16 @@ def sample_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
     return [
         rotate_frame(frame.to_ndarray(format="gray"), film.rotation)
         for _, frame in reader.keyframes(max(1, count), film.keyframes)
+    ]
+
+
+def spread_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
+    """Upright luma planes of `count` frames spread evenly over the film, from one decoding
+    pass over all of it: for a short film with few key frames (a pass over it costs little)."""
+    wanted = {int(i * film.num_frames / count) for i in range(count)}
+    reader = FrameReader(film.path, film.frame_pts)
+    return [
+        rotate_frame(frame.to_ndarray(format="gray"), film.rotation)
+        for index, frame in reader.frames(0, max(wanted) + 1)
+        if index in wanted
     ]

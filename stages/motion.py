@@ -111,11 +111,21 @@ def held_pairs(small_grey: list[np.ndarray], pixel_delta: float, max_fraction: f
     Judged at HELD_CHECK_SIZE, where shrinking averages compression noise away but a real
     movement of a pixel or more still changes many pixels by far more than `pixel_delta`.
     """
-    changed = [
-        cv2.absdiff(a, match_brightness(b, a)) > pixel_delta
-        for a, b in zip(small_grey[:-1], small_grey[1:])
+    return [
+        is_held(a, b, pixel_delta, max_fraction) for a, b in zip(small_grey[:-1], small_grey[1:])
     ]
-    return [float(np.mean(c)) <= max_fraction for c in changed]
+
+
+def is_held(
+    a: np.ndarray, b: np.ndarray, pixel_delta: float, max_fraction: float, relight: bool = True
+) -> bool:
+    """Two small grey frames show the same drawing: at most `max_fraction` of the pixels moved by
+    more than `pixel_delta` grey levels, once `b` has `a`'s brightness (`relight`: the motion
+    stage's held pairs, so that a fade is no motion). The cut detector (stages/scenes.py) asks
+    without `relight`: brought to a black frame's brightness, any picture is black, and the cut
+    out of black would read as a held drawing."""
+    changed = cv2.absdiff(a, match_brightness(b, a) if relight else b) > pixel_delta
+    return int(np.count_nonzero(changed)) <= max_fraction * changed.size
 
 
 def match_brightness(frame: np.ndarray, reference: np.ndarray) -> np.ndarray:

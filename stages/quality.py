@@ -33,7 +33,17 @@ import pyarrow.compute as pc
 from core.frames import as_clip_frames
 from core.record import STATUS_OK, Clip
 from core.settings import ConfigError, Settings
-from core.vocabulary import BLACK, DUPLICATE, ERROR, FADE, FLASH, STATIC, TEXT
+from core.vocabulary import (
+    BLACK,
+    DUPLICATE,
+    ERROR,
+    FADE,
+    FLASH,
+    LOGO,
+    STATIC,
+    SUBTITLE,
+    TEXT,
+)
 from stages.base import ClipStage, register_clip_stage
 
 LUMA_SIZE = (60, 90)  # (h, w) grey copy the brightness values are measured on
@@ -98,6 +108,11 @@ class RejectConfig(Settings):
     text_max_area: float = 0.004
     """A clip is `text` when a sampled frame has more than this share of its pixels marked as text.
     A one-line subtitle at 720 pixels covers about 0.013, the SINTEL logo 0.015, real shots 0."""
+    subtitle_max_area: float = 0.01
+    """A clip is `subtitle` when, in a sampled frame, more than this share of the film's subtitle
+    band (as the clip shows it) is subtitle-like text (stages/overlays.py; docs/quality.md)."""
+    logo_max_share: float = 0.1
+    """A clip is `logo` when its window shows more than this share of a logo's box."""
     reject_static: bool = False
     """Also reject clips whose every frame pair is a held drawing (motion scope 0): `static`.
     Off by default: limited animation holds drawings, and level 1 needs still shots."""
@@ -161,7 +176,7 @@ class TextDetector:
         self.path = resolve_text_model(model)
         self.width = _multiple_of_32(width)
         self.height = _multiple_of_32(width / aspect)
-        self.probability = probability
+        self.threshold = probability
         self.name = f"ppocrv4-det:{self.path.stem}@{self.height}x{self.width}:p{probability:g}"
         self._session: Any = None
 
@@ -169,15 +184,26 @@ class TextDetector:
         self._session = _session(str(self.path))
 
     def areas(self, frames: Sequence[np.ndarray]) -> list[float]:
+        batch = np.stack([self._input(f, (self.width, self.height)) for f in frames])
+        return [float((p[0] > self.threshold).mean()) for p in self._run(batch)]
+
+    def text_map(self, picture: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+        """The text probability map of one RGB picture brought to `size` (w, h; multiples of
+        32): the stage's frames at its own size, or the overlay pass's bands at theirs."""
+        return self._run(self._input(picture, size)[None])[0, 0]
+
+    def _run(self, batch: np.ndarray) -> np.ndarray:
         if self._session is None:
             self.load()
-        batch = np.stack([self._input(f) for f in frames])
         [probability] = self._session.run(None, {self._session.get_inputs()[0].name: batch})
-        return [float((p[0] > self.probability).mean()) for p in probability]
+        return probability
 
-    def _input(self, frame: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _input(frame: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         # PP-OCR models are trained on BGR scaled to [-1, 1], channels first
-        small = cv2.resize(frame, (self.width, self.height), interpolation=cv2.INTER_AREA)
+        shrinking = size[0] * size[1] < frame.shape[0] * frame.shape[1]
+        interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR
+        small = cv2.resize(frame, size, interpolation=interpolation)
         bgr = small[..., ::-1].astype(np.float32) / 127.5 - 1.0
         return np.ascontiguousarray(bgr.transpose(2, 0, 1))
 
@@ -270,7 +296,7 @@ def frame_jumps(means: np.ndarray) -> np.ndarray:
 
 
 REASON_COLUMNS = ["status", "quality_luma_peak", "quality_luma_mean", "quality_text_area"]
-REASON_COLUMNS += ["motion_scope"]
+REASON_COLUMNS += ["overlay_subtitle_area", "overlay_logo_share", "motion_scope"]
 
 
 def clip_reasons(row: Mapping, thresholds: RejectConfig) -> list[str]:
@@ -284,9 +310,11 @@ def clip_reasons(row: Mapping, thresholds: RejectConfig) -> list[str]:
 def own_reasons(table: pa.Table, thresholds: RejectConfig) -> list[list[str]]:
     """Per row of `table` (shard rows; any of REASON_COLUMNS may be absent, and an absent or
     null measurement gives no reason), the reasons the clip is unfit on its own values, in the
-    order error, black, fade, flash, text, static. The one rule, for one clip or a film's."""
+    order error, black, fade, flash, text, subtitle, logo, static. The one rule, for one clip or
+    a film's."""
     count = table.num_rows
-    flags = {name: np.zeros(count, bool) for name in (ERROR, BLACK, FADE, FLASH, TEXT, STATIC)}
+    order = (ERROR, BLACK, FADE, FLASH, TEXT, SUBTITLE, LOGO, STATIC)
+    flags = {name: np.zeros(count, bool) for name in order}
     if "status" in table.column_names:
         ok = pc.equal(table.column("status"), STATUS_OK).fill_null(False)
         flags[ERROR] = ~ok.to_numpy(zero_copy_only=False)
@@ -299,6 +327,14 @@ def own_reasons(table: pa.Table, thresholds: RejectConfig) -> list[list[str]]:
     if "quality_text_area" in table.column_names:
         area = table.column("quality_text_area").cast(pa.float64()).fill_null(np.nan)
         flags[TEXT] = area.to_numpy() > thresholds.text_max_area
+    limits = [
+        (SUBTITLE, "overlay_subtitle_area", thresholds.subtitle_max_area),
+        (LOGO, "overlay_logo_share", thresholds.logo_max_share),
+    ]
+    for reason, column, limit in limits:
+        if column in table.column_names:
+            values = table.column(column).cast(pa.float64()).fill_null(np.nan)
+            flags[reason] = values.to_numpy() > limit
     if thresholds.reject_static and "motion_scope" in table.column_names:
         scope = table.column("motion_scope").cast(pa.float64()).fill_null(np.nan)
         flags[STATIC] = scope.to_numpy() == 0.0
@@ -369,6 +405,19 @@ def quality_measures(
     if area is not None and not np.isnan(area):
         text = f"text area {area:.4f} (text: over {thresholds.text_max_area:g})"
         measures.append((TEXT, text, TEXT in reasons))
+    for reason, column, limit, what in (
+        (
+            SUBTITLE,
+            "overlay_subtitle_area",
+            thresholds.subtitle_max_area,
+            "subtitle text in the band",
+        ),
+        (LOGO, "overlay_logo_share", thresholds.logo_max_share, "share of a logo in the window"),
+    ):
+        value = row.get(column)
+        if value is not None and not np.isnan(value):
+            text = f"{what} {value:.4f} ({reason}: over {limit:g})"
+            measures.append((reason, text, reason in reasons))
     duplicate = row.get("duplicate_of")
     if isinstance(duplicate, str):
         text = (

@@ -41,6 +41,7 @@ from scenedetect.detectors import (
 from core.frames import block_mean
 from core.settings import Settings, check_choice
 from stages.base import Frame
+from stages.motion import MotionConfig, is_held
 
 
 class _OpenCvScore:
@@ -77,13 +78,24 @@ class FastContentDetector(_OpenCvScore, ContentDetector):
 
 class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
     """PySceneDetect's adaptive rule with the window's median in place of its mean (scores as in
-    `_OpenCvScore`).
+    `_OpenCvScore`), judged between drawings rather than frames.
 
     The adaptive detector calls frame c a cut when its content score is `adaptive_threshold`
     times the average score of the `window_width` frames on each side. Two cuts a frame or two
     apart (a one-frame insert, a cut to black and out of it) each sit in the other's window and
     raise its average, so one of them is missed and a clip spans it. The median of the window
     ignores one or two such neighbours; on camera motion (all scores alike) the two rules agree.
+
+    Anime is drawn on twos and threes: each drawing is shown for two or three frames, so frame by
+    frame the scores read 0, 0, X, 0, 0, X, ... and every new drawing is `X / 0`, a cut, however
+    alike the drawings are. A frame that holds the previous drawing (`process_frame(...,
+    held=True)`, the motion stage's held-pair test, and a score under `min_content_val`, so it
+    could not be a cut itself) therefore does not enter the window, up to `hold_frames - 1` of
+    them in a row: the window then holds the changes from drawing to drawing, and a new drawing
+    is a cut only when it changes `adaptive_threshold` times more than the drawings around it.
+    The frames of a longer hold enter from the `hold_frames`-th on, so a still shot still reads
+    as still, and the window never reaches more than `window_width * hold_frames` frames ahead
+    (`event_buffer_length`). Footage without held frames is judged frame by frame, as before.
     """
 
     def __init__(
@@ -92,6 +104,7 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
         min_scene_len: int = 1,
         window_width: int = 2,
         min_content_val: float = 15.0,
+        hold_frames: int = 1,
         **content_options,
     ):
         if window_width < 1:
@@ -100,16 +113,27 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
         super().__init__(threshold=255.0, min_scene_len=0, **content_options)
         self.adaptive_threshold, self.min_content_val = adaptive_threshold, min_content_val
         self.window_width, self.min_gap = window_width, min_scene_len
+        self.hold_frames = max(1, hold_frames)
         self._window: list[tuple[FrameTimecode, float]] = []
         self._last_cut: int | None = None
+        self._held_run = 0  # held frames left out of the window since the last one entered
+        self.decided = -1  # the latest frame judged: no cut at or before it is still to come
 
     @property
     def event_buffer_length(self) -> int:
-        return self.window_width
+        return self.window_width * self.hold_frames
 
-    def process_frame(self, timecode: FrameTimecode, frame_img: np.ndarray) -> list:
+    def process_frame(self, timecode: FrameTimecode, frame_img: np.ndarray, held: bool = False):
         super().process_frame(timecode, frame_img)
         if self._frame_score is None:
+            return []
+        # a frame that changes enough to be a cut is judged, whatever the held test says (it
+        # sees little change in dark pictures, where the hue and saturation do change)
+        held = held and self._frame_score < self.min_content_val
+        if not held:
+            self._held_run = 0
+        elif self._held_run < self.hold_frames - 1:
+            self._held_run += 1
             return []
         self._window = [*self._window, (timecode, self._frame_score)][
             -(2 * self.window_width + 1) :
@@ -117,6 +141,7 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
         if len(self._window) < 2 * self.window_width + 1:
             return []
         target, score = self._window[self.window_width]
+        self.decided = target.frame_num
         others = [s for i, (_, s) in enumerate(self._window) if i != self.window_width]
         reference = float(np.median(others))
         ratio = 255.0 if reference < 1e-5 else min(score / reference, 255.0)
@@ -153,6 +178,11 @@ class SceneConfig(Settings):
     """Further keyword arguments for the detector class, e.g. {window_width: 3}."""
     width: int = 256
     """Frames are scaled to this width for detection (PySceneDetect's own default effective width)."""
+    hold_seconds: float = 0.25
+    """Drawings, not frames (detector adaptive): a frame that holds the previous drawing (the
+    motion stage's held-pair test, motion.held_*) stays out of the detector's window, up to a
+    hold this long (6 frames at 24 fps), so that anime drawn on twos and threes is judged from
+    drawing to drawing and a new drawing is not a cut. 0: every frame is judged."""
     lag_seconds: float = 0.0
     """Extra time frames wait before clips are cut, for detectors that report a cut later than
     their own window (the threshold detector places a fade's cut mid-fade but reports it when the
@@ -227,47 +257,85 @@ class SceneCuts:
     """
 
     FLASH_MAX_DIFFERENCE = 12.0
+    HELD_CHECK_WIDTH = 180  # the motion stage's held test looks at 120x180 frames
 
-    def __init__(self, config: SceneConfig, fps: float):
+    def __init__(
+        self, config: SceneConfig, fps: float, held_rule: tuple[float, float] | None = None
+    ):
+        """`held_rule`: (pixel delta, fraction) of the held-pair test, the motion stage's
+        (motion.held_pixel_delta, motion.held_max_fraction; their defaults when None)."""
         config.validate()
         cls, threshold_name = DETECTORS[config.detector]
         kwargs = dict(config.options or {})
         kwargs["min_scene_len"] = 1  # never drop a cut for being close to the previous one
         if config.threshold is not None:
             kwargs[threshold_name] = config.threshold
+        self.by_drawing = cls is MedianAdaptiveDetector and config.hold_seconds > 0
+        if self.by_drawing:
+            kwargs.setdefault("hold_frames", max(1, int(round(config.hold_seconds * fps))))
         self.detector = cls(**kwargs)
         self.fps = fps
+        self.held_rule = held_rule or (
+            MotionConfig.held_pixel_delta,
+            MotionConfig.held_max_fraction,
+        )
         self.extra_lag = int(round(config.lag_seconds * fps))
-        self.held: list[int] = []  # a cut that may be the start of a flash
+        self.held: list[int] = []  # cuts that may be the start of a flash
         self.flashes: list[int] = []  # flash frames found and not yet taken
         buffered = int(getattr(self.detector, "event_buffer_length", 0)) + 3
         self.greys: deque[tuple[int, np.ndarray]] = deque(maxlen=buffered)
+        self.previous_drawing: np.ndarray | None = None  # the last frame at held-test size
 
     @property
     def lag(self) -> int:
-        """Frames a cut can be reported after the frame that starts the new scene."""
-        return int(getattr(self.detector, "event_buffer_length", 0)) + 2 + self.extra_lag
+        """Frames a cut can be reported after the frame that starts the new scene: the
+        detector's window, then the next drawing (the frame after it, without holds) judged."""
+        window = int(getattr(self.detector, "event_buffer_length", 0))
+        return window + int(getattr(self.detector, "hold_frames", 1)) + 1 + self.extra_lag
 
     def process(self, frame: Frame) -> list[int]:
         self.greys.append((frame.index, frame.grey()))
-        found = self.detector.process_frame(FrameTimecode(frame.index, self.fps), frame.small())
+        timecode = FrameTimecode(frame.index, self.fps)
+        if self.by_drawing:
+            found = self.detector.process_frame(timecode, frame.small(), self._holds(frame))
+        else:
+            found = self.detector.process_frame(timecode, frame.small())
         return self._without_flashes([tc.frame_num for tc in found])
+
+    def _holds(self, frame: Frame) -> bool:
+        """The frame shows the same drawing as the one before it (stages/motion.py is_held)."""
+        grey = frame.grey()
+        height = max(2, round(grey.shape[0] * self.HELD_CHECK_WIDTH / grey.shape[1]))
+        small = cv2.resize(grey, (self.HELD_CHECK_WIDTH, height), interpolation=cv2.INTER_AREA)
+        previous, self.previous_drawing = self.previous_drawing, small
+        return previous is not None and is_held(previous, small, *self.held_rule, relight=False)
 
     def finish(self, end: int) -> list[int]:
         found = self.detector.post_process(FrameTimecode(end - 1, self.fps))
         return self._without_flashes([tc.frame_num for tc in found or []]) + self._release()
 
     def _without_flashes(self, cuts: list[int]) -> list[int]:
-        """Cuts are held for one call: the second cut of a flash comes one frame later."""
-        out = []
-        for held in self.held:
-            if held + 1 in cuts and self._is_flash(held):
-                cuts = [c for c in cuts if c != held + 1]
-                self.flashes.append(held)
+        """A cut is held until the detector has judged the frame after it (the second cut of a
+        flash comes one frame later): one call, or with held frames left out of the window,
+        until the next drawing is judged."""
+        pending, out = sorted(self.held + cuts), []
+        self.held = []
+        while pending:
+            cut = pending.pop(0)
+            if cut + 1 in pending and self._is_flash(cut):
+                pending.remove(cut + 1)
+                self.flashes.append(cut)
+            elif not self._judged_after(cut, fresh=cut in cuts):
+                self.held.append(cut)
             else:
-                out.append(held)
-        self.held = cuts
+                out.append(cut)
         return out
+
+    def _judged_after(self, cut: int, fresh: bool) -> bool:
+        """The detector can no longer report a cut at `cut + 1`: it says how far it has judged,
+        or it judges one frame per call, so not yet in the call that reports `cut` (`fresh`)."""
+        decided = getattr(self.detector, "decided", None)
+        return not fresh if decided is None else decided > cut
 
     def take_flashes(self) -> list[int]:
         """The flash frames found since the last call."""

@@ -201,6 +201,45 @@ def sintel_dataset(tmp_path_factory) -> Path:
     )
 
 
+# ---------------------------------------------------------------- labelled overlay films
+
+
+def _labelled_film(tmp_path_factory, make: Callable[[Path], Any]):
+    """A film of tests/overlay_films.py, written once a session; a missing font fails the test
+    that asks for it, naming the script that installs the fonts."""
+    from overlay_films import FontMissing
+
+    folder = tmp_path_factory.mktemp("overlay_films")
+    try:
+        return make(folder / f"{make.__name__}.mp4")
+    except FontMissing as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def wide_film(tmp_path_factory):
+    """640x360 with subtitles (Latin and CJK, bottom and top), a corner logo and a sign."""
+    from overlay_films import wide_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
+@pytest.fixture(scope="session")
+def academy_film(tmp_path_factory):
+    """480x360 (4:3) with one line of subtitle at the bottom on most frames."""
+    from overlay_films import academy_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
+@pytest.fixture(scope="session")
+def signs_film(tmp_path_factory):
+    """640x360 with in-world signs and no overlay."""
+    from overlay_films import signs_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
 # ---------------------------------------------------------------- the clip factory
 
 

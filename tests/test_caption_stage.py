@@ -411,7 +411,7 @@ def test_an_empty_shard_is_left_alone(film):
 
 def test_the_stage_hands_its_counts_to_the_executor_once(clip_videos):
     """The declared stats hook: what the caption pass sums per film, reset at each call."""
-    from pipeline.executor import LocalStageRunner
+    from pipeline.executors.local import LocalStageRunner
 
     stage, _ = stage_with(answer_well)
     runner = LocalStageRunner(stage)

@@ -12,7 +12,9 @@ from conftest import BIKES, BIKES_CUTS, local_config, make_video
 
 from core.shards import read_clips
 from core.video import decode_image, decode_mp4
+from pipeline.explore import open_dataset
 from pipeline.ip import load_ip
+from pipeline.report import build_report
 from pipeline.runner import run_film
 from stages.clips import ClipConfig, fit_frame, output_region
 from stages.crop import CropBox
@@ -256,3 +258,26 @@ def test_a_one_frame_flash_is_not_sampled_and_costs_no_clip(tmp_path):
     assert len(manifest) == 1 and manifest["usable"].all(), manifest["reject_reasons"].tolist()
     indices = manifest.iloc[0]["frame_indices"].tolist()
     assert flash not in indices and indices[7] == flash - 1
+
+
+@pytest.mark.slow
+def test_a_source_smaller_than_the_clip_is_named_and_can_be_refused(tmp_path):
+    """A 480x360 film shows 480x320 of itself in a 720x480 clip: summary.json, the console line
+    and the report say so; clips.min_source_height refuses its windows as counted drops."""
+    film = make_video(tmp_path / "small.mp4", size=(360, 480), num_frames=60)
+    config = local_config(motion__enabled=False)
+    kept = run_film(film, tmp_path / "kept", config, load_ip(None))
+    note = "upscaled 1.50x from 480x320"
+    assert kept.summary.upscaled.note == note and note in kept.message
+    assert _summary(kept.film_dir)["upscaled"] == {"factor": 1.5, "width": 480, "height": 320}
+    assert kept.summary.clips_written == 1
+    assert note in build_report(open_dataset(kept.film_dir))
+    refused = run_film(
+        film, tmp_path / "refused", local_config(clips__min_source_height=480), load_ip(None)
+    )
+    assert refused.summary.clips_written == 0 and refused.summary.drops["small_source"] == 1
+    drops = pd.read_parquet(refused.film_dir / "drops.parquet")
+    [detail] = drops[drops.reason == "small_source"]["detail"]
+    assert detail == f"{note}: 320 source rows, under clips.min_source_height 480"
+    large = make_video(tmp_path / "large.mp4", size=(480, 720), num_frames=60)
+    assert run_film(large, tmp_path / "large_out", config, load_ip(None)).summary.upscaled is None

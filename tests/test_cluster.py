@@ -179,7 +179,7 @@ def test_a_segment_running_memflow_on_cuda_asks_ray_for_a_gpu(tmp_path):
     import ray
 
     from core.resources import Resources
-    from pipeline.executor import RayExecutor
+    from pipeline.executors.ray import RayExecutor
     from pipeline.ip import load_ip
     from pipeline.runner import run_films, segment_resources
 

@@ -18,10 +18,12 @@ import psutil
 import pytest
 from conftest import BIKES, ROOT, local_config, where_it_runs
 
-import pipeline.executor as executor_module
+import pipeline.executors.cpus as cpus_module
 from core.resources import Resources
 from core.shards import read_clips
-from pipeline.executor import ProcessExecutor, cgroup_cpu_quota, make_executor, usable_cpus
+from pipeline.executors import make_executor
+from pipeline.executors.cpus import cgroup_cpu_quota, usable_cpus
+from pipeline.executors.processes import ProcessExecutor
 from pipeline.ip import load_ip
 from pipeline.runner import run_film, run_films
 
@@ -176,7 +178,7 @@ def _assert_same_parquet(folder: Path, expected: Path) -> None:
 
 DRIVER = """
 import time
-from pipeline.executor import ProcessExecutor
+from pipeline.executors.processes import ProcessExecutor
 
 def busy(job, report):
     time.sleep(600)
@@ -236,11 +238,33 @@ def test_dataset_starts_the_fork_server_before_its_own_imports(monkeypatch):
         assert prestart_executor(no_tasks) is None
 
 
+def test_the_fork_server_start_reads_the_config_file_as_the_command_does(tmp_path, monkeypatch):
+    """A --config file that chooses the executor is honoured before the command reads it (the
+    fork server is not started beside a run on Ray or in this process); --set and --executor
+    still win over it, and a file the command will refuse starts nothing."""
+    from pipeline.cli import prestart_executor
+    from pipeline.config import load_config
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    config = tmp_path / "local.yaml"
+    config.write_text("run:\n  executor: local\n  num_cpus: 1\n")
+    argv = ["dataset", "f", "--config", str(config)]
+    assert prestart_executor(argv) == load_config(config).run.executor == "local"
+    assert prestart_executor([*argv, "--set", "run.executor=ray"]) == "ray"
+    assert prestart_executor([*argv, "--executor", "processes"]) == "processes"
+    (tmp_path / "other.yaml").write_text("quality:\n  enabled: true\n")
+    assert prestart_executor(["dataset", "f", "--config", str(tmp_path / "other.yaml")]) == "auto"
+    for refused in ("[1, 2]\n", "run: [local]\n"):
+        config.write_text(refused)
+        assert prestart_executor(argv) is None
+    assert prestart_executor(["dataset", "f", "--config", str(tmp_path / "missing.yaml")]) is None
+
+
 UNGUARDED_DRIVER = """
 import sys
 sys.path.insert(0, "tests")
 from test_processes import fails_on_odd
-from pipeline.executor import ProcessExecutor
+from pipeline.executors.processes import ProcessExecutor
 
 def defined_here(job, report):
     return job
@@ -354,8 +378,8 @@ def test_a_cgroup_cpu_quota_and_the_allowed_cores_bound_the_workers(tmp_path, mo
     (tmp_path / "batch" / "job").mkdir(parents=True)
     (tmp_path / "batch" / "cpu.max").write_text("150000 100000\n")
     (tmp_path / "batch" / "job" / "cpu.max").write_text("max 100000\n")
-    monkeypatch.setattr(executor_module, "CGROUP_ROOT", tmp_path)
-    monkeypatch.setattr(executor_module, "OWN_CGROUP", own)
+    monkeypatch.setattr(cpus_module, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(cpus_module, "OWN_CGROUP", own)
     assert cgroup_cpu_quota() == 1.5
     assert usable_cpus() == min(cores, 2)
     (tmp_path / "cpu").mkdir()  # cgroup v1, a smaller quota
@@ -364,7 +388,7 @@ def test_a_cgroup_cpu_quota_and_the_allowed_cores_bound_the_workers(tmp_path, mo
     assert cgroup_cpu_quota() == 0.5
     executor = ProcessExecutor(num_cpus=cores + 2, progress=False)
     try:
-        with caplog.at_level(logging.WARNING, logger="pipeline.executor"):
+        with caplog.at_level(logging.WARNING, logger="pipeline.executors.processes"):
             assert executor.slots() == 1
         assert executor._pool is not None and len(executor._pool.workers) == 1
     finally:

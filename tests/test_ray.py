@@ -64,7 +64,7 @@ def test_embedded_ray_is_one_pool_on_num_cpus_cores_running_this_checkout(monkey
     the driver's niceness (not Ray's 15), as the local executor's work does."""
     import ray
 
-    from pipeline.executor import RayExecutor
+    from pipeline.executors.ray import RayExecutor
 
     driver_cores = os.sched_getaffinity(0)
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests"))  # where Ray's workers find the job
@@ -84,7 +84,7 @@ def test_embedded_ray_is_one_pool_on_num_cpus_cores_running_this_checkout(monkey
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to hold one")
 def test_the_local_executor_holds_a_job_to_num_cpus_cores():
-    from pipeline.executor import LocalExecutor
+    from pipeline.executors.local import LocalExecutor
 
     before = os.sched_getaffinity(0)
     task = LocalExecutor(progress=False, num_cpus=1).submit(where_it_runs, None)

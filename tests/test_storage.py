@@ -213,8 +213,6 @@ def test_a_film_nested_in_an_s3_dataset_is_in_its_working_copy(bucket, local_ref
     """A film folder at any depth under an s3 dataset is mirrored into the pass's working copy
     (it looked one level deep): read by open_dataset, and searched and indexed by the folder's
     quality pass when another film is added, its decisions published back where it lies."""
-    import pyarrow.parquet as pq
-
     out = f"{bucket}/nested"
     [bikes] = [p for p in local_reference.iterdir() if p.name.startswith("bikes")]
     nested = f"{out}/series/season1/{bikes.name}"
@@ -223,7 +221,7 @@ def test_a_film_nested_in_an_s3_dataset_is_in_its_working_copy(bucket, local_ref
     films = put_films(bucket)
     [result] = run_films([films[1]], out, local_config(), load_ip(None))
     assert result.ok
-    index = pq.read_table(storage.open_input(f"{out}/quality_index.parquet"))
+    index = storage.open_parquet(f"{out}/quality_index.parquet").read()
     folders = set(index.column("folder").to_pylist())
     assert f"series/season1/{bikes.name}" in folders and len(folders) == 2
     summary = json.loads(storage.read_text(f"{nested}/summary.json"))

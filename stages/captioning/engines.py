@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
-
-from PIL import Image
+from typing import TYPE_CHECKING, Any
 
 from core.device import DeviceError, pick_device
 from prompts import IMAGE_SLOT
-from stages.captioning.stage import ENGINES
 
+if TYPE_CHECKING:  # an engine is handed images; it never opens one
+    from PIL import Image
+
+ENGINES = ("transformers", "lmdeploy", "openai")  # the choices of caption.engine
 LMDEPLOY_REQUIREMENT = "lmdeploy>=0.10"
 
 

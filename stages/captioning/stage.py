@@ -41,6 +41,7 @@ from core.resources import Resources
 from core.settings import Settings, check_choice
 from core.vocabulary import CAPTION_COLUMNS, STATE_NAMES
 from stages.base import ClipStage
+from stages.captioning.engines import ENGINES, EngineError, Request, make_engine
 from stages.captioning.parsing import (
     CharacterAnswer,
     ParseError,
@@ -56,7 +57,6 @@ if TYPE_CHECKING:  # loaded lazily at run time (see prepare())
     from prompts import Prompt
     from stages.captioning.images import ReferenceSheet
 
-ENGINES = ("transformers", "lmdeploy", "openai")
 CAPTION_EXECUTORS = ("auto", "ray", "local")
 LMDEPLOY_BACKENDS = ("turbomind", "pytorch")
 
@@ -178,8 +178,6 @@ class CaptionStage(ClipStage):
         if not self.config.model or self._engine_loaded:
             return
         if self._engine is None:
-            from stages.captioning.engines import make_engine
-
             self._engine = make_engine(self.config)
         self._engine.load()
         self._engine_loaded = True
@@ -273,8 +271,6 @@ class CaptionStage(ClipStage):
 
     def _answer(self, jobs: list[_Job]) -> None:
         """Ask every open question; ask again those answered invalidly, up to max_retries."""
-        from stages.captioning.engines import EngineError
-
         open_questions = [(job, kind) for job in jobs for kind in job.kinds()]
         for attempt in range(1 + self.config.max_retries):
             if not open_questions:
@@ -307,8 +303,6 @@ class CaptionStage(ClipStage):
                 )
 
     def _request(self, job: _Job, kind: str, attempt: int):
-        from stages.captioning.engines import Request
-
         prompt = self._loaded_prompts()[kind]
         images: tuple[Image.Image, ...]
         if kind == CHARACTERS:
@@ -374,8 +368,6 @@ def _clear_caption(clip: Clip) -> None:
 def _index_completions(completions, requests: dict) -> dict:
     """Completions by key. An answer to a request never made, or two answers to one request,
     means answers can no longer be bound to clips: stop rather than guess."""
-    from stages.captioning.engines import EngineError
-
     by_key = {}
     for completion in completions:
         if completion.key not in requests:

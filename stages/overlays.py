@@ -1,0 +1,460 @@
+"""Overlay text and logos (issue 28): what the film's distributor drew over the picture.
+
+Burned-in subtitles and a channel's logo are not part of the picture: a video model trained on
+clips that show them learns to draw them. Two passes find them.
+
+The film pass (`FilmOverlays`, run once per film in its prepare step, beside the border crop,
+on the same sampled key frames) finds where overlays live:
+- subtitle bands: the text detector looks at the bottom and top zones of each sampled frame at
+  a scale where the smallest subtitle (`min_text_pixels` in the source) is still as tall as the
+  detector needs (`detector_pixels`); text lines near the middle of the picture whose bottom
+  (or top) edges fall on the same rows in several frames form a band;
+- logos and watermarks: edges that stay at the same pixels in most sampled frames, although
+  the frames are of many different shots.
+It gives an `OverlayRecord` (core/film.py): summary.json's `overlays`.
+
+The clip pass (`OverlayStage`, a registered clip stage) looks closely at each clip's frames
+inside the film's subtitle bands, at the same scale, and stores how much of the band is overlay
+text; it also stores how much of a logo the clip's window shows. Both are measurements: the
+quality rule (stages/quality.py `own_reasons`) turns them into the `subtitle` and `logo`
+reasons. docs/quality.md ("Overlays") has the figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+import pyarrow as pa
+
+from core.film import OverlayRecord
+from core.frames import as_clip_frames
+from core.record import Clip
+from core.settings import ConfigError, Settings
+from stages.base import ClipStage, FilmContext, register_clip_stage
+from stages.crop import CropBox, spread_luma_frames
+from stages.probe import FilmInfo
+from stages.quality import TextDetector
+
+Box = tuple[int, int, int, int]  # x0, y0, x1, y1 (exclusive)
+
+BLACK_PEAK = 24  # a sampled frame whose 98th-percentile grey is at most this shows no picture
+LOGO_WIDTH = 480  # the persistent-edge map is made at this width (the crop box's)
+
+
+@dataclass
+class OverlayConfig(Settings):
+    """Where overlay text and logos are looked for, and how closely."""
+
+    enabled: bool = True
+    """Find subtitle bands and logos once per film, and measure each clip against them."""
+    samples: int = 48
+    """Key frames sampled evenly across the film (the border crop's own samples, shared)."""
+    min_text_pixels: int = 12
+    """The smallest subtitle to find, in source pixels (the height of a line's letters)."""
+    detector_pixels: int = 9
+    """The smallest text height the detector finds in its input: 12-pixel subtitles were all
+    found at 0.75 scale (9 px) and a third of them at 0.5 (6 px) (docs/quality.md)."""
+    bottom_zone: float = 0.3
+    """Share of the picture's height, from the bottom, searched for subtitle bands."""
+    top_zone: float = 0.2
+    """Share of the picture's height, from the top, searched for bands (signs, notes)."""
+    centre: float = 0.1
+    """A line is subtitle-like when its middle is within this share of the picture's width
+    of the picture's middle (subtitles are centred; in-world text seldom is, so closely)."""
+    band_min_frames: int = 3
+    """A band needs text lines on the same rows in at least this many sampled frames..."""
+    band_min_share: float = 0.04
+    """...and at least this share of the sampled frames that show a picture."""
+    logo_persistence: float = 0.6
+    """A pixel is part of a logo when it is an edge in at least this share of the sampled
+    frames that show a picture (frames of many different shots)."""
+    logo_min_shots: int = 4
+    """No logo is looked for in a film whose sampled frames show fewer shots than this (too few
+    to tell a mark drawn over the picture from the picture)."""
+    spread_max_frames: int = 7200
+    """A film with fewer key frames than `samples` and at most this many frames (5 minutes at
+    24 fps) is sampled from one decoding pass over it instead (short pieces often have one or
+    two key frames); a longer one keeps its key frames."""
+    clip_frames: list[int] = field(default_factory=lambda: [0, 5, 10, 15])
+    """Frames of each clip (0-15) looked at inside the film's subtitle bands."""
+
+    def validate(self) -> None:
+        if self.min_text_pixels < 1 or self.detector_pixels < 1:
+            raise ConfigError("overlays.min_text_pixels and detector_pixels must be at least 1")
+        if not self.clip_frames or any(p < 0 for p in self.clip_frames):
+            raise ConfigError(f"overlays.clip_frames={self.clip_frames}: give frame positions")
+        for name in ("bottom_zone", "top_zone"):
+            if not 0 <= getattr(self, name) <= 0.5:
+                raise ConfigError(f"overlays.{name}={getattr(self, name)}: give 0 to 0.5")
+
+    @property
+    def scale(self) -> float:
+        """Source pixels to detector pixels: the smallest subtitle just reaches the detector's
+        smallest text (never enlarged)."""
+        return min(1.0, self.detector_pixels / self.min_text_pixels)
+
+
+# ----------------------------------------------------------------------------- text lines
+
+
+def text_lines(detector: TextDetector, grey: np.ndarray, scale: float) -> list[Box]:
+    """The text lines the detector finds in a grey picture shrunk by `scale`, as boxes in the
+    picture's pixels: each blob of the probability map, grown back by DB's unclip rule (the
+    network marks a shrunk kernel of each line), then the blobs of one line joined."""
+    height, width = grey.shape
+    size = (_multiple_of_32(width * scale), _multiple_of_32(height * scale))
+    probability = detector.text_map(np.repeat(grey[..., None], 3, axis=2), size)
+    sx, sy = width / size[0], height / size[1]
+    count, _, stats, _ = cv2.connectedComponentsWithStats(
+        (probability > detector.threshold).astype(np.uint8), connectivity=8
+    )
+    boxes = []
+    for x, y, w, h, area in stats[1:count]:
+        if area < 3:
+            continue
+        grow = area * 1.5 / (2 * (w + h))  # DB's unclip distance for a ratio of 1.5
+        x0, x1 = (x - grow) * sx, (x + w + grow) * sx
+        y0, y1 = (y - grow) * sy, (y + h + grow) * sy
+        boxes.append(
+            (max(0, int(x0)), max(0, int(y0)), min(width, int(x1 + 1)), min(height, int(y1 + 1)))
+        )
+    return join_lines(boxes)
+
+
+def join_lines(boxes: list[Box]) -> list[Box]:
+    """Boxes that share most of their rows and lie within two heights of each other side by side
+    are one line (Latin words come out of the detector one by one)."""
+    lines: list[list[int]] = []
+    for x0, y0, x1, y1 in sorted(boxes):
+        for line in lines:
+            overlap = min(y1, line[3]) - max(y0, line[1])
+            height = max(y1 - y0, line[3] - line[1])
+            if overlap > 0.5 * min(y1 - y0, line[3] - line[1]) and x0 - line[2] < 2 * height:
+                line[:] = [min(x0, line[0]), min(y0, line[1]), max(x1, line[2]), max(y1, line[3])]
+                break
+        else:
+            lines.append([x0, y0, x1, y1])
+    return [tuple(line) for line in lines]  # type: ignore[misc]
+
+
+def _multiple_of_32(value: float) -> int:
+    return max(32, int(round(value / 32)) * 32)
+
+
+# ----------------------------------------------------------------------------- the film pass
+
+
+@dataclass
+class _Line:
+    frame: int
+    box: Box  # in the crop box's pixels
+    edge: int  # the row a band lines up on: the bottom of a bottom-zone line, the top of a top one
+
+
+class FilmOverlays:
+    """`process(luma_frames, crop) -> OverlayRecord` from sampled upright grey frames."""
+
+    def __init__(self, config: OverlayConfig, detector: TextDetector):
+        config.validate()
+        self.config, self.detector = config, detector
+
+    def process(self, luma_frames: Sequence[np.ndarray], crop: CropBox) -> OverlayRecord:
+        pictures = [
+            f[crop.y : crop.y + crop.h, crop.x : crop.x + crop.w]
+            for f in luma_frames
+            if np.percentile(f[::4, ::4], 98) > BLACK_PEAK
+        ]
+        lines = [line for i, p in enumerate(pictures) for line in self._zone_lines(i, p)]
+        bands = self._bands(lines, pictures, crop)
+        showing = {
+            line.frame for line in lines for band in bands if _rows_overlap(line.box, band) > 0.5
+        }
+        logos = [
+            box
+            for box in self._logos(pictures)
+            if not any(_rows_overlap(box, band) > 0.5 for band in bands)  # steady subtitle words
+        ]
+        return OverlayRecord(
+            subtitle_bands=[[crop.y + y0, crop.y + y1] for y0, y1 in bands],
+            subtitle_share=round(len(showing) / len(pictures), 3) if pictures else 0.0,
+            logos=[[crop.x + x0, crop.y + y0, x1 - x0, y1 - y0] for x0, y0, x1, y1 in logos],
+            frames_sampled=len(pictures),
+            text_scale=round(self.config.scale, 3),
+        )
+
+    def _logos(self, pictures: list[np.ndarray]) -> list[Box]:
+        return persistent_edges(pictures, self.config) if pictures else []
+
+    def _zone_lines(self, index: int, picture: np.ndarray) -> list[_Line]:
+        """Subtitle-like lines of one frame's bottom and top zones: at least as wide as tall,
+        their middle within `centre` of the picture's (subtitles are centred)."""
+        height, width = picture.shape
+        found = []
+        bottom = height - int(height * self.config.bottom_zone)
+        top = int(height * self.config.top_zone)
+        for start, stop, is_bottom in ((bottom, height, True), (0, top, False)):
+            if stop - start < 8:
+                continue
+            for x0, y0, x1, y1 in text_lines(self.detector, picture[start:stop], self.config.scale):
+                middle = (x0 + x1) / 2
+                if x1 - x0 < (y1 - y0) or abs(middle - width / 2) > self.config.centre * width:
+                    continue
+                box = (x0, y0 + start, x1, y1 + start)
+                found.append(_Line(index, box, box[3] if is_bottom else box[1]))
+        return found
+
+    def _bands(
+        self, lines: list[_Line], pictures: list[np.ndarray], crop: CropBox
+    ) -> list[tuple[int, int]]:
+        """Rows (y0, y1) of the crop box where subtitles sit: lines whose aligned edge (bottom or
+        top) lies within a third of a line's height of the group's first, in enough different
+        pictures (a long still shot sampled three times is one picture); groups that touch (a
+        two-line subtitle) are one band."""
+        needed = max(self.config.band_min_frames, self.config.band_min_share * len(pictures))
+        thumbnails = [cv2.resize(p, (32, 18), interpolation=cv2.INTER_AREA) for p in pictures]
+        groups: list[list[_Line]] = []
+        for line in sorted(lines, key=lambda line: line.edge):
+            tolerance = (line.box[3] - line.box[1]) / 3
+            if groups and line.edge - groups[-1][0].edge <= tolerance:
+                groups[-1].append(line)
+            else:
+                groups.append([line])
+        spans = [
+            (min(m.box[1] for m in g), max(m.box[3] for m in g))
+            for g in groups
+            if _distinct(g, thumbnails) >= needed
+        ]
+        merged: list[list[int]] = []
+        for y0, y1 in sorted(spans):
+            if merged and y0 <= merged[-1][1] + (y1 - y0) // 2:
+                merged[-1][1] = max(merged[-1][1], y1)
+            else:
+                merged.append([y0, y1])
+        return [(max(0, y0), min(crop.h, y1)) for y0, y1 in merged]
+
+
+def _distinct(lines: list[_Line], thumbnails: list[np.ndarray]) -> int:
+    """How many of `lines` are different sightings: a line counts when its frame's 32x18
+    thumbnail differs from every counted one's by more than 6 grey levels on average, or when
+    it spans other columns (another subtitle on the same picture: subtitles change on their own
+    timing, a sign in a still shot does not)."""
+    counted: list[tuple[np.ndarray, Box]] = []
+    for line in lines:
+        small = thumbnails[line.frame].astype(np.int16)
+        height = line.box[3] - line.box[1]
+        if all(
+            np.abs(small - picture).mean() > 6
+            or abs(line.box[0] - box[0]) + abs(line.box[2] - box[2]) > height
+            for picture, box in counted
+        ):
+            counted.append((small, line.box))
+    return len(counted)
+
+
+def _rows_overlap(box: Box, band: tuple[int, int]) -> float:
+    """Share of the box's rows inside the band."""
+    height = max(1, box[3] - box[1])
+    return max(0, min(box[3], band[1]) - max(box[1], band[0])) / height
+
+
+def shots(pictures: Sequence[np.ndarray]) -> list[list[int]]:
+    """The sampled pictures grouped into runs of one shot: consecutive pictures whose 32x18
+    thumbnails differ by at most 10 grey levels on average (a pan or a held drawing) are one."""
+    runs: list[list[int]] = []
+    previous = None
+    for index, picture in enumerate(pictures):
+        small = cv2.resize(picture, (32, 18), interpolation=cv2.INTER_AREA).astype(np.int16)
+        if previous is None or np.abs(small - previous).mean() > 10:
+            runs.append([])
+        runs[-1].append(index)
+        previous = small
+    return runs
+
+
+def persistent_edges(pictures: Sequence[np.ndarray], config: OverlayConfig) -> list[Box]:
+    """Boxes (crop box pixels) of edges that stay put across shots: each picture's edges
+    (Canny, at LOGO_WIDTH, grown by a pixel); each shot votes for the pixels that are edges in
+    half of its pictures; a pixel voted for by `logo_persistence` of the shots is a logo's, and
+    nearby such pixels are joined into one box. Picture content changes from shot to shot, so
+    only what is drawn over them stays. No box without `logo_min_shots` shots."""
+    runs = shots(pictures)
+    if len(runs) < config.logo_min_shots:
+        return []
+    height, width = pictures[0].shape
+    scale = min(1.0, LOGO_WIDTH / width)
+    size = (max(1, int(width * scale)), max(1, int(height * scale)))
+    grow = np.ones((3, 3), np.uint8)
+    votes = np.zeros(size[::-1], np.uint16)
+    for run in runs:
+        counts = np.zeros(size[::-1], np.uint16)
+        for index in run:
+            small = cv2.resize(pictures[index], size, interpolation=cv2.INTER_AREA)
+            counts += cv2.dilate(cv2.Canny(small, 40, 120), grow) > 0
+        votes += counts * 2 >= len(run)
+    steady = (votes >= config.logo_persistence * len(runs)).astype(np.uint8)
+    steady[:3], steady[-3:], steady[:, :3], steady[:, -3:] = 0, 0, 0, 0  # the crop's own edge
+    joined = cv2.dilate(steady, np.ones((9, 9), np.uint8))
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
+    boxes = []
+    for label in range(1, count):
+        x, y, w, h, _ = stats[label]
+        edges = int(steady[labels == label].sum())
+        if edges < 12 or w > size[0] / 2 or h > size[1] / 2:
+            continue  # a speck, or a line across the picture (structure, not a mark)
+        boxes.append(
+            (
+                max(0, int((x + 2) / scale) - 2),
+                max(0, int((y + 2) / scale) - 2),
+                min(width, int((x + w - 2) / scale) + 2),
+                min(height, int((y + h - 2) / scale) + 2),
+            )
+        )
+    return boxes
+
+
+def overlay_frames(film: FilmInfo, keyframes: list[np.ndarray], config: OverlayConfig):
+    """The grey frames the film pass looks at: the sampled key frames (the border crop's),
+    or, for a short film with too few key frames, frames spread evenly over it."""
+    if film.keyframes >= config.samples or film.num_frames > config.spread_max_frames:
+        return keyframes
+    return spread_luma_frames(film, config.samples)
+
+
+def film_overlays(config) -> FilmOverlays:
+    """The film pass of a PipelineConfig: its `overlays` section, with the quality stage's text
+    model (`quality.text_model`)."""
+    quality = config.quality
+    detector = TextDetector(quality.text_model, quality.text_width, quality.text_pixel_probability)
+    return FilmOverlays(config.overlays, detector)
+
+
+# ----------------------------------------------------------------------------- the clip pass
+
+
+class OverlayStage(ClipStage):
+    """Fills `overlay_subtitle_area` (the largest share of the film's subtitle bands, as the clip
+    shows them, that the detector marks as subtitle text, over `clip_frames`) and
+    `overlay_logo_share` (the largest share of a film logo's box inside the clip's window). It
+    decides nothing: stages/quality.py `own_reasons` does."""
+
+    name = "overlays"
+
+    def __init__(self, config: OverlayConfig):
+        config.validate()
+        self.config = config
+        self.for_film(FilmContext())
+
+    def for_film(self, film: FilmContext) -> None:
+        self.film = film
+        # the width is the quality stage's (unused here: bands go in at their own size)
+        self.detector = TextDetector(film.text_model, 256, film.text_probability)
+
+    def setup(self) -> None:
+        if self.film.overlays is not None and self.film.overlays.subtitle_bands:
+            self.detector.load()
+
+    def process(self, clip: Clip) -> Clip:
+        overlays = self.film.overlays
+        if overlays is None:
+            return clip  # the film pass did not run: nothing measured, no reason
+        region = (clip.crop_x, clip.crop_y, clip.crop_w, clip.crop_h)
+        clip.overlay_logo_share = round(logo_share(overlays.logos, region), 4)
+        clip.overlay_subtitle_area = round(self._subtitle_area(clip, overlays, region), 5)
+        return clip
+
+    def _subtitle_area(self, clip: Clip, overlays: OverlayRecord, region: Box4) -> float:
+        frames = as_clip_frames(clip.frames).luma()
+        rows = [
+            band
+            for band in (
+                clip_rows(b, region, (clip.height, clip.width), self.film.resize)
+                for b in overlays.subtitle_bands
+            )
+            if band is not None
+        ]
+        if not rows:
+            return 0.0
+        picked = sorted({min(i, len(frames) - 1) for i in self.config.clip_frames})
+        scale = overlays.text_scale * clip.crop_h / clip.height  # clip pixels to the detector's
+        found = 0.0
+        for y0, y1 in rows:
+            strips = [frames[i, y0:y1] for i in picked]
+            found = max(found, band_text_share(self.detector, strips, scale))
+        return found
+
+
+Box4 = tuple[int, int, int, int]  # x, y, w, h
+
+
+def clip_rows(
+    band: Sequence[int], region: Box4, size: tuple[int, int], resize: str
+) -> tuple[int, int] | None:
+    """A source band's rows (y0, y1) in the clip's frames, a quarter of its height wider on
+    each side; None when the clip's window does not reach it."""
+    _, y, w, h = region
+    height, width = size
+    if resize == "pad":
+        scale = min(width / w, height / h)
+        top = (height - round(h * scale)) / 2
+    else:
+        scale, top = height / h, 0.0
+    margin = (band[1] - band[0]) / 4
+    y0 = int(top + (band[0] - margin - y) * scale)
+    y1 = int(top + (band[1] + margin - y) * scale + 1)
+    y0, y1 = max(0, y0), min(height, y1)
+    return (y0, y1) if y1 - y0 >= 4 else None
+
+
+def band_text_share(detector: TextDetector, strips: Sequence[np.ndarray], scale: float) -> float:
+    """The largest share of a band strip (one per sampled frame, all one size) covered by
+    subtitle-like text lines: lines at least as wide as tall whose middle is in the middle half
+    of the strip (subtitles are centred), or that hold still across sampled frames (IoU 0.9)
+    while lines elsewhere move (the overlay's own timing)."""
+    per_frame = [text_lines(detector, strip, scale) for strip in strips]
+    height, width = strips[0].shape
+    best = 0.0
+    for index, lines in enumerate(per_frame):
+        others = [line for k, frame in enumerate(per_frame) if k != index for line in frame]
+        area = sum(
+            (x1 - x0) * (y1 - y0)
+            for x0, y0, x1, y1 in lines
+            if x1 - x0 >= y1 - y0
+            and (
+                abs((x0 + x1) / 2 - width / 2) <= width / 4
+                or any(_iou((x0, y0, x1, y1), other) >= 0.9 for other in others)
+            )
+        )
+        best = max(best, area / (height * width))
+    return best
+
+
+def _iou(a: Box, b: Box) -> float:
+    inner = max(0, min(a[2], b[2]) - max(a[0], b[0])) * max(0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inner
+    return inner / union if union else 0.0
+
+
+def logo_share(logos: Sequence[Sequence[int]], region: Box4) -> float:
+    """The largest share of a logo box (x, y, w, h) that lies inside the window `region`."""
+    x, y, w, h = region
+    best = 0.0
+    for lx, ly, lw, lh in logos:
+        inner_w = max(0, min(lx + lw, x + w) - max(lx, x))
+        inner_h = max(0, min(ly + lh, y + h) - max(ly, y))
+        best = max(best, inner_w * inner_h / max(1, lw * lh))
+    return best
+
+
+OVERLAY_COLUMNS = (
+    pa.field("overlay_subtitle_area", pa.float32()),
+    pa.field("overlay_logo_share", pa.float32()),
+)
+
+
+@register_clip_stage("overlays", settings=OverlayConfig, columns=OVERLAY_COLUMNS, order=45)
+def overlay_stage(settings: OverlayConfig) -> ClipStage | None:
+    """Before quality and encode (which releases the frames)."""
+    return OverlayStage(settings) if settings.enabled else None

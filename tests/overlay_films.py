@@ -1,0 +1,449 @@
+"""Labelled overlay films (issue 28): real pictures of the bundled media with burned-in subtitles,
+a semi-transparent corner logo and in-world text drawn on them, and for every frame what was
+drawn where.
+
+Each shot pans across a still picture taken from tests/media or samples/. Overlay marks are
+composited on the frame after the pan, so they hold still while the picture moves; a sign is
+pasted into the still picture before the pan, so it moves with it (in-world text). Subtitles run
+on their own timing, across cuts, with gaps; they are drawn with real fonts (DejaVu Sans for
+Latin, Noto Sans CJK for Chinese), white or yellow, with a black outline or a soft shadow, one
+or two lines, at the bottom and sometimes the top, from 12 pixels up. Every mark's box is the
+bounding box of the pixels it changed (outline and shadow included), so the labels are exact.
+Text that is part of a source picture itself (a shop sign in bikes.mp4) is in-world text too,
+left unlabelled: no overlay rule may count it.
+
+The films (session fixtures in tests/conftest.py):
+- `wide_film`: 640x360 (16:9). Subtitles, a logo in the top-right corner of every frame, a sign
+  in one shot. The 3:2 window (540x360) can move sideways, away from the logo, not away from the
+  subtitles.
+- `academy_film`: 480x360 (4:3). Single-line subtitles at the bottom only. The 3:2 window
+  (480x320) can move up, clear of them.
+- `signs_film`: 640x360 with in-world text only (signs in two shots): nothing to reject.
+
+The fonts come from Debian's fonts-dejavu-core and fonts-noto-cjk (scripts/install-fonts.sh,
+run by `make test`); a missing font is an error that names the script, never a skip.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+ROOT = Path(__file__).resolve().parent.parent
+FONT_DIRS = (Path("/usr/share/fonts"), Path("/usr/local/share/fonts"))
+# first file found wins; Debian's packages put them under /usr/share/fonts
+FONT_FILES = {
+    "latin": ("DejaVuSans.ttf",),
+    "latin_bold": ("DejaVuSans-Bold.ttf",),
+    "cjk": ("NotoSansCJK-Regular.ttc", "wqy-zenhei.ttc"),
+}
+WHITE, YELLOW, BLACK = (255, 255, 255), (255, 222, 40), (0, 0, 0)
+SUBTITLE, LOGO, IN_WORLD = "subtitle", "logo", "in_world"
+
+
+class FontMissing(RuntimeError):
+    """A font the films are drawn with is not installed."""
+
+
+def font_path(kind: str) -> Path:
+    """The font file for `kind` (latin, latin_bold, cjk), searched in Debian's font folders and
+    in ANIMEGAMER_FONT_DIRS (colon-separated)."""
+    extra = [Path(p) for p in os.environ.get("ANIMEGAMER_FONT_DIRS", "").split(":") if p]
+    for name in FONT_FILES[kind]:
+        for folder in (*extra, *FONT_DIRS):
+            found = sorted(folder.rglob(name)) if folder.is_dir() else []
+            if found:
+                return found[0]
+    raise FontMissing(
+        f"font {' or '.join(FONT_FILES[kind])} not found under "
+        f"{', '.join(map(str, (*extra, *FONT_DIRS)))}: run scripts/install-fonts.sh "
+        "(Debian's fonts-dejavu-core and fonts-noto-cjk)"
+    )
+
+
+@functools.cache
+def _font(kind: str, size: int) -> ImageFont.FreeTypeFont:
+    return ImageFont.truetype(str(font_path(kind)), size)
+
+
+# ---------------------------------------------------------------- what is drawn
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One thing drawn on a frame: its kind, its box (x, y, w, h) in the film's pixels, clipped
+    to the frame, and its text."""
+
+    kind: str
+    box: tuple[int, int, int, int]
+    text: str
+
+
+@dataclass(frozen=True)
+class Subtitle:
+    """A subtitle event: shown on frames [start, stop)."""
+
+    start: int
+    stop: int
+    lines: tuple[str, ...]
+    size: int  # font size in pixels
+    where: str = "bottom"  # or "top"
+    colour: tuple[int, int, int] = WHITE
+    style: str = "outline"  # or "shadow"
+    script: str = "latin"  # or "cjk"
+
+
+@dataclass(frozen=True)
+class Sign:
+    """In-world text: a plate with text, pasted into a shot's picture at (x, y) of the picture."""
+
+    text: str
+    x: int
+    y: int
+    size: int = 22
+    script: str = "latin_bold"
+
+
+@dataclass(frozen=True)
+class Shot:
+    """`frames` frames panning `pan` pixels a frame across `picture` (a key of the pictures),
+    from its left edge (or its right edge when `pan` is negative)."""
+
+    picture: str
+    frames: int
+    pan: int = 2
+    signs: tuple[Sign, ...] = ()
+
+
+@dataclass
+class LabelledFilm:
+    """A written film and what each of its frames shows."""
+
+    path: Path
+    width: int
+    height: int
+    fps: int
+    cuts: list[int]  # the frames that start a shot, after the first
+    marks: list[list[Mark]]  # per frame
+    subtitles: list[Subtitle] = field(default_factory=list)
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.marks)
+
+    def frames_with(self, kind: str) -> list[int]:
+        return [i for i, marks in enumerate(self.marks) if any(m.kind == kind for m in marks)]
+
+    def boxes(self, kind: str, frame: int) -> list[tuple[int, int, int, int]]:
+        return [m.box for m in self.marks[frame] if m.kind == kind]
+
+    def overlay_truth(self) -> dict:
+        """What a perfect film-level overlay analysis finds (the fields of core/film.py's
+        OverlayRecord): the row bands every subtitle box falls in, merged where they touch, the
+        share of frames with a subtitle, and the logo boxes."""
+        rows = sorted(
+            (m.box[1], m.box[1] + m.box[3])
+            for marks in self.marks
+            for m in marks
+            if m.kind == SUBTITLE
+        )
+        bands: list[list[int]] = []
+        for top, bottom in rows:
+            if bands and top <= bands[-1][1]:
+                bands[-1][1] = max(bands[-1][1], bottom)
+            else:
+                bands.append([top, bottom])
+        logos = sorted({m.box for marks in self.marks for m in marks if m.kind == LOGO})
+        return {
+            "subtitle_bands": bands,
+            "subtitle_share": len(self.frames_with(SUBTITLE)) / self.num_frames,
+            "logos": [list(box) for box in logos],
+        }
+
+
+# ---------------------------------------------------------------- drawing
+
+
+@dataclass
+class _Patch:
+    """A mark ready to composite: RGBA pixels and where their top-left corner goes."""
+
+    rgba: np.ndarray
+    x: int
+    y: int
+    kind: str
+    text: str
+
+
+def _text_patch(lines, kind: str, size: int, colour, style: str, alpha: float = 1.0) -> np.ndarray:
+    """RGBA pixels of centred text lines, with a black outline or a soft drop shadow, cut to
+    the pixels drawn."""
+    font = _font(kind, size)
+    stroke = max(1, round(size / 10)) if style == "outline" else 0
+    spacing = round(size * 0.25)
+    probe = ImageDraw.Draw(Image.new("L", (1, 1)))
+    width = max(probe.textbbox((0, 0), line, font=font, stroke_width=stroke)[2] for line in lines)
+    line_height = size + 2 * stroke + spacing
+    pad = size  # room for the shadow and the outline
+    canvas_w, canvas_h = width + 2 * pad, line_height * len(lines) + 2 * pad
+    layer = Image.new("RGBA", (canvas_w, canvas_h), (0, 0, 0, 0))
+    if style == "shadow":
+        shadow = Image.new("RGBA", layer.size, (0, 0, 0, 0))
+        draw = ImageDraw.Draw(shadow)
+        for n, line in enumerate(lines):
+            x = pad + (width - probe.textlength(line, font=font)) / 2 + max(1, size // 8)
+            y = pad + n * line_height + max(1, size // 8)
+            draw.text((x, y), line, font=font, fill=(0, 0, 0, 220))
+        layer = Image.alpha_composite(layer, shadow.filter(ImageFilter.GaussianBlur(size / 14)))
+    draw = ImageDraw.Draw(layer)
+    for n, line in enumerate(lines):
+        x = pad + (width - probe.textlength(line, font=font)) / 2
+        draw.text(
+            (x, pad + n * line_height),
+            line,
+            font=font,
+            fill=(*colour, 255),
+            stroke_width=stroke,
+            stroke_fill=(*BLACK, 255),
+        )
+    rgba = np.asarray(layer).copy()
+    rgba[..., 3] = (rgba[..., 3] * alpha).astype(np.uint8)
+    ys, xs = np.nonzero(rgba[..., 3])
+    return rgba[ys.min() : ys.max() + 1, xs.min() : xs.max() + 1]
+
+
+def _subtitle_patch(event: Subtitle, width: int, height: int, margin: int) -> _Patch:
+    rgba = _text_patch(event.lines, event.script, event.size, event.colour, event.style)
+    h, w = rgba.shape[:2]
+    y = margin if event.where == "top" else height - margin - h
+    return _Patch(rgba, (width - w) // 2, y, SUBTITLE, " / ".join(event.lines))
+
+
+def _logo_patch(width: int, text: str = "ANI+ STREAM") -> _Patch:
+    """A streaming site's mark: bold white text on a rounded dark plate, 55 % opaque, in the
+    top-right corner."""
+    glyphs = _text_patch((text,), "latin_bold", 15, WHITE, "outline")
+    h, w = glyphs.shape[:2]
+    plate = Image.new("RGBA", (w + 12, h + 8), (0, 0, 0, 0))
+    ImageDraw.Draw(plate).rounded_rectangle((0, 0, w + 11, h + 7), radius=5, fill=(20, 20, 20, 160))
+    plate.alpha_composite(Image.fromarray(glyphs), (6, 4))
+    rgba = np.asarray(plate).copy()
+    rgba[..., 3] = (rgba[..., 3] * 0.55).astype(np.uint8)
+    return _Patch(rgba, width - rgba.shape[1] - 10, 10, LOGO, text)
+
+
+@functools.cache
+def _sign_plate(sign: Sign) -> np.ndarray:
+    """An RGB street sign: light text on a dark green plate with a border."""
+    glyphs = _text_patch((sign.text,), sign.script, sign.size, (240, 240, 230), "outline")
+    h, w = glyphs.shape[:2]
+    plate = Image.new("RGB", (w + 16, h + 12), (20, 90, 50))
+    ImageDraw.Draw(plate).rectangle((0, 0, w + 15, h + 11), outline=(230, 230, 230), width=2)
+    plate.paste(Image.fromarray(glyphs), (8, 6), Image.fromarray(glyphs))
+    return np.asarray(plate)
+
+
+def _composite(frame: np.ndarray, patch: _Patch) -> tuple[int, int, int, int] | None:
+    """Blend `patch` onto `frame` in place; the box of the pixels it changed, None if none."""
+    h, w = patch.rgba.shape[:2]
+    x0, y0 = max(0, patch.x), max(0, patch.y)
+    x1, y1 = min(frame.shape[1], patch.x + w), min(frame.shape[0], patch.y + h)
+    if x1 <= x0 or y1 <= y0:
+        return None
+    part = patch.rgba[y0 - patch.y : y1 - patch.y, x0 - patch.x : x1 - patch.x]
+    alpha = part[..., 3:4].astype(np.float32) / 255
+    region = frame[y0:y1, x0:x1]
+    region[...] = (part[..., :3] * alpha + region * (1 - alpha) + 0.5).astype(np.uint8)
+    ys, xs = np.nonzero(part[..., 3])
+    if ys.size == 0:
+        return None
+    return (
+        x0 + int(xs.min()),
+        y0 + int(ys.min()),
+        int(xs.max() - xs.min()) + 1,
+        int(ys.max() - ys.min()) + 1,
+    )
+
+
+# ---------------------------------------------------------------- pictures and films
+
+
+PICTURES = {  # name: (file, frame index); real shots of the bundled media
+    "bikes_street": (ROOT / "tests/media/bikes.mp4", 20),
+    "bikes_road": (ROOT / "tests/media/bikes.mp4", 100),
+    "bikes_turn": (ROOT / "tests/media/bikes.mp4", 160),
+    "bikes_rider": (ROOT / "tests/media/bikes.mp4", 215),
+    "bunny_meadow": (ROOT / "tests/media/bigbuckbunny_5s.mp4", 30),
+    "bunny_tree": (ROOT / "tests/media/bigbuckbunny_5s.mp4", 110),
+    "sintel_snow": (ROOT / "samples/sintel_trailer.mp4", 150),
+    "sintel_town": (ROOT / "samples/sintel_trailer.mp4", 300),
+}
+SINTEL_PICTURE_ROWS = slice(58, 422)  # the trailer's letterbox removed
+
+
+def read_pictures(names) -> dict[str, np.ndarray]:
+    """The named pictures (RGB), decoded once each file."""
+    wanted: dict[Path, dict[int, str]] = {}
+    for name in names:
+        path, index = PICTURES[name]
+        wanted.setdefault(path, {})[index] = name
+    pictures = {}
+    for path, indices in wanted.items():
+        with av.open(str(path)) as container:
+            for i, frame in enumerate(container.decode(video=0)):
+                if i in indices:
+                    picture = frame.to_ndarray(format="rgb24")
+                    if "sintel" in path.name:
+                        picture = picture[SINTEL_PICTURE_ROWS]
+                    pictures[indices[i]] = picture
+                if i >= max(indices):
+                    break
+    return pictures
+
+
+def _pan_source(picture: np.ndarray, shot: Shot, width: int, height: int) -> np.ndarray:
+    """The shot's picture scaled to the film's height and wide enough for its pan, signs
+    pasted in."""
+    need = width + abs(shot.pan) * shot.frames
+    scale = max(height / picture.shape[0], need / picture.shape[1])
+    size = (int(np.ceil(picture.shape[1] * scale)), int(np.ceil(picture.shape[0] * scale)))
+    scaled = cv2.resize(
+        picture, size, interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_CUBIC
+    )
+    top = (scaled.shape[0] - height) // 2
+    source = np.ascontiguousarray(scaled[top : top + height])
+    for sign in shot.signs:
+        plate = _sign_plate(sign)
+        source[sign.y : sign.y + plate.shape[0], sign.x : sign.x + plate.shape[1]] = plate
+    return source
+
+
+def write_labelled_film(
+    path: Path,
+    size: tuple[int, int],
+    shots: list[Shot],
+    subtitles: list[Subtitle] = (),
+    logo: bool = False,
+    fps: int = 24,
+    margin: int = 10,
+) -> LabelledFilm:
+    """Write the film (H.264, crf 18) and return it with its labels. `size` is (width, height);
+    `margin` is the subtitles' distance from the frame's top or bottom edge."""
+    width, height = size
+    pictures = read_pictures({shot.picture for shot in shots})
+    patches = {event: _subtitle_patch(event, width, height, margin) for event in subtitles}
+    corner = _logo_patch(width) if logo else None
+    marks: list[list[Mark]] = []
+    cuts: list[int] = []
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = {"crf": "18", "preset": "ultrafast", "g": str(fps)}
+        for shot in shots:
+            if marks:
+                cuts.append(len(marks))
+            source = _pan_source(pictures[shot.picture], shot, width, height)
+            for k in range(shot.frames):
+                frame, frame_marks = _shot_frame(source, shot, k, width, len(marks))
+                for patch in [p for e, p in patches.items() if e.start <= len(marks) < e.stop] + (
+                    [corner] if corner else []
+                ):
+                    box = _composite(frame, patch)
+                    if box is not None:
+                        frame_marks.append(Mark(patch.kind, box, patch.text))
+                marks.append(frame_marks)
+                for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                    container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return LabelledFilm(path, width, height, fps, cuts, marks, list(subtitles))
+
+
+def _shot_frame(source: np.ndarray, shot: Shot, k: int, width: int, index: int):
+    """Frame `k` of a shot (a copy, to draw on) and the marks of its in-world signs."""
+    left = k * shot.pan if shot.pan >= 0 else source.shape[1] - width + k * shot.pan
+    frame = source[:, left : left + width].copy()
+    marks = []
+    for sign in shot.signs:
+        plate_h, plate_w = _sign_plate(sign).shape[:2]
+        x0, x1 = max(0, sign.x - left), min(width, sign.x + plate_w - left)
+        if x1 > x0:
+            marks.append(Mark(IN_WORLD, (x0, sign.y, x1 - x0, plate_h), sign.text))
+    return frame, marks
+
+
+# ---------------------------------------------------------------- the three films
+
+LATIN = [
+    ("Where did you put the map?",),
+    ("Behind the station,", "next to the old clock."),
+    ("We have to go now!",),
+    ("Don't look back.",),
+    ("I'll wait for you here", "until the lights come on."),
+    ("Tomorrow, then.",),
+]
+CJK = [
+    ("你把地图放在哪里了？",),
+    ("我们必须现在就走！",),
+    ("别回头。", "我会在这里等你。"),
+    ("车站后面。",),
+]
+
+
+def wide_film(path: Path) -> LabelledFilm:
+    """640x360: five shots of 50 frames (cuts at 50, 100, 150, 200); subtitles at the bottom
+    and, once, a translator's note at the top, on their own timing; a logo on every frame; a
+    sign in the third shot."""
+    shots = [
+        Shot("bikes_street", 50, 2),
+        Shot("sintel_snow", 50, -2),
+        Shot("bikes_road", 50, 3, signs=(Sign("CAFE 24", 560, 120),)),
+        Shot("bunny_meadow", 50, 1),
+        Shot("sintel_town", 50, -1),
+    ]
+    subtitles = [
+        Subtitle(6, 40, LATIN[0], 16),
+        Subtitle(46, 90, CJK[0], 20, colour=YELLOW, script="cjk"),  # across the cut at 50
+        Subtitle(104, 141, LATIN[1], 14, style="shadow"),
+        Subtitle(141, 178, ("T/N: the old clock is the meeting place",), 12, "top", YELLOW),
+        Subtitle(145, 178, CJK[1], 24, script="cjk"),  # across the cut at 150
+        Subtitle(190, 236, CJK[2], 28, style="shadow", script="cjk"),  # across the cut at 200
+    ]
+    return write_labelled_film(path, (640, 360), shots, subtitles, logo=True)
+
+
+def academy_film(path: Path) -> LabelledFilm:
+    """480x360 (4:3): four shots of 52 frames (cuts at 52, 104, 156); one line of subtitle at
+    the bottom on most frames, 12 to 18 pixels, with gaps. Every 2-second window of it shows a
+    subtitle in the centred 480x320 window; none does 20 rows higher."""
+    shots = [
+        Shot("bunny_tree", 52, 2),
+        Shot("bikes_turn", 52, -2),
+        Shot("sintel_snow", 52, 1),
+        Shot("bikes_rider", 52, 2),
+    ]
+    subtitles = [
+        Subtitle(4, 44, LATIN[2], 12),
+        Subtitle(50, 95, CJK[3], 16, colour=YELLOW, script="cjk"),  # across the cut at 52
+        Subtitle(110, 150, LATIN[3], 14, style="shadow"),
+        Subtitle(150, 200, LATIN[5], 18, colour=YELLOW, style="shadow"),  # across 156
+    ]
+    return write_labelled_film(path, (480, 360), shots, subtitles, margin=12)
+
+
+def signs_film(path: Path) -> LabelledFilm:
+    """640x360: three shots of 56 frames, with in-world signs in the first and the last and no
+    overlay at all."""
+    shots = [
+        Shot("bikes_street", 56, 2, signs=(Sign("USA", 200, 90, 26), Sign("OPEN", 700, 200, 18))),
+        Shot("bunny_meadow", 56, 1),
+        Shot("sintel_town", 56, -2, signs=(Sign("車站", 300, 60, 24, "cjk"),)),
+    ]
+    return write_labelled_film(path, (640, 360), shots)
