@@ -48,7 +48,6 @@ def test_auto_is_the_process_pool_without_a_cluster(monkeypatch):
     assert make_executor("ray").name == "ray"
 
 
-@pytest.mark.serial  # counts the cores each process may use
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to hold one")
 def test_one_worker_on_one_core_at_the_drivers_niceness_running_this_checkout():
     driver_cores = os.sched_getaffinity(0)
@@ -367,7 +366,6 @@ def test_a_result_is_given_once_and_not_kept():
         executor.close()
 
 
-@pytest.mark.serial  # counts the cores this process may use
 def test_a_cgroup_cpu_quota_and_the_allowed_cores_bound_the_workers(tmp_path, monkeypatch, caplog):
     """A container's --cpus (a cgroup quota) counts as a CPU limit, rounded up; run.num_cpus above
     what this process may use is lowered to it, with a warning."""

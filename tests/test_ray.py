@@ -14,11 +14,9 @@ from core.shards import read_clips
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
 
-# Ray starts a worker per core, and the tests below count cores: alone, after the others.
-pytestmark = pytest.mark.serial
-
 
 @pytest.mark.slow
+@pytest.mark.serial  # Ray's processes on every core
 def test_ray_executor_matches_local(tmp_path, bikes_dataset):
     import ray
 
@@ -56,6 +54,7 @@ def _ray_workers() -> dict[int, tuple[tuple[int, ...], int]]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # Ray's processes on every core
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to hold one")
 def test_embedded_ray_is_one_pool_on_num_cpus_cores_running_this_checkout(monkeypatch):
     """No runtime_env in the embedded Ray (it would start a second pool beside the prestarted
