@@ -15,7 +15,7 @@ from pipeline.ip import IP
 from pipeline.manifest import ReviewedCounts, reviewed_counts
 
 if TYPE_CHECKING:
-    from pipeline.runner import FilmResult
+    from pipeline.film_tasks import FilmResult
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,9 @@ from s3server import s3_server
 
 from core import storage
 from pipeline.explore import open_dataset
+from pipeline.film_tasks import run_stored_segment
 from pipeline.ip import load_ip
-from pipeline.runner import run_films, run_stored_segment
+from pipeline.runner import run_films
 
 # Each test runs the pipeline against a real S3 server (moto): seconds each.
 pytestmark = pytest.mark.slow
@@ -112,14 +113,14 @@ def test_uncommitted_leftovers_are_never_trusted(bucket, local_reference):
 
 def test_committed_segments_are_reused(bucket, local_reference):
     """Segments whose DONE.json was published before an interruption are not cut again."""
-    from pipeline.runner import PrepareJob, _segment_job, prepare_film
+    from pipeline.film_tasks import PrepareJob, prepare_film, segment_job
 
     films = put_films(bucket)
     out = f"{bucket}/dataset"
     config = local_config(run__segment_seconds=6)
     plan = prepare_film(PrepareJob(films[0], out, config, load_ip(None)))
     first = plan.segments[0]
-    run_stored_segment(_segment_job(plan, config, load_ip(None), first))
+    run_stored_segment(segment_job(plan, config, load_ip(None), first))
     assert "DONE.json" in storage.list_names(f"{plan.film_dir}/work/segment-00000")
     [result] = run_films(films[:1], out, config, load_ip(None))
     assert result.ok and result.summary.segments_reused == 1
