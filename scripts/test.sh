@@ -8,8 +8,10 @@
 #   2. the `serial` tests alone, in one process: they measure cores or timing, or use the whole
 #      machine themselves (the process pool, Ray), so a neighbour test would change their result.
 # MARKERS ("not slow" for test-fast) narrows both runs; select by marker through it, since a
-# `-m` among the pytest arguments would replace the serial split. A run that selects no test
-# (exit 5, e.g. a file without serial tests) is not a failure unless neither run selects one.
+# `-m` among the pytest arguments would replace the serial split. Every serial test is slow too
+# (tests/conftest.py), so "not slow" skips the second run and the cost of its collection. A run
+# that selects no test (exit 5, e.g. a file without serial tests) is not a failure unless
+# neither run selects one.
 # The exit status is the first run's if it failed, else the second's. PYTHON picks the
 # interpreter (default .venv/bin/python); TEST_WORKERS the number of workers (default: the cores
 # this process may use; 1 runs everything in one process).
@@ -32,8 +34,11 @@ else
 fi
 "$python" -m pytest "${spread[@]}" -m "$(narrowed "not serial")" "$@"
 parallel=$?
-"$python" -m pytest -p no:xdist -m "$(narrowed serial)" "$@"
-serial=$?
+serial=5
+if [ "$markers" != "not slow" ]; then
+    "$python" -m pytest -p no:xdist -m "$(narrowed serial)" "$@"
+    serial=$?
+fi
 
 if [ "$parallel" -eq 5 ] && [ "$serial" -eq 5 ]; then
     exit 5

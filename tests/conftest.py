@@ -736,9 +736,12 @@ SLOW_FIXTURES = {"sintel_dataset", "sintel_out"}
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects by marker
 def pytest_collection_modifyitems(config, items):
-    """Tests of the costly fixtures are `slow`; `gpu` tests run only where CUDA is present."""
+    """Tests of the costly fixtures are `slow`, and so are `serial` tests (`make test-fast` runs
+    only the parallel part, scripts/test.sh); `gpu` tests run only where CUDA is present."""
     for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker(
+            "serial"
+        ):
             item.add_marker(pytest.mark.slow)
     if config.pluginmanager.hasplugin("xdist"):
         _one_worker_per_module_fixture(items)
