@@ -156,7 +156,7 @@ class OverlayRecord(JsonRecord):
 @dataclass
 class SourceScale(JsonRecord):
     """How much a film's clips enlarge its picture: the clip region of the crop (the source
-    pixels a clip shows, stages/clips.py output_region) and the factor it is scaled by into
+    pixels a clip shows, the film's window) and the factor it is scaled by into
     the clip's size. Recorded only when the factor is over 1."""
 
     factor: float = 1.0
@@ -202,6 +202,57 @@ class CaptionCounts(JsonRecord):
 
 
 @dataclass
+class WindowRecord(JsonRecord):
+    """summary.json's `window`: the part of the crop box every clip of the film shows
+    (stages/clips.py `place_window`), where it went and why. `centred` is where the centring
+    rule alone puts it; `avoided` holds the overlays (summary.json's `overlays`, same keys) the
+    centred window would show and this one does not, `shown` those it still shows, which the
+    per-clip overlay rule then judges clip by clip."""
+
+    x: int = 0
+    y: int = 0
+    w: int = 0
+    h: int = 0
+    centred: list[int] = field(default_factory=list)  # [x, y, w, h]
+    avoided: dict[str, list[list[int]]] = field(default_factory=dict)
+    shown: dict[str, list[list[int]]] = field(default_factory=dict)
+
+    @property
+    def region(self) -> tuple[int, int, int, int]:
+        return int(self.x), int(self.y), int(self.w), int(self.h)
+
+    @property
+    def moved(self) -> bool:
+        return bool(self.centred) and tuple(self.centred) != self.region
+
+    def line(self) -> str:
+        """The console's words, e.g. `window 480x320 moved 20 px up from the centre, clear of
+        subtitle band y 326-348`, with `; still shows logo at x 498-630 y 10-33` where it
+        could not avoid one; empty for a centred window that shows no overlay."""
+        parts = []
+        if self.moved:
+            dx, dy = self.x - self.centred[0], self.y - self.centred[1]
+            steps = [f"{abs(dx)} px {'left' if dx < 0 else 'right'}"] if dx else []
+            steps += [f"{abs(dy)} px {'up' if dy < 0 else 'down'}"] if dy else []
+            clear = overlay_words(self.avoided)
+            parts.append(
+                f"window {self.w}x{self.h} moved {' and '.join(steps)} from the centre"
+                + (f", clear of {clear}" if clear else "")
+            )
+        still = overlay_words(self.shown)
+        if still:
+            parts.append(f"window still shows {still}")
+        return "; ".join(parts)
+
+
+def overlay_words(overlays: Mapping[str, list[list[int]]]) -> str:
+    """`subtitle band y 326-348, logo at x 498-630 y 10-33`: overlays named as people read them."""
+    words = [f"subtitle band y {y0}-{y1}" for y0, y1 in overlays.get("subtitle_bands", [])]
+    words += [f"logo at x {x}-{x + w} y {y}-{y + h}" for x, y, w, h in overlays.get("logos", [])]
+    return ", ".join(words)
+
+
+@dataclass
 class FilmSummary(JsonRecord):
     """summary.json. None (or empty) is 'not recorded': readers say so rather than guess."""
 
@@ -212,6 +263,7 @@ class FilmSummary(JsonRecord):
         "upscaled": SourceScale,
         "quality": QualityCounts,
         "caption": CaptionCounts,
+        "window": WindowRecord,
     }
 
     schema_version: str | None = None
@@ -234,6 +286,7 @@ class FilmSummary(JsonRecord):
     corrupt_packets: int = 0
     unmatched_frames: int = 0
     late_cuts: int = 0
+    window: WindowRecord | None = None  # None: written before the window could move
     black_frames: int = 0  # frames inside sustained black runs (scene boundaries, docs/quality.md)
     drops: dict[str, int] | None = None  # reason -> windows
     stage_seconds: dict[str, float] | None = None

@@ -234,7 +234,7 @@ class RowLocation:
 
 def locate_rows(shard: Path | str, columns: list[str]) -> Iterator[tuple[RowLocation, dict]]:
     """Each row of a shard (its `columns` only) with its location, row group by row group."""
-    parquet = pq.ParquetFile(storage.open_input(shard))
+    parquet = storage.open_parquet(shard)
     check_schema_version(parquet.schema_arrow, shard)
     for group in range(parquet.num_row_groups):
         rows = parquet.read_row_group(group, columns=columns).to_pylist()
@@ -244,6 +244,6 @@ def locate_rows(shard: Path | str, columns: list[str]) -> Iterator[tuple[RowLoca
 
 def read_group_column(location: RowLocation, column: str) -> list:
     """One column of the row group holding `location` (callers that walk neighbours cache it)."""
-    parquet = pq.ParquetFile(storage.open_input(location.shard))
+    parquet = storage.open_parquet(location.shard)
     table = parquet.read_row_group(location.row_group, columns=[column])
     return table.column(column).to_pylist()

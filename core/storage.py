@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import fsspec
+import pyarrow.parquet as pq
 
 Location = str | Path
 
@@ -172,13 +173,39 @@ def committed_film_dirs(location: Location, marker: str, skip: str = "work") -> 
     return [join(location, *f.split("/")) for f in sorted(found - nested)]
 
 
-def open_input(location: Location):
-    """Something pyarrow reads from: a local path as it is, an object as a seekable file (only
-    the byte ranges read are fetched)."""
+def open_parquet(location: Location) -> pq.ParquetFile:
+    """The Parquet file at `location`, to read: a local file through Arrow's own file, an object
+    through fsspec as a seekable file (only the byte ranges read are fetched), read on the calling
+    thread alone.
+
+    Why the calling thread (issue 30): an fsspec file hands Arrow Python bytes, and Arrow drops
+    its last reference to one on whichever of its threads finished with it, taking the GIL there
+    to free it. A thread that comes to it late (a loaded machine) while the interpreter has begun
+    to exit is ended by Python 3.11 with pthread_exit, whose unwinding meets the noexcept
+    ~PyBuffer: std::terminate, "terminate called without an active exception" and SIGABRT after
+    every output was written. So a Python file is read with pre-buffering off (no read runs on
+    Arrow's I/O pool) and use_threads=False (no column is decoded on its CPU pool); a local file
+    never becomes a Python object, and Arrow's threads read it as fast as they can."""
     if not is_remote(location):
-        return location
+        return pq.ParquetFile(location)
     fs, path = filesystem(location)
-    return fs.open(path, "rb")
+    return _ReadOnCallingThread(fs.open(path, "rb"), pre_buffer=False)
+
+
+class _ReadOnCallingThread(pq.ParquetFile):
+    """A ParquetFile whose every read runs on the calling thread (see open_parquet)."""
+
+    def read(self, *args, **kwargs):
+        return super().read(*args, use_threads=False, **kwargs)
+
+    def read_row_group(self, *args, **kwargs):
+        return super().read_row_group(*args, use_threads=False, **kwargs)
+
+    def read_row_groups(self, *args, **kwargs):
+        return super().read_row_groups(*args, use_threads=False, **kwargs)
+
+    def iter_batches(self, *args, **kwargs):
+        return super().iter_batches(*args, use_threads=False, **kwargs)
 
 
 def mirror_committed(location: Location, summary_name: str) -> Path:

@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from core import storage
 from core.film import MANIFEST_FILE, SUMMARY_FILE
@@ -91,11 +90,10 @@ def _film_line(film_dir: str | Path) -> dict | None:
 
 def _usable_clips(film_dir: str | Path) -> int | None:
     """Clips whose `usable` column is true, when the manifest has that column (else None)."""
-    fs, path = storage.filesystem(storage.join(film_dir, MANIFEST_FILE))
-    if not fs.exists(path):
+    manifest = storage.join(film_dir, MANIFEST_FILE)
+    if not storage.exists(manifest):
         return None
-    with fs.open(path, "rb") as handle:
-        parquet = pq.ParquetFile(handle)
+    with storage.open_parquet(manifest) as parquet:
         if USABLE_COLUMN not in parquet.schema_arrow.names:
             return None
         column = parquet.read(columns=[USABLE_COLUMN]).column(USABLE_COLUMN)

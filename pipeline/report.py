@@ -20,15 +20,13 @@ import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-import av
 import numpy as np
 import pandas as pd
 from matplotlib.patches import Rectangle
 
 from core import storage
-from core.film import CropRecord, FilmSummary, OverlayRecord
+from core.film import FilmSummary, OverlayRecord, WindowRecord
 from core.io import write_text_atomic
-from core.video import rotate_frame
 from core.vocabulary import REJECT_REASONS
 from pipeline.explore import (
     Dataset,
@@ -40,6 +38,19 @@ from pipeline.explore import (
 )
 from pipeline.quality import film_thresholds
 from pipeline.report_corpus import _corpus_section, _distributions_section, _overview_section
+from pipeline.report_data import (
+    _clip_geometry,
+    _crop_box,
+    _crop_text,
+    _evenly_spaced,
+    _film_name,
+    _first,
+    _middle_clip,
+    _report_title,
+    _summary_drop_total,
+    _window_text,
+    source_frame_at,
+)
 from pipeline.report_html import (
     NOT_AVAILABLE,
     _anchor,
@@ -166,6 +177,7 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Source frames", facts.num_frames),
         ("Duration", _duration(facts.duration)),
         ("Crop box (x, y, w, h)", _crop_text(summary.crop)),
+        ("Clip window (x, y, w, h)", _window_text(summary.window)),
         ("Overlays", summary.overlays.line() if summary.overlays is not None else None),
         ("Scenes", len(summary.scenes) if summary.scenes is not None else None),
         ("Clips written (summary)", summary.clips_written),
@@ -199,7 +211,9 @@ def _crop_figure(dataset: Dataset, film: Film, manifest: pd.DataFrame) -> str:
     source = source_frame_at(source_path, float(clip["start_time"])) if source_path else None
     shown = _shown_region(film.summary, box)
     label = f"clip {clip['clip_id'][:8]} at {clip['start_time']:.2f} s"
-    figure = _crop_plot(source, stored, box, shown, label, film.summary.overlays)
+    figure = _crop_plot(
+        source, stored, box, shown, label, film.summary.overlays, film.summary.window
+    )
     return figure + f'<p class="note">{html.escape(_crop_note(film, box, shown, source))}</p>'
 
 
@@ -224,6 +238,9 @@ def _crop_note(film: Film, box: tuple, shown: tuple | None, source: np.ndarray |
             f"; the clips show its {sw}x{sh} part at ({sx}, {sy}) (dashed: the resize mode "
             "cuts the box to the clips' aspect)"
         )
+    window = film.summary.window
+    if window is not None and window.line():
+        note += f"; {window.line()} (dotted: where the centred window would be)"
     return note + ". Right: the clip's stored first frame."
 
 
@@ -234,6 +251,7 @@ def _crop_plot(
     shown: tuple | None,
     label: str,
     overlays: OverlayRecord | None = None,
+    window: WindowRecord | None = None,
 ) -> str:
     panels = [source, stored] if source is not None else [stored]
     figure = _new_figure(6.0 * len(panels), 3.6)
@@ -253,6 +271,12 @@ def _crop_plot(
                 )
             )
             title += f"; clips show {sw}x{sh} at ({sx}, {sy})"
+        if window is not None and window.moved:
+            cx, cy, cw, ch = window.centred
+            axes[0].add_patch(
+                Rectangle((cx, cy), cw, ch, fill=False, edgecolor="#ffd60a", linestyle=":")
+            )
+            title += ", moved"
         if overlays is not None:
             _draw_overlays(axes[0], overlays, box)
         axes[0].set_title(title, fontsize=9)
@@ -275,8 +299,12 @@ def _draw_overlays(ax, overlays: OverlayRecord, box: tuple) -> None:
 def _shown_region(
     summary: FilmSummary, box: tuple[int, int, int, int]
 ) -> tuple[int, int, int, int] | None:
-    """The part of the crop box the clips show, by the clip stage's own rule (center_crop cuts
-    the box to the clip's aspect); None when the run's clip settings cannot be read."""
+    """The part of the crop box the clips show: the film's window (summary.json `window`), or
+    for a folder written before the window was recorded, the clip stage's centring rule
+    (center_crop cuts the box to the clip's aspect); None when neither can be read."""
+    window = summary.window
+    if window is not None and not {"x", "y", "w", "h"} & window.absent:
+        return window.region
     try:
         from stages.clips import ClipConfig, output_region
         from stages.crop import CropBox
@@ -497,96 +525,3 @@ def _config(summary: FilmSummary) -> str:
         f"<details><summary>resolved configuration</summary>"
         f"<pre>{html.escape(text)}</pre></details>"
     )
-
-
-# ---------------------------------------------------------------- data helpers
-
-
-def _crop_box(summary: FilmSummary, manifest: pd.DataFrame) -> tuple[int, int, int, int] | None:
-    if summary.crop is not None and summary.crop.box is not None:
-        return summary.crop.box
-    if manifest.empty:
-        return None
-    row = manifest.iloc[0]
-    return int(row["crop_x"]), int(row["crop_y"]), int(row["crop_w"]), int(row["crop_h"])
-
-
-def _middle_clip(manifest: pd.DataFrame) -> pd.Series | None:
-    ok = manifest[manifest["status"] == "ok"]
-    return None if ok.empty else ok.iloc[len(ok) // 2]
-
-
-def source_frame_at(path: str, seconds: float) -> np.ndarray | None:
-    """The source film's frame shown at `seconds` after its first frame, or None when the film
-    cannot be read."""
-    if not Path(path).is_file():
-        return None
-    try:
-        with av.open(path) as container:
-            stream = container.streams.video[0]
-            time_base = stream.time_base
-            if time_base is None:
-                return None
-            # Clip times count from the first frame; a stream's timestamps may start later.
-            start = float(stream.start_time * time_base) if stream.start_time else 0.0
-            target = start + seconds
-            container.seek(int(target / time_base), stream=stream, backward=True)
-            # the frame on screen at `target`: the last one starting at or before it, as the
-            # pipeline samples (between frames at 23.976 fps, the nearest one would be the next)
-            shown = None
-            for frame in container.decode(stream):
-                if frame.time is None:
-                    continue
-                if frame.time > target + 1e-6 and shown is not None:
-                    break
-                shown = frame
-    except (av.error.FFmpegError, IndexError):
-        return None
-    if shown is None:
-        return None
-    # the crop box is in displayed pixels: turn the frame upright as the pipeline does
-    return rotate_frame(shown.to_ndarray(format="rgb24"), int(round(shown.rotation or 0)) % 360)
-
-
-def _evenly_spaced(rows: pd.DataFrame, limit: int) -> pd.DataFrame:
-    if limit <= 0:
-        return rows.iloc[:0]
-    if len(rows) <= limit:
-        return rows
-    picks = np.unique(np.linspace(0, len(rows) - 1, limit).round().astype(int))
-    return rows.iloc[picks]
-
-
-def _first(frame: pd.DataFrame, column: str):
-    return frame[column].iloc[0] if not frame.empty else None
-
-
-def _film_name(film: Film, manifest: pd.DataFrame) -> str:
-    name = film.summary.film.film_name or _first(manifest, "film_name")
-    return name or film.slug
-
-
-def _summary_drop_total(summary: FilmSummary) -> int | None:
-    drops = summary.drops
-    return sum(drops.values()) if isinstance(drops, dict) else None
-
-
-def _clip_geometry(manifest: pd.DataFrame) -> str | None:
-    if manifest.empty:
-        return None
-    row = manifest.iloc[0]
-    return f"{row['num_frames']} frames, {row['width']}x{row['height']}, {row['fps']:g} fps"
-
-
-def _report_title(dataset: Dataset, ip: str | None) -> str:
-    if len(dataset.films) == 1:
-        film = dataset.films[0]
-        return _film_name(film, film.manifest)
-    return f"{ip or dataset.root.name}: {len(dataset.films)} films"
-
-
-def _crop_text(crop: CropRecord | None) -> str | None:
-    if crop is None or crop.box is None:
-        return None
-    source = crop.source if "source" not in crop.absent else "source unknown"
-    return f"{crop.x}, {crop.y}, {crop.w}, {crop.h} ({source})"

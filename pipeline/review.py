@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from core import storage
 from core.film import FilmFolder
@@ -176,7 +175,8 @@ def read_review_file(path: Path | str) -> dict[str, Review]:
     if not storage.exists(path):
         return {}
     try:
-        table = pq.read_table(storage.open_input(path))
+        with storage.open_parquet(path) as parquet:
+            table = parquet.read()
     except (OSError, pa.ArrowInvalid) as exc:
         raise ValueError(f"{path}: not a readable review file ({exc})") from None
     missing = set(REVIEW_SCHEMA.names) - set(table.column_names)

@@ -25,14 +25,14 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import av
 import cv2
 
 from core import storage
-from core.film import Drop, FilmFolder, OverlayRecord, SegmentSpan, SegmentStats
+from core.film import Drop, FilmFolder, OverlayRecord, SegmentSpan, SegmentStats, WindowRecord
 from core.frames import PlaneSource
 from core.record import STATUS_OK, Clip
 from core.resources import Resources
@@ -60,6 +60,7 @@ class SegmentJob:
     folder: FilmFolder  # always local: where the segment's parts and DONE.json are made
     store: str | None = None  # the film folder's URL when the outputs live in object storage
     overlays: OverlayRecord | None = None  # the film's (stages/overlays.py), None when off
+    window: WindowRecord = field(kw_only=True)  # what every clip shows (stages/clips.py)
 
     @property
     def directory(self) -> Path:
@@ -121,7 +122,8 @@ class _SegmentRun:
         self.job = job
         self.report = report
         film, config, seg = job.film, job.config, job.segment
-        self.detector = SceneCuts(config.scenes, film.fps)
+        held_rule = (config.motion.held_pixel_delta, config.motion.held_max_fraction)
+        self.detector = SceneCuts(config.scenes, film.fps, held_rule)
         self.black_runs = BlackRuns(config.scenes, film.fps)
         # a blend is judged once every cut within its reach is known
         cut_lag = max(self.detector.lag, self.black_runs.min_frames)
@@ -139,7 +141,7 @@ class _SegmentRun:
         self.splitter = ClipSplitter(
             config.clips,
             film,
-            job.crop,
+            job.window.region,
             job.ip,
             seg.index,
             seg.is_last,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from core.film import Drop, SourceScale
+from core.film import Drop, OverlayRecord, SourceScale, WindowRecord
 from core.frames import ClipFrames, block_mean, chroma_region, i420_planes
 from core.record import Clip, make_clip_id
 from core.settings import Settings, check_choice
@@ -55,6 +55,10 @@ class ClipConfig(Settings):
     PSNR at crf 20 (see README "Benchmark")."""
     image_format: str = "jpeg"
     """Encoding of first_frame: jpeg or png."""
+    avoid_overlays: bool = True
+    """center_crop: move the window inside the crop box, where the box is wider or taller than
+    the clips, away from the film's burned-in subtitle bands and logos (stages/overlays.py);
+    False keeps it centred. Films without overlays keep the centred window either way."""
     min_source_height: int = 0
     """A film whose clips show fewer source rows than this (the crop, cut to the clip's aspect:
     a 480x360 film shows 480x320, upscaled 1.5 times) gives no clips: each window becomes a
@@ -94,10 +98,99 @@ def output_region(crop: CropBox, config: ClipConfig) -> tuple[int, int, int, int
     return crop.x, crop.y + (crop.h - h) // 2, crop.w, h
 
 
-def source_scale(crop: CropBox, config: ClipConfig) -> SourceScale | None:
-    """How many times the clips enlarge the picture (`fit_frame`'s scale: the larger of the two
-    for center_crop and stretch, the smaller for pad), or None when they do not."""
-    _, _, w, h = output_region(crop, config)
+Box = tuple[int, int, int, int]  # x, y, w, h in source pixels
+SUBTITLE_BANDS, LOGOS = "subtitle_bands", "logos"  # OverlayRecord's keys, kept in WindowRecord
+
+
+def place_window(crop: CropBox, config: ClipConfig, overlays: OverlayRecord | None) -> WindowRecord:
+    """The part of the crop box every clip of a film shows. `output_region` sizes it and
+    centres it; where the box is wider (or taller) than the clips' aspect, the window may slide
+    along that side. It goes where it shows the fewest rows of subtitle band, then where it
+    shows no logo at all, then as near the centre as it can: a 4:3 film's window rises clear of
+    a bottom subtitle band, a 16:9 film's slides sideways off a corner logo. Subtitles come
+    first (a band is rows across the picture; a clip that shows a line is lost). A logo is on
+    every frame, so a window that still shows one of them saves no clip: the window moves for
+    logos only where it leaves them all, which also keeps it centred where the logo pass
+    mistook steady picture edges for several logos. With no overlay (or `clips.avoid_overlays`
+    off) it stays centred, so such films keep their clip ids."""
+    centred = output_region(crop, config)
+    found = _overlay_boxes(crop, overlays)
+    region = centred
+    if config.avoid_overlays and any(found.values()):
+
+        def cost(candidate: Box) -> tuple:
+            bands = sum(_shown_rows(candidate, box) for box in found[SUBTITLE_BANDS])
+            logos = any(_shown_area(candidate, box) for box in found[LOGOS])
+            distance = abs(candidate[0] - centred[0]) + abs(candidate[1] - centred[1])
+            return bands, logos, distance, candidate
+
+        region = min(_slides(crop, centred), key=cost)
+    before = {k: [b for b in boxes if _shown_area(centred, b)] for k, boxes in found.items()}
+    after = {k: [b for b in boxes if _shown_area(region, b)] for k, boxes in found.items()}
+    x, y, w, h = region
+    return WindowRecord(
+        x=x,
+        y=y,
+        w=w,
+        h=h,
+        centred=list(centred),
+        avoided=_as_overlays({k: [b for b in before[k] if b not in after[k]] for k in found}),
+        shown=_as_overlays(after),
+    )
+
+
+def _overlay_boxes(crop: CropBox, overlays: OverlayRecord | None) -> dict[str, list[Box]]:
+    """The overlays as boxes; a subtitle band spans the crop box's width."""
+    if overlays is None:
+        return {SUBTITLE_BANDS: [], LOGOS: []}
+    bands = [(crop.x, y0, crop.w, y1 - y0) for y0, y1 in overlays.subtitle_bands]
+    logos = [(x, y, w, h) for x, y, w, h in overlays.logos]
+    return {SUBTITLE_BANDS: bands, LOGOS: logos}
+
+
+def _slides(crop: CropBox, centred: Box) -> list[Box]:
+    """Every window of the centred one's size inside the crop box."""
+    x, y, w, h = centred
+    if w < crop.w:
+        return [(left, y, w, h) for left in range(crop.x, crop.x + crop.w - w + 1)]
+    if h < crop.h:
+        return [(x, top, w, h) for top in range(crop.y, crop.y + crop.h - h + 1)]
+    return [centred]
+
+
+def _shown_area(region: Box, box: Box) -> int:
+    """Pixels of `box` that reach a clip cut from `region`."""
+    x0, y0, x1, y1 = _reach(region)
+    bx, by, bw, bh = box
+    return max(0, min(x1, bx + bw) - max(x0, bx)) * max(0, min(y1, by + bh) - max(y0, by))
+
+
+def _shown_rows(region: Box, band: Box) -> int:
+    """Rows of a subtitle band that reach a clip cut from `region` (a line of text runs across
+    the picture: what counts is how much of its height the window shows)."""
+    _, y0, _, y1 = _reach(region)
+    _, by, _, bh = band
+    return max(0, min(y1, by + bh) - max(y0, by))
+
+
+def _reach(region: Box) -> tuple[int, int, int, int]:
+    """x0, y0, x1, y1 of the source pixels a clip cut from `region` takes: the region widened
+    to even edges, since a chroma sample covers two pixels (core.frames.chroma_region)."""
+    x, y, w, h = region
+    return x - x % 2, y - y % 2, x + w + (x + w) % 2, y + h + (y + h) % 2
+
+
+def _as_overlays(boxes: dict[str, list]) -> dict[str, list[list[int]]]:
+    """Boxes back in OverlayRecord's terms: subtitle bands as rows [y0, y1]."""
+    bands = [[y, y + h] for _, y, _, h in boxes[SUBTITLE_BANDS]]
+    return {SUBTITLE_BANDS: bands, LOGOS: [list(box) for box in boxes[LOGOS]]}
+
+
+def source_scale(region: Box, config: ClipConfig) -> SourceScale | None:
+    """How many times the clips enlarge the picture they show (`region`, the film's window:
+    `fit_frame`'s scale, the larger of the two for center_crop and stretch, the smaller for
+    pad), or None when they do not."""
+    _, _, w, h = region
     along = (config.width / w, config.height / h)
     factor = min(along) if config.resize == "pad" else max(along)
     if round(factor, 2) <= 1.0:
@@ -211,18 +304,18 @@ class ClipSplitter:
         self,
         config: ClipConfig,
         film: FilmInfo,
-        crop: CropBox,
+        region: Box,
         ip: str,
         segment_index: int,
         is_last_segment: bool,
         to_bt601: Callable[[np.ndarray], np.ndarray] | None = None,
     ):
-        self.config, self.film, self.crop, self.ip = config, film, crop, ip
+        self.config, self.film, self.ip = config, film, ip
         self.to_bt601 = to_bt601 or (lambda i420: i420)
         self.segment_index = segment_index
         self.is_last_segment = is_last_segment
-        self.region = output_region(crop, config)
-        self.refusal = _refusal(self.region, source_scale(crop, config), config)
+        self.region = region  # the film's window (place_window): what every clip shows
+        self.refusal = _refusal(region, source_scale(region, config), config)
         # start time of every frame, plus the end of the last one, so a window that ends exactly
         # with the film still fits
         self.times = film.frame_times() + [film.duration]

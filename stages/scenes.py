@@ -98,6 +98,8 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
     (`event_buffer_length`). Footage without held frames is judged frame by frame, as before.
     """
 
+    SMALL = 0.2  # a change under this share of min_content_val is no new drawing
+
     def __init__(
         self,
         adaptive_threshold: float = 3.0,
@@ -105,6 +107,8 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
         window_width: int = 2,
         min_content_val: float = 15.0,
         hold_frames: int = 1,
+        palette_ratio: float = 2.0,
+        palette_change: float = 0.35,
         **content_options,
     ):
         if window_width < 1:
@@ -114,7 +118,10 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
         self.adaptive_threshold, self.min_content_val = adaptive_threshold, min_content_val
         self.window_width, self.min_gap = window_width, min_scene_len
         self.hold_frames = max(1, hold_frames)
-        self._window: list[tuple[FrameTimecode, float]] = []
+        self.palette_ratio, self.palette_change = palette_ratio, palette_change
+        # (frame, score, colour change from the frame before when it is a new drawing)
+        self._window: list[tuple[FrameTimecode, float, float]] = []
+        self._previous: tuple[np.ndarray, bool] | None = None  # the last frame, and held?
         self._last_cut: int | None = None
         self._held_run = 0  # held frames left out of the window since the last one entered
         self.decided = -1  # the latest frame judged: no cut at or before it is still to come
@@ -128,27 +135,42 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
         if self._frame_score is None:
             return []
         # a frame that changes enough to be a cut is judged, whatever the held test says (it
-        # sees little change in dark pictures, where the hue and saturation do change)
-        held = held and self._frame_score < self.min_content_val
+        # sees little change in dark pictures, where the hue and saturation do change); one
+        # that changes far less is part of the hold (a blink, a speck moving on a held drawing)
+        score = self._frame_score
+        held = score < self.min_content_val and (held or score < self.SMALL * self.min_content_val)
+        previous, self._previous = self._previous, (frame_img, held)
         if not held:
             self._held_run = 0
         elif self._held_run < self.hold_frames - 1:
             self._held_run += 1
             return []
-        self._window = [*self._window, (timecode, self._frame_score)][
-            -(2 * self.window_width + 1) :
-        ]
+        palette = 0.0
+        if previous is not None and previous[1] and self.hold_frames > 1:
+            if not held and score >= self.min_content_val:  # a new drawing after a hold
+                palette = colour_distance(previous[0], frame_img)
+        self._window = [*self._window, (timecode, score, palette)][-(2 * self.window_width + 1) :]
         if len(self._window) < 2 * self.window_width + 1:
             return []
-        target, score = self._window[self.window_width]
+        return self._judge()
+
+    def _judge(self) -> list[FrameTimecode]:
+        """Is the middle of the window a cut? Its score is `adaptive_threshold` times the
+        median of the others; or, for a new drawing after a hold, `palette_ratio` times, with
+        a new palette (colour-histogram distance from the frame before at least
+        `palette_change`): a cut between two shots drawn on twos or threes whose drawings change
+        a lot changes the picture only a few times more than they do, and its colours."""
+        target, score, palette = self._window[self.window_width]
         self.decided = target.frame_num
-        others = [s for i, (_, s) in enumerate(self._window) if i != self.window_width]
+        others = [s for i, (_, s, _) in enumerate(self._window) if i != self.window_width]
         reference = float(np.median(others))
         ratio = 255.0 if reference < 1e-5 else min(score / reference, 255.0)
         far_enough = self._last_cut is None or target.frame_num - self._last_cut >= self.min_gap
-        if ratio >= self.adaptive_threshold and score >= self.min_content_val and far_enough:
-            self._last_cut = target.frame_num
-            return [target]
+        new_palette = ratio >= self.palette_ratio and palette >= self.palette_change
+        if (ratio >= self.adaptive_threshold or new_palette) and far_enough:
+            if score >= self.min_content_val:
+                self._last_cut = target.frame_num
+                return [target]
         return []
 
 
@@ -178,6 +200,10 @@ class SceneConfig(Settings):
     """Further keyword arguments for the detector class, e.g. {window_width: 3}."""
     width: int = 256
     """Frames are scaled to this width for detection (PySceneDetect's own default effective width)."""
+    effect_seconds: float = 1.0
+    """Two cuts at most this far apart are dropped when the picture after the second is the
+    one before the first again (a flash, an impact frame, a colour effect inside a shot:
+    `SceneCuts`); cuts wait this much longer before clips are cut."""
     hold_seconds: float = 0.25
     """Drawings, not frames (detector adaptive): a frame that holds the previous drawing (the
     motion stage's held-pair test, motion.held_*) stays out of the detector's window, up to a
@@ -249,15 +275,24 @@ class SceneCuts:
     A cut at index c means frame c starts a new scene. `finish(end)` after the last frame flushes
     the cuts the detector still holds.
 
-    A flash (one frame unlike both its neighbours, which are alike: an explosion, a camera
-    flash) gives a detector two cuts, into the frame and out of it, and would split one shot in
-    two. Two cuts one frame apart whose outer frames differ by less than `FLASH_MAX_DIFFERENCE`
-    (mean grey level) are dropped, one frame later than the detector reports them, and the flash
-    frame is remembered (`take_flashes`): clip sampling shows the frame before it instead.
+    An effect inside a shot gives a detector two cuts, into it and out of it, and would split one
+    shot in three: a flash or an impact frame (a white, black or inverted frame or two), or a
+    colour effect (the picture turns green over a mood pattern for a moment). Two cuts c1 < c2 at
+    most `effect_seconds` apart are dropped, with any between them, when the shot comes back
+    after them (`_is_effect`: the frames c1 - 1 and c2 are alike); each cut is held until no
+    such second cut can still come. The frames of an effect of one or two frames are
+    remembered (`take_flashes`): clip sampling shows the frame before them instead.
     """
 
     FLASH_MAX_DIFFERENCE = 12.0
-    HELD_CHECK_WIDTH = 180  # the motion stage's held test looks at 120x180 frames
+    FLASH_FRAMES = 2  # an effect this short is not sampled into clips (impact frames)
+    EFFECT_RATIO = 2.0
+    EFFECT_MAX_COLOUR = 0.15
+    EFFECT_MIN_EDGES = 0.2
+    # the motion stage's held test looks at 120x180 frames, where shrinking averages compression
+    # noise away; whole-factor block means of the detection copy to about this width do so too,
+    # at a tenth of the cost of an area resize to 180
+    HELD_CHECK_WIDTH = 128
 
     def __init__(
         self, config: SceneConfig, fps: float, held_rule: tuple[float, float] | None = None
@@ -280,79 +315,142 @@ class SceneCuts:
             MotionConfig.held_max_fraction,
         )
         self.extra_lag = int(round(config.lag_seconds * fps))
-        self.held: list[int] = []  # cuts that may be the start of a flash
+        self.effect_frames = max(1, int(round(config.effect_seconds * fps)))
+        self.black_luma, self.flat_std = config.black_luma, config.flat_std
+        self.held: list[int] = []  # cuts that may still start an effect
         self.flashes: list[int] = []  # flash frames found and not yet taken
-        buffered = int(getattr(self.detector, "event_buffer_length", 0)) + 3
-        self.greys: deque[tuple[int, np.ndarray]] = deque(maxlen=buffered)
+        self.judged = -1  # the detector can report no new cut at or before this frame
+        self.pictures: deque[tuple[int, np.ndarray]] = deque(maxlen=self.lag + 3)
         self.previous_drawing: np.ndarray | None = None  # the last frame at held-test size
 
     @property
     def lag(self) -> int:
         """Frames a cut can be reported after the frame that starts the new scene: the
-        detector's window, then the next drawing (the frame after it, without holds) judged."""
-        window = int(getattr(self.detector, "event_buffer_length", 0))
-        return window + int(getattr(self.detector, "hold_frames", 1)) + 1 + self.extra_lag
+        detector's window, then the next drawing (the frame after it, without holds) judged,
+        then the longest effect."""
+        window = self._window()
+        return (
+            window
+            + int(getattr(self.detector, "hold_frames", 1))
+            + self.effect_frames
+            + (self.extra_lag)
+        )
+
+    def _window(self) -> int:
+        return int(getattr(self.detector, "event_buffer_length", 0))
 
     def process(self, frame: Frame) -> list[int]:
-        self.greys.append((frame.index, frame.grey()))
+        self.pictures.append((frame.index, frame.small()))
         timecode = FrameTimecode(frame.index, self.fps)
         if self.by_drawing:
             found = self.detector.process_frame(timecode, frame.small(), self._holds(frame))
         else:
             found = self.detector.process_frame(timecode, frame.small())
-        return self._without_flashes([tc.frame_num for tc in found])
+        # a detector that does not say how far it has judged reports within its window
+        self.judged = getattr(self.detector, "decided", frame.index - self._window() - 1)
+        return self._without_effects([tc.frame_num for tc in found])
 
     def _holds(self, frame: Frame) -> bool:
         """The frame shows the same drawing as the one before it (stages/motion.py is_held)."""
         grey = frame.grey()
-        height = max(2, round(grey.shape[0] * self.HELD_CHECK_WIDTH / grey.shape[1]))
-        small = cv2.resize(grey, (self.HELD_CHECK_WIDTH, height), interpolation=cv2.INTER_AREA)
+        small = block_mean(grey, max(1, grey.shape[1] // self.HELD_CHECK_WIDTH))
         previous, self.previous_drawing = self.previous_drawing, small
         return previous is not None and is_held(previous, small, *self.held_rule, relight=False)
 
     def finish(self, end: int) -> list[int]:
         found = self.detector.post_process(FrameTimecode(end - 1, self.fps))
-        return self._without_flashes([tc.frame_num for tc in found or []]) + self._release()
+        self.judged = end + self.effect_frames  # every cut is known
+        return self._without_effects([tc.frame_num for tc in found or []])
 
-    def _without_flashes(self, cuts: list[int]) -> list[int]:
-        """A cut is held until the detector has judged the frame after it (the second cut of a
-        flash comes one frame later): one call, or with held frames left out of the window,
-        until the next drawing is judged."""
-        pending, out = sorted(self.held + cuts), []
-        self.held = []
-        while pending:
+    def _without_effects(self, cuts: list[int]) -> list[int]:
+        """The cuts no effect explains, once no cut that could end an effect started by them
+        can still come; the others wait (`held`)."""
+        pending, out = sorted(set(self.held + cuts)), []
+        while pending and pending[0] + self.effect_frames <= self.judged:
             cut = pending.pop(0)
-            if cut + 1 in pending and self._is_flash(cut):
-                pending.remove(cut + 1)
-                self.flashes.append(cut)
-            elif not self._judged_after(cut, fresh=cut in cuts):
-                self.held.append(cut)
-            else:
+            ends = [c for c in pending if c - cut <= self.effect_frames and self._is_effect(cut, c)]
+            if not ends:
                 out.append(cut)
+                continue
+            pending = [c for c in pending if c > ends[0]]
+            if ends[0] - cut <= self.FLASH_FRAMES:
+                self.flashes += range(cut, ends[0])
+        self.held = pending
         return out
-
-    def _judged_after(self, cut: int, fresh: bool) -> bool:
-        """The detector can no longer report a cut at `cut + 1`: it says how far it has judged,
-        or it judges one frame per call, so not yet in the call that reports `cut` (`fresh`)."""
-        decided = getattr(self.detector, "decided", None)
-        return not fresh if decided is None else decided > cut
 
     def take_flashes(self) -> list[int]:
         """The flash frames found since the last call."""
         flashes, self.flashes = self.flashes, []
         return flashes
 
-    def _release(self) -> list[int]:
-        held, self.held = self.held, []
-        return held
+    def _blank(self, picture: np.ndarray) -> bool:
+        """Black or one flat colour (BlackRuns' test)."""
+        grey = cv2.cvtColor(picture, cv2.COLOR_BGR2GRAY)
+        return _is_black_grey(grey, self.black_luma) or float(grey.std()) <= self.flat_std
 
-    def _is_flash(self, index: int) -> bool:
-        """Frame `index` alone differs: the frames before and after it are alike."""
-        greys = dict(self.greys)
-        before, after = greys.get(index - 1), greys.get(index + 1)
-        if before is None or after is None:
+    def _is_effect(self, start: int, stop: int) -> bool:
+        """Frames [start, stop) are an effect inside one shot: the frames before and after them
+        are alike. A flash or an impact frame of one or two frames leaves a picture within
+        `FLASH_MAX_DIFFERENCE` grey levels of the one before; a longer effect (or one inside a
+        moving shot) comes back to the palette it left (colour-histogram distance at most
+        `EFFECT_MAX_COLOUR`) with a change over it `EFFECT_RATIO` times smaller than into and
+        out of it, and shows the shot's own edges (`edge_likeness` at least `EFFECT_MIN_EDGES`
+        with the frames around it) or none. A cut into another shot and back to the first within `effect_seconds` reads
+        the same way (docs/scenes.md), unless the frames around it are black or flat (a
+        short shot between black ones)."""
+        pictures = dict(self.pictures)
+        before, first = pictures.get(start - 1), pictures.get(start)
+        last, after = pictures.get(stop - 1), pictures.get(stop)
+        if before is None or first is None or last is None or after is None:
             return False
-        return float(cv2.absdiff(before, after).mean()) < self.FLASH_MAX_DIFFERENCE
+        if stop - start <= self.FLASH_FRAMES and _grey_difference(before, after) < (
+            self.FLASH_MAX_DIFFERENCE
+        ):
+            return True
+        if self._blank(before) or self._blank(after):
+            return False  # a short shot between black ones is a shot
+        across = content_difference(before, after)
+        into_and_out = min(content_difference(before, first), content_difference(last, after))
+        same_palette = colour_distance(before, after) <= self.EFFECT_MAX_COLOUR
+        if not (same_palette and across * self.EFFECT_RATIO <= into_and_out):
+            return False
+        # the effect shows the shot's own shapes (or nothing, a flash): not another shot's
+        return all(
+            self._blank(inside) or edge_likeness(inside, outside) >= self.EFFECT_MIN_EDGES
+            for inside, outside in ((first, before), (last, after))
+        )
+
+
+def content_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """The content detector's score between two BGR pictures: the mean absolute difference of
+    hue, saturation and value, averaged (PySceneDetect's default weights)."""
+    planes = zip(
+        cv2.split(cv2.cvtColor(a, cv2.COLOR_BGR2HSV)), cv2.split(cv2.cvtColor(b, cv2.COLOR_BGR2HSV))
+    )
+    return sum(float(cv2.absdiff(x, y).mean()) for x, y in planes) / 3.0
+
+
+def edge_likeness(a: np.ndarray, b: np.ndarray) -> float:
+    """Correlation (-1 to 1) of two BGR pictures' edge strengths at 64x36: a picture recoloured
+    or inverted keeps its edges (0.3 to 1 on the test films), another shot's are unrelated
+    (0 to 0.13 across the cuts measured, docs/scenes.md)."""
+    strengths = []
+    for picture in (a, b):
+        grey = cv2.resize(
+            cv2.cvtColor(picture, cv2.COLOR_BGR2GRAY), (64, 36), interpolation=cv2.INTER_AREA
+        )
+        grey = grey.astype(np.float32)
+        edges = cv2.magnitude(cv2.Sobel(grey, cv2.CV_32F, 1, 0), cv2.Sobel(grey, cv2.CV_32F, 0, 1))
+        strengths.append(edges.ravel() - edges.mean())
+    x, y = strengths
+    scale = float(np.sqrt((x * x).sum() * (y * y).sum()))
+    return float((x * y).sum()) / scale if scale > 0 else 0.0
+
+
+def _grey_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean absolute grey-level difference of two BGR pictures."""
+    grey_a, grey_b = (cv2.cvtColor(p, cv2.COLOR_BGR2GRAY) for p in (a, b))
+    return float(cv2.absdiff(grey_a, grey_b).mean())
 
 
 class BlackRuns:

@@ -226,7 +226,7 @@ def _subtitle_patch(event: Subtitle, width: int, height: int, margin: int) -> _P
     return _Patch(rgba, (width - w) // 2, y, SUBTITLE, " / ".join(event.lines))
 
 
-def _logo_patch(width: int, text: str = "ANI+ STREAM") -> _Patch:
+def _logo_patch(width: int, text: str = "ANI+") -> _Patch:
     """A streaming site's mark: bold white text on a rounded dark plate, 55 % opaque, in the
     top-right corner."""
     glyphs = _text_patch((text,), "latin_bold", 15, WHITE, "outline")

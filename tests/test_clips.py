@@ -230,11 +230,13 @@ def test_cuts_reported_late_are_counted_and_lag_seconds_absorbs_them(tmp_path):
     # the threshold detector puts a fade's cut in the middle of the black (frame 50) but can only
     # report it when the picture comes back (frame 60)
     film = make_video(tmp_path / "fade.mp4", num_frames=150, fps=24, black=range(40, 60))
-    # no black runs and no blend rule: their lag would give the detector the time it needs
+    # no black runs, no blend rule and no effects held back: their lag would give the detector
+    # the time it needs
     settings = {
         "scenes__detector": "threshold",
         "scenes__black_min_seconds": -1,
         "scenes__blend_gate": -1,
+        "scenes__effect_seconds": 0,
     }
     late = run_film(film, tmp_path / "a", local_config(**settings), load_ip(None)).summary
     assert late.late_cuts >= 1

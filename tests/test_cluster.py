@@ -178,7 +178,8 @@ def test_a_segment_running_memflow_on_cuda_asks_ray_for_a_gpu(tmp_path):
     from core.resources import Resources
     from pipeline.executors.ray import RayExecutor
     from pipeline.ip import load_ip
-    from pipeline.runner import run_films, segment_resources
+    from pipeline.runner import run_films
+    from pipeline.scheduler import segment_resources
 
     gpu = local_config(
         motion__backend="memflow",

@@ -132,7 +132,8 @@ def drawn(tmp_path_factory):
     spans = drops[drops.reason == "transition"]
     # the ends of transition spans (the blend rule's, tests/test_transitions.py) are no cuts
     ends = set(spans.start_frame) | set(spans.end_frame)
-    return film, [s for s, _ in result.summary.scenes if s not in ends]
+    manifest = pd.read_parquet(result.film_dir / "manifest.parquet")
+    return film, [s for s, _ in result.summary.scenes if s not in ends], manifest
 
 
 def _inside(starts: list[int], start: int, stop: int) -> list[int]:
@@ -140,7 +141,7 @@ def _inside(starts: list[int], start: int, stop: int) -> list[int]:
 
 
 def test_the_drawn_film_is_what_its_labels_say(drawn):
-    film, _ = drawn
+    film, _, _ = drawn
     assert len(film.shots) == 8 and len(film.cuts) == 7
     assert all(stop - start >= 2 * FPS for _, start, stop in film.shots)  # a clip fits each
     for _, start, stop in film.shots:  # drawn on twos and threes: no frame-level cut is real
@@ -152,14 +153,30 @@ def test_the_drawn_film_is_what_its_labels_say(drawn):
 
 
 def test_new_drawings_on_twos_and_threes_are_not_cuts(drawn):
-    """Before the rule, 33 of the new drawings in these shots were cuts (every third frame of
-    the hand's shot from its 15th frame on)."""
-    film, starts = drawn
-    effects = [frame for _, a, b in film.effects for frame in range(a, b + 1)]
+    """Frame by frame (scenes.hold_seconds=0), 33 of the new drawings in these shots were cuts
+    (every third frame of the hand's shot from its 15th frame on), and the colour effect and the
+    impact frames six more."""
+    film, starts, _ = drawn
     for name, start, stop in film.shots:
-        assert [s for s in _inside(starts, start, stop) if s not in effects] == [], name
+        assert _inside(starts, start, stop) == [], name
 
 
 def test_cuts_between_drawn_shots_are_found(drawn):
-    film, starts = drawn
-    assert set(film.cuts) - set(starts) <= {51}  # TODO(cuts): the hand to the swoop
+    """Among them the hand to the swoop (frame 51): two shots of an orange desert, each on
+    threes with large changes between drawings, which only the new palette tells apart."""
+    film, starts, _ = drawn
+    assert set(film.cuts) <= set(starts)
+
+
+def test_impact_frames_are_not_sampled_and_their_shot_keeps_its_clip(drawn):
+    """The inverted frame and the two white ones are shown as the frame before them, so the
+    quality stage's flash rule has nothing to reject (the shot's clip is one: no cut)."""
+    film, _, manifest = drawn
+    impact = [f for kind, a, b in film.effects if kind != "colour" for f in range(a, b)]
+    _, start, stop = film.shots[-1]
+    clips = manifest[(manifest.start_frame >= start) & (manifest.end_frame <= stop)]
+    assert len(clips) == 1
+    [reasons] = clips["reject_reasons"]
+    assert "flash" not in list(reasons)
+    [indices] = clips["frame_indices"]
+    assert not set(indices) & set(impact)

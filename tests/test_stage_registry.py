@@ -34,7 +34,7 @@ from stages.base import (
     registered_clip_stages,
     unregister_clip_stage,
 )
-from stages.clips import ClipConfig, ClipSplitter
+from stages.clips import ClipConfig, ClipSplitter, output_region
 from stages.crop import CropBox
 from stages.encode import EncodeMedia
 from stages.motion import MOTION_COLUMNS, MotionConfig, MotionScope
@@ -218,7 +218,9 @@ def test_a_misspelt_engine_stops_the_cli_before_any_film_is_cut(tmp_path, capsys
 def test_the_clip_splitter_converts_only_the_frames_it_samples(tmp_path):
     film = Probe().process(make_video(tmp_path / "f.mp4", num_frames=48, fps=24))  # one 2-s clip
     crop = CropBox(0, 0, film.width, film.height, source="full")
-    splitter = ClipSplitter(ClipConfig(), film, crop, "generic", 0, True)
+    splitter = ClipSplitter(
+        ClipConfig(), film, output_region(crop, ClipConfig()), "generic", 0, True
+    )
     converted: list[int] = []
 
     def planes(index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -12,8 +12,9 @@ from s3server import s3_server
 
 from core import storage
 from pipeline.explore import open_dataset
+from pipeline.film_tasks import run_stored_segment
 from pipeline.ip import load_ip
-from pipeline.runner import run_films, run_stored_segment
+from pipeline.runner import run_films
 
 # Each test runs the pipeline against a real S3 server (moto): seconds each.
 pytestmark = pytest.mark.slow
@@ -112,14 +113,14 @@ def test_uncommitted_leftovers_are_never_trusted(bucket, local_reference):
 
 def test_committed_segments_are_reused(bucket, local_reference):
     """Segments whose DONE.json was published before an interruption are not cut again."""
-    from pipeline.runner import PrepareJob, _segment_job, prepare_film
+    from pipeline.film_tasks import PrepareJob, prepare_film, segment_job
 
     films = put_films(bucket)
     out = f"{bucket}/dataset"
     config = local_config(run__segment_seconds=6)
     plan = prepare_film(PrepareJob(films[0], out, config, load_ip(None)))
     first = plan.segments[0]
-    run_stored_segment(_segment_job(plan, config, load_ip(None), first))
+    run_stored_segment(segment_job(plan, config, load_ip(None), first))
     assert "DONE.json" in storage.list_names(f"{plan.film_dir}/work/segment-00000")
     [result] = run_films(films[:1], out, config, load_ip(None))
     assert result.ok and result.summary.segments_reused == 1
@@ -213,8 +214,6 @@ def test_a_film_nested_in_an_s3_dataset_is_in_its_working_copy(bucket, local_ref
     """A film folder at any depth under an s3 dataset is mirrored into the pass's working copy
     (it looked one level deep): read by open_dataset, and searched and indexed by the folder's
     quality pass when another film is added, its decisions published back where it lies."""
-    import pyarrow.parquet as pq
-
     out = f"{bucket}/nested"
     [bikes] = [p for p in local_reference.iterdir() if p.name.startswith("bikes")]
     nested = f"{out}/series/season1/{bikes.name}"
@@ -223,7 +222,7 @@ def test_a_film_nested_in_an_s3_dataset_is_in_its_working_copy(bucket, local_ref
     films = put_films(bucket)
     [result] = run_films([films[1]], out, local_config(), load_ip(None))
     assert result.ok
-    index = pq.read_table(storage.open_input(f"{out}/quality_index.parquet"))
+    index = storage.open_parquet(f"{out}/quality_index.parquet").read()
     folders = set(index.column("folder").to_pylist())
     assert f"series/season1/{bikes.name}" in folders and len(folders) == 2
     summary = json.loads(storage.read_text(f"{nested}/summary.json"))

@@ -17,7 +17,6 @@ from collections import OrderedDict, defaultdict
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
@@ -81,7 +80,7 @@ class ClipCatalog:
         self._groups: OrderedDict = OrderedDict()
 
     def _read_shard(self, path: Path | str) -> None:
-        schema = pq.ParquetFile(storage.open_input(path)).schema_arrow
+        schema = storage.open_parquet(path).schema_arrow
         check_schema_version(schema, path)
         missing = set(CATALOG_COLUMNS) - set(schema.names)
         if missing:

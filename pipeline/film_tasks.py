@@ -1,0 +1,237 @@
+"""A film's tasks on the executor: prepare (probe, border crop, the segment plan), one task per
+segment, finalize; the jobs they take and the results they give (`FilmResult`). Each runs in a
+worker, and a film in object storage is worked on in local scratch folders."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core import storage
+from core.film import (
+    DONE_FILE,
+    SUMMARY_FILE,
+    WORK_DIR,
+    FilmFolder,
+    FilmSummary,
+    OverlayRecord,
+    SegmentSpan,
+    SegmentStats,
+    WindowRecord,
+)
+from pipeline.config import PipelineConfig
+from pipeline.finalize import complete_summary, finalize, summary_line
+from pipeline.ip import IP
+from pipeline.segments import SegmentJob, limit_threads, plan_segments, run_segment
+from stages.clips import place_window
+from stages.crop import BorderCrop, CropBox, sample_luma_frames
+from stages.overlays import film_overlays, overlay_frames
+from stages.probe import FilmError, FilmInfo, Probe
+
+
+def _no_report(n: int) -> None:
+    pass
+
+
+@dataclass
+class FilmResult:
+    path: str
+    film_dir: str | Path | None
+    ok: bool
+    message: str
+    summary: FilmSummary | None = None
+
+
+@dataclass
+class PrepareJob:
+    path: str | Path
+    out_dir: str | Path
+    config: PipelineConfig
+    ip: IP
+    force: bool = False  # cut again even if a complete run committed the film
+
+
+@dataclass
+class FilmPlan:
+    """A probed film ready to be cut: its facts, crop box and segments."""
+
+    film: FilmInfo
+    crop: CropBox
+    film_dir: str | Path  # a local path or an fsspec URL
+    segments: list[SegmentSpan]
+    seconds: dict[str, float]
+    overlays: OverlayRecord | None = None  # None: overlays.enabled is off
+    window: WindowRecord = field(kw_only=True)  # what every clip shows: place_window's answer
+
+
+@dataclass
+class FinalizeJob:
+    plan: FilmPlan
+    config: PipelineConfig
+    ip: IP
+    segment_results: list
+    started_at: float  # wall clock (time.time) when the film's first task was submitted
+
+
+def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
+    """Probe the film and find its crop box (a task): a plan, or the result of a finished film."""
+    began = time.perf_counter()
+    film = Probe().process(fetched_film(job.path))
+    if film.duration < job.config.clips.seconds:
+        raise FilmError(
+            f"{job.path}: the video is {film.duration:.2f} s long; a clip needs "
+            f"{job.config.clips.seconds:g} s"
+        )
+    film_dir = storage.join(job.out_dir, film.slug)
+    previous = None if job.force else complete_summary(film_dir, job.config, job.ip)
+    if previous is not None:
+        return FilmResult(
+            str(job.path),
+            film_dir,
+            True,
+            f"{film.film_name}: already complete ({previous.clips_written} clips "
+            f"in {film_dir}); skipped",
+            previous,
+        )
+    probe_seconds = time.perf_counter() - began
+    limit_threads(job.config.run.task_threads)
+    crop, overlay_record, seconds = _film_pictures(film, job.config)
+    seconds = {"probe": probe_seconds, **seconds}
+    window = place_window(crop, job.config.clips, overlay_record)
+    segments = plan_segments(film, job.config.run.segment_seconds)
+    if storage.is_remote(job.path):
+        film.path = str(job.path)  # every task fetches the film by its URL (once per node)
+    return FilmPlan(film, crop, film_dir, segments, seconds, overlay_record, window=window)
+
+
+def _film_pictures(
+    film: FilmInfo, config: PipelineConfig
+) -> tuple[CropBox, OverlayRecord | None, dict[str, float]]:
+    """The border crop and the overlay pass, on one sample of the film's key frames (each timed
+    as its own stage); the overlay pass is None when `overlays.enabled` is off."""
+    began = time.perf_counter()
+    overlays = config.overlays if config.overlays.enabled else None
+    samples = max(config.crop.samples, overlays.samples) if overlays else config.crop.samples
+    needed = config.crop.box is None or overlays is not None
+    frames = sample_luma_frames(film, samples) if needed else None
+    crop = BorderCrop(config.crop).process(film, frames)
+    seconds = {"crop": time.perf_counter() - began}
+    if overlays is None:
+        return crop, None, seconds
+    began = time.perf_counter()
+    pictures = overlay_frames(film, frames or [], overlays)
+    record = film_overlays(config).process(pictures, crop)
+    seconds["overlays"] = time.perf_counter() - began
+    return crop, record, seconds
+
+
+def fetched_film(path: str | Path) -> Path:
+    if not storage.is_remote(path):
+        return Path(path)
+    try:
+        return storage.local_film(path)
+    except FileNotFoundError:
+        raise FilmError(f"{path}: no such object") from None
+    except OSError as exc:
+        raise FilmError(f"{path}: cannot be read ({exc})") from None
+
+
+def segment_job(plan: FilmPlan, config: PipelineConfig, ip: IP, segment: SegmentSpan) -> SegmentJob:
+    """A segment's job: its folder is the film's, or for a film in object storage a local scratch
+    folder standing in for it (`store` then names the real one)."""
+    remote = storage.is_remote(plan.film_dir)
+    folder = FilmFolder(storage.scratch_dir(plan.film_dir) if remote else Path(plan.film_dir))
+    store = str(plan.film_dir) if remote else None
+    return SegmentJob(
+        plan.film,
+        plan.crop,
+        config,
+        ip.name,
+        segment,
+        folder,
+        store,
+        plan.overlays,
+        window=plan.window,
+    )
+
+
+def run_stored_segment(job: SegmentJob, report=_no_report) -> SegmentStats:
+    """A segment of a local film folder runs in place. One in object storage runs in its local
+    scratch folder and is published part by part, its DONE.json last (the commit point)."""
+    if job.store is None:
+        return run_segment(job, report)
+    name = job.directory.name
+    remote = storage.join(job.store, WORK_DIR, name)
+    shutil.rmtree(job.directory, ignore_errors=True)
+    marker = storage.read_text(storage.join(remote, DONE_FILE))
+    if marker is not None:  # committed earlier: run_segment decides whether it still holds
+        job.directory.mkdir(parents=True)
+        (job.directory / DONE_FILE).write_text(marker)
+    stats = run_segment(job, report)
+    if not stats.skipped:
+        storage.remove(storage.join(remote, DONE_FILE))
+        for part in stats.parts:
+            storage.upload(job.directory / part, storage.join(remote, part))
+        storage.upload(job.directory / DONE_FILE, storage.join(remote, DONE_FILE))
+    shutil.rmtree(job.directory, ignore_errors=True)
+    return stats
+
+
+def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
+    """Gather a film's segments into its outputs and write summary.json last (a task)."""
+    began = time.perf_counter()
+    plan = job.plan
+    remote = storage.is_remote(plan.film_dir)
+    folder = FilmFolder(storage.scratch_dir(plan.film_dir) if remote else Path(plan.film_dir))
+    if remote:
+        _fetch_parts(plan.film_dir, folder, job.segment_results)
+    summary = finalize(
+        folder,
+        plan.film,
+        plan.crop,
+        job.config,
+        job.ip,
+        job.segment_results,
+        plan.seconds,
+        plan.overlays,
+    ).updated(window=plan.window)
+    seconds = dict(summary.stage_seconds or {})
+    seconds["finalize"] = round(time.perf_counter() - began, 3)
+    summary = summary.updated(
+        segment_boundaries=[seg.start for seg in plan.segments[1:]],
+        wall_seconds=round(time.time() - job.started_at, 3),
+        stage_seconds=seconds,
+    )
+    folder.write_summary(summary)
+    if remote:
+        _publish_film(folder.path, plan.film_dir, summary.complete)
+    return FilmResult(
+        str(plan.film.path),
+        plan.film_dir,
+        summary.complete,
+        summary_line(plan.film, summary),
+        summary,
+    )
+
+
+def _fetch_parts(remote_dir: str | Path, folder: FilmFolder, segment_results: list) -> None:
+    """The committed parts of every finished segment, into a fresh local film folder."""
+    shutil.rmtree(folder.path, ignore_errors=True)
+    for stats in segment_results:
+        if isinstance(stats, Exception):
+            continue
+        local = folder.segment_dir(stats.segment.index)
+        for part in stats.parts:
+            storage.download(storage.join(remote_dir, WORK_DIR, local.name, part), local / part)
+
+
+def _publish_film(local_dir: Path, remote_dir: str | Path, complete: bool) -> None:
+    """Upload a finalized film, its summary.json (the commit point) last; a complete film's
+    segment parts are removed after it."""
+    shutil.rmtree(local_dir / WORK_DIR, ignore_errors=True)  # the parts are in the store already
+    storage.publish_folder(local_dir, remote_dir, SUMMARY_FILE)
+    if complete:
+        storage.remove(storage.join(remote_dir, WORK_DIR))
+    shutil.rmtree(local_dir, ignore_errors=True)
