@@ -344,6 +344,7 @@ class SegmentStats(JsonRecord):
     stage_seconds: dict[str, float] = field(default_factory=dict)
     fingerprint: str | None = None
     ip: str | None = None
+    window: list[int] | None = None  # the clips' window [x, y, w, h] (summary.json `window`)
     skipped: bool = False  # reused from an earlier run
     ran_on: dict[str, str] | None = None  # the node and host the executor ran it on
 

@@ -86,12 +86,14 @@ def plan_segments(film: FilmInfo, seconds: float) -> list[SegmentSpan]:
 
 
 def completed(job: SegmentJob, fingerprint: str) -> SegmentStats | None:
-    """The segment's stats if it finished under the same settings, IP and bounds, else None."""
+    """The segment's stats if it finished under the same settings, IP, bounds and window, else
+    None. The window comes from the film's overlays, which the settings alone do not fix (the
+    overlay pass may see a film anew), and a film's clips all show one window."""
     stats = job.folder.read_segment_stats(job.segment.index)
     if stats is None:
         return None
     same = stats.fingerprint == fingerprint and stats.ip == job.ip and stats.segment == job.segment
-    return stats if same else None
+    return stats if same and stats.window == list(job.window.region) else None
 
 
 def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None) -> SegmentStats:
@@ -103,7 +105,8 @@ def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None)
         return done.updated(skipped=True)
     shutil.rmtree(job.directory, ignore_errors=True)  # leftovers of an interrupted attempt
     job.directory.mkdir(parents=True)
-    stats = _SegmentRun(job, report).run().updated(fingerprint=fingerprint, ip=job.ip)
+    stats = _SegmentRun(job, report).run()
+    stats = stats.updated(fingerprint=fingerprint, ip=job.ip, window=list(job.window.region))
     job.folder.write_segment_stats(job.segment.index, stats)
     return stats
 

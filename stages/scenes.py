@@ -98,7 +98,7 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
     (`event_buffer_length`). Footage without held frames is judged frame by frame, as before.
     """
 
-    SMALL = 0.2  # a change under this share of min_content_val is no new drawing
+    SMALL = 1 / 3  # a change under this share of min_content_val is no new drawing
 
     def __init__(
         self,
@@ -107,7 +107,7 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
         window_width: int = 2,
         min_content_val: float = 15.0,
         hold_frames: int = 1,
-        palette_ratio: float = 2.0,
+        palette_ratio: float = 1.7,
         palette_change: float = 0.35,
         **content_options,
     ):
@@ -146,9 +146,8 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
             self._held_run += 1
             return []
         palette = 0.0
-        if previous is not None and previous[1] and self.hold_frames > 1:
-            if not held and score >= self.min_content_val:  # a new drawing after a hold
-                palette = colour_distance(previous[0], frame_img)
+        if previous is not None and self.hold_frames > 1 and score >= self.min_content_val:
+            palette = colour_distance(previous[0], frame_img)  # a candidate: rare
         self._window = [*self._window, (timecode, score, palette)][-(2 * self.window_width + 1) :]
         if len(self._window) < 2 * self.window_width + 1:
             return []
@@ -156,10 +155,11 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
 
     def _judge(self) -> list[FrameTimecode]:
         """Is the middle of the window a cut? Its score is `adaptive_threshold` times the
-        median of the others; or, for a new drawing after a hold, `palette_ratio` times, with
-        a new palette (colour-histogram distance from the frame before at least
-        `palette_change`): a cut between two shots drawn on twos or threes whose drawings change
-        a lot changes the picture only a few times more than they do, and its colours."""
+        median of the others; or, when held frames are left out (`hold_frames` > 1),
+        `palette_ratio` times, with a new palette (colour-histogram distance from the frame
+        before at least `palette_change`): a cut between two shots drawn on twos or threes whose
+        drawings change a lot changes the picture only a few times more than they do, and its
+        colours (docs/scenes.md)."""
         target, score, palette = self._window[self.window_width]
         self.decided = target.frame_num
         others = [s for i, (_, s, _) in enumerate(self._window) if i != self.window_width]

@@ -4,6 +4,8 @@ worker pool and the CPU cap of run.num_cpus, in both executors."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -90,3 +92,30 @@ def test_the_local_executor_holds_a_job_to_num_cpus_cores():
     seen = task.value
     assert len(seen["cores"]) == 1 and seen["thread_cores"] == seen["cores"]
     assert seen["pid"] == os.getpid() and os.sched_getaffinity(0) == before
+
+
+NICED_DRIVER = """
+import os
+from conftest import where_it_runs
+from pipeline.executors.ray import RayExecutor
+
+[result] = RayExecutor(num_cpus=1, progress=False).map(where_it_runs, [0], 1, "probe")
+print(os.nice(0), result["nice"])
+"""
+
+
+@pytest.mark.slow
+def test_embedded_ray_workers_keep_a_niced_drivers_niceness():
+    """A driver started under `nice` (a batch job, a shared machine) has its Ray workers at its own
+    niceness, not at twice it: RAY_worker_niceness is an increment over the driver's."""
+    run = subprocess.run(
+        ["nice", "-n", "3", sys.executable, "-c", NICED_DRIVER],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{ROOT}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    driver, task = (int(word) for word in run.stdout.split()[-2:])
+    assert task == driver == min(19, os.nice(0) + 3)

@@ -746,7 +746,7 @@ def test_the_runs_console_counts_follow_the_review(bikes_dataset, tmp_path, capl
     usable = sum(row["usable"] for row in _manifest(film).values())
     assert usable == len(clips) - 2
 
-    with caplog.at_level("INFO", logger="pipeline.runner"):
+    with caplog.at_level("INFO", logger="pipeline.folder_passes"):
         [result] = run_films([BIKES], out, local_config(), load_ip(None))
     assert "already complete" in result.message  # nothing cut again: the decisions stand
     assert f"quality: {usable} usable, 2 rejected (review 2)" in result.message

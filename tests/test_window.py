@@ -169,15 +169,20 @@ def test_the_window_record_reads_back_as_written():
 # ------------------------------------------------------------------ through the pipeline
 
 
-def cut_with_overlays(path: Path, out: Path, overlays: OverlayRecord | None):
-    """The pipeline's film path (prepare, every segment, finalize) with the film's overlays
-    given: what the overlay analysis would hand the window."""
+def cut_segments(path: Path, out: Path, overlays: OverlayRecord | None):
+    """The pipeline's film path up to finalize (prepare, every segment) with the film's overlays
+    given: what the overlay analysis would hand the window. The plan and the segments' stats."""
     config, ip = local_config(), load_ip(None)
     plan = prepare_film(PrepareJob(path, out, config, ip))
     assert isinstance(plan, FilmPlan)
     plan.window = place_window(plan.crop, config.clips, overlays)
-    stats = [run_stored_segment(segment_job(plan, config, ip, seg)) for seg in plan.segments]
-    return finalize_film(FinalizeJob(plan, config, ip, stats, time.time()))
+    return plan, [run_stored_segment(segment_job(plan, config, ip, seg)) for seg in plan.segments]
+
+
+def cut_with_overlays(path: Path, out: Path, overlays: OverlayRecord | None):
+    """The whole film path, finalize included, with the film's overlays given."""
+    plan, stats = cut_segments(path, out, overlays)
+    return finalize_film(FinalizeJob(plan, local_config(), load_ip(None), stats, time.time()))
 
 
 def shows_subtitle(film, region, frame_indices) -> bool:
@@ -246,3 +251,21 @@ def test_a_film_without_overlays_keeps_its_centred_window_and_ids(bikes_dataset)
             row.film_id, list(row.frame_indices), centred, (480, 720), "center_crop"
         )
         assert row.clip_id == expected
+
+
+@pytest.mark.slow
+def test_a_resumed_film_cuts_again_the_segments_made_with_another_window(academy_film, tmp_path):
+    """A run stopped before its summary and resumed once the window has moved (the overlay pass
+    saw the film anew) cuts its segments again: a film's clips all show one window. Resumed
+    with the same window, it reuses them."""
+    plan, stats = cut_segments(academy_film.path, tmp_path, None)  # stopped before finalize
+    assert not any(s.skipped for s in stats)
+    plan, stats = cut_segments(academy_film.path, tmp_path, None)
+    assert all(s.skipped for s in stats)
+    plan, stats = cut_segments(academy_film.path, tmp_path, record(academy_film))
+    assert plan.window.moved and not any(s.skipped for s in stats)
+    result = finalize_film(FinalizeJob(plan, local_config(), load_ip(None), stats, time.time()))
+    rows = pd.read_parquet(Path(result.film_dir) / "manifest.parquet")
+    assert {(r.crop_x, r.crop_y, r.crop_w, r.crop_h) for r in rows.itertuples()} == {
+        plan.window.region
+    }

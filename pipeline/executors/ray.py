@@ -169,8 +169,10 @@ def _children_inherit(num_cpus: int | None) -> Iterator[None]:
     niceness rather than Ray's default 15 (unless RAY_worker_niceness says otherwise: the
     embedded Ray stands in for this process, which a busy machine would not slow down by
     itself), and this thread held to `num_cpus` cores (processes it starts inherit that mask).
-    All restored afterwards."""
-    niceness = os.environ.get("RAY_worker_niceness", str(os.nice(0)))
+    All restored afterwards. RAY_worker_niceness is an increment over the raylet's niceness, which
+    is this process's (the raylet is its child): 0 keeps the workers at it (given this process's
+    own niceness, a driver at 5 had its workers at 10)."""
+    niceness = os.environ.get("RAY_worker_niceness", "0")
     with this_checkout_first({"RAY_worker_niceness": niceness}), cpu_cap(num_cpus):
         yield
 
