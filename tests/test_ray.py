@@ -105,6 +105,7 @@ print(os.nice(0), result["nice"])
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # Ray's processes on every core
 def test_embedded_ray_workers_keep_a_niced_drivers_niceness():
     """A driver started under `nice` (a batch job, a shared machine) has its Ray workers at its own
     niceness, not at twice it: RAY_worker_niceness is an increment over the driver's."""
