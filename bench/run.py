@@ -204,6 +204,9 @@ def measure(
         "stage_share": {k: round(v / busy, 3) for k, v in sorted(stages.items())},
         "stage_cpu_seconds": {k: round(v, 1) for k, v in sorted(stages.items())},
         "quality_share_of_worker_time": round(stages.get("quality", 0) / busy, 3),
+        # the film pass (prepare step) and the clip pass, both named "overlays" (issue 28)
+        "overlays_share_of_worker_time": round(stages.get("overlays", 0) / busy, 3),
+        "overlays_seconds": round(stages.get("overlays", 0), 2),
         # black and flat runs, their fades, blends (dissolves, fades, short wipes), and a
         # learned detector where one is on (issue 18)
         "boundaries_share_of_worker_time": round(
@@ -358,7 +361,8 @@ def main(argv=None) -> int:
             f"{run['pipeline_seconds']} s vs bare decode {run['bare_decode_seconds']} s: "
             f"x{run['ratio_pipeline_to_decode']} wall, x{run['cpu_ratio']} CPU; "
             f"peak memory (sum of RSS) {run['peak_memory_gib']} GiB; {run['clips']} clips; blends "
-            f"{run['blends_share_of_worker_time']} of the workers' CPU"
+            f"{run['blends_share_of_worker_time']} and overlays "
+            f"{run['overlays_share_of_worker_time']} of the workers' CPU"
         )
     print(f"executor start {report['executor_start_seconds']} s (not in the pipeline time)")
     return 0

@@ -42,6 +42,8 @@ Box = tuple[int, int, int, int]  # x0, y0, x1, y1 (exclusive)
 
 BLACK_PEAK = 24  # a sampled frame whose 98th-percentile grey is at most this shows no picture
 LOGO_WIDTH = 480  # the persistent-edge map is made at this width (the crop box's)
+SAME_THUMBNAIL = 10  # two pictures are one view when their 32x18 thumbnails differ less (grey)
+SAME_HISTOGRAM = 0.25  # ... or their 32-bin grey histograms differ less (L1 of shares)
 
 
 @dataclass
@@ -72,8 +74,15 @@ class OverlayConfig(Settings):
     """A pixel is part of a logo when it is an edge in at least this share of the sampled
     frames that show a picture (frames of many different shots)."""
     logo_min_shots: int = 4
-    """No logo is looked for in a film whose sampled frames show fewer shots than this (too few
-    to tell a mark drawn over the picture from the picture)."""
+    """No logo is looked for in a film whose sampled frames show fewer views than this (too few
+    different pictures to tell a mark drawn over them from the pictures)."""
+    logo_margin: float = 0.35
+    """A logo lies in a corner: wholly within this share of the picture's width of its left or
+    right edge and of its height of its top or bottom edge (channel marks and watermarks sit in
+    corners, where they hide the least)."""
+    logo_contrast: float = 0.5
+    """A logo's edges stay put in at least this much larger a share of the views than the
+    edges around it (measured on real anime: marks 0.54-0.73, still backgrounds at most 0.46)."""
     spread_max_frames: int = 7200
     """A film with fewer key frames than `samples` and at most this many frames (5 minutes at
     24 fps) is sampled from one decoding pass over it instead (short pieces often have one or
@@ -103,10 +112,17 @@ class OverlayConfig(Settings):
 def text_lines(detector: TextDetector, grey: np.ndarray, scale: float) -> list[Box]:
     """The text lines the detector finds in a grey picture shrunk by `scale`, as boxes in the
     picture's pixels: each blob of the probability map, grown back by DB's unclip rule (the
-    network marks a shrunk kernel of each line), then the blobs of one line joined."""
+    network marks a shrunk kernel of each line), then the blobs of one line joined. The shrunk
+    picture is padded (not stretched) to the multiples of 32 the network needs, so a thin band
+    keeps its scale."""
     height, width = grey.shape
-    size = (_multiple_of_32(width * scale), _multiple_of_32(height * scale))
-    probability = detector.text_map(np.repeat(grey[..., None], 3, axis=2), size)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
+    small = cv2.resize(grey, size, interpolation=interpolation)
+    padded = cv2.copyMakeBorder(
+        small, 0, -size[1] % 32, 0, -size[0] % 32, cv2.BORDER_CONSTANT, value=16
+    )
+    probability = detector.text_map(np.repeat(padded[..., None], 3, axis=2), padded.shape[::-1])
     sx, sy = width / size[0], height / size[1]
     count, _, stats, _ = cv2.connectedComponentsWithStats(
         (probability > detector.threshold).astype(np.uint8), connectivity=8
@@ -118,9 +134,9 @@ def text_lines(detector: TextDetector, grey: np.ndarray, scale: float) -> list[B
         grow = area * 1.5 / (2 * (w + h))  # DB's unclip distance for a ratio of 1.5
         x0, x1 = (x - grow) * sx, (x + w + grow) * sx
         y0, y1 = (y - grow) * sy, (y + h + grow) * sy
-        boxes.append(
-            (max(0, int(x0)), max(0, int(y0)), min(width, int(x1 + 1)), min(height, int(y1 + 1)))
-        )
+        box = (max(0, int(x0)), max(0, int(y0)), min(width, int(x1 + 1)), min(height, int(y1 + 1)))
+        if box[2] > box[0] and box[3] > box[1]:  # not wholly in the padding
+            boxes.append(box)
     return join_lines(boxes)
 
 
@@ -138,10 +154,6 @@ def join_lines(boxes: list[Box]) -> list[Box]:
         else:
             lines.append([x0, y0, x1, y1])
     return [tuple(line) for line in lines]  # type: ignore[misc]
-
-
-def _multiple_of_32(value: float) -> int:
-    return max(32, int(round(value / 32)) * 32)
 
 
 # ----------------------------------------------------------------------------- the film pass
@@ -260,50 +272,68 @@ def _rows_overlap(box: Box, band: tuple[int, int]) -> float:
     return max(0, min(box[3], band[1]) - max(box[1], band[0])) / height
 
 
-def shots(pictures: Sequence[np.ndarray]) -> list[list[int]]:
-    """The sampled pictures grouped into runs of one shot: consecutive pictures whose 32x18
-    thumbnails differ by at most 10 grey levels on average (a pan or a held drawing) are one."""
-    runs: list[list[int]] = []
-    previous = None
+def views(pictures: Sequence[np.ndarray]) -> list[list[int]]:
+    """The sampled pictures grouped into views: a picture joins the first view whose first
+    picture it resembles (32x18 thumbnails within 10 grey levels on average, or grey-level
+    histograms within 0.25 of each other: a pan, new drawings of one shot, the same shot sampled
+    again later), else it starts one. Marks drawn over the film stay put across views; a
+    background stays put only within its own."""
+    firsts: list[tuple[np.ndarray, np.ndarray]] = []
+    groups: list[list[int]] = []
     for index, picture in enumerate(pictures):
         small = cv2.resize(picture, (32, 18), interpolation=cv2.INTER_AREA).astype(np.int16)
-        if previous is None or np.abs(small - previous).mean() > 10:
-            runs.append([])
-        runs[-1].append(index)
-        previous = small
-    return runs
+        histogram = (
+            np.bincount(picture[::4, ::4].ravel() // 8, minlength=32) / picture[::4, ::4].size
+        )
+        for (thumbnail, counts), group in zip(firsts, groups):
+            if (
+                np.abs(small - thumbnail).mean() <= SAME_THUMBNAIL
+                or np.abs(histogram - counts).sum() <= SAME_HISTOGRAM
+            ):
+                group.append(index)
+                break
+        else:
+            firsts.append((small, histogram))
+            groups.append([index])
+    return groups
 
 
 def persistent_edges(pictures: Sequence[np.ndarray], config: OverlayConfig) -> list[Box]:
-    """Boxes (crop box pixels) of edges that stay put across shots: each picture's edges
-    (Canny, at LOGO_WIDTH, grown by a pixel); each shot votes for the pixels that are edges in
-    half of its pictures; a pixel voted for by `logo_persistence` of the shots is a logo's, and
-    nearby such pixels are joined into one box. Picture content changes from shot to shot, so
-    only what is drawn over them stays. No box without `logo_min_shots` shots."""
-    runs = shots(pictures)
+    """Boxes (crop box pixels) of edges that stay put across views: each picture's edges
+    (Canny, at LOGO_WIDTH, grown by a pixel); each view votes for the pixels that are edges in
+    half of its pictures; a pixel voted for by `logo_persistence` of the views is a logo's, and
+    nearby such pixels are joined into one box, kept when it lies along the picture's edges.
+    Picture content changes from view to view, so only what is drawn over them stays. No box
+    without `logo_min_shots` views."""
+    runs = views(pictures)
     if len(runs) < config.logo_min_shots:
         return []
     height, width = pictures[0].shape
     scale = min(1.0, LOGO_WIDTH / width)
     size = (max(1, int(width * scale)), max(1, int(height * scale)))
     grow = np.ones((3, 3), np.uint8)
-    votes = np.zeros(size[::-1], np.uint16)
+    share = np.zeros(size[::-1], np.float32)  # per pixel: the share of views it is an edge in
     for run in runs:
         counts = np.zeros(size[::-1], np.uint16)
         for index in run:
             small = cv2.resize(pictures[index], size, interpolation=cv2.INTER_AREA)
             counts += cv2.dilate(cv2.Canny(small, 40, 120), grow) > 0
-        votes += counts * 2 >= len(run)
-    steady = (votes >= config.logo_persistence * len(runs)).astype(np.uint8)
+        share += (counts * 2 >= len(run)) / len(runs)
+    steady = (share >= config.logo_persistence).astype(np.uint8)
     steady[:3], steady[-3:], steady[:, :3], steady[:, -3:] = 0, 0, 0, 0  # the crop's own edge
     joined = cv2.dilate(steady, np.ones((9, 9), np.uint8))
     count, labels, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
     boxes = []
     for label in range(1, count):
         x, y, w, h, _ = stats[label]
-        edges = int(steady[labels == label].sum())
+        mask = labels == label
+        edges = int(steady[mask].sum())
         if edges < 12 or w > size[0] / 2 or h > size[1] / 2:
             continue  # a speck, or a line across the picture (structure, not a mark)
+        if not _at_the_edge((x, y, x + w, y + h), size, config.logo_margin):
+            continue  # marks are put where they hide the least: in corners
+        if _contrast(share, mask, steady) < config.logo_contrast:
+            continue  # its surroundings stay put nearly as well: a still background
         boxes.append(
             (
                 max(0, int((x + 2) / scale) - 2),
@@ -313,6 +343,25 @@ def persistent_edges(pictures: Sequence[np.ndarray], config: OverlayConfig) -> l
             )
         )
     return boxes
+
+
+def _contrast(share: np.ndarray, mask: np.ndarray, steady: np.ndarray) -> float:
+    """How much better a candidate's edges stay put than its surroundings': the mean share of
+    views of its steady pixels less the mean share of the ring 15 pixels around it. A mark
+    drawn over the film stands out of a picture that changes behind it; an edge of a background
+    that a few views share is surrounded by edges that most of those views share too."""
+    ring = cv2.dilate(mask.astype(np.uint8), np.ones((31, 31), np.uint8)).astype(bool) & ~mask
+    inside = mask & steady.astype(bool)
+    return float(share[inside].mean() - share[ring].mean()) if ring.any() else 0.0
+
+
+def _at_the_edge(box: Box, size: tuple[int, int], margin: float) -> bool:
+    """Whether the box lies in a corner: wholly within `margin` of the picture's width of its
+    left or right edge, and within `margin` of its height of its top or bottom edge."""
+    width, height = size
+    x0, y0, x1, y1 = box
+    beside = x1 <= margin * width or x0 >= (1 - margin) * width
+    return beside and (y1 <= margin * height or y0 >= (1 - margin) * height)
 
 
 def overlay_frames(film: FilmInfo, keyframes: list[np.ndarray], config: OverlayConfig):
@@ -378,11 +427,24 @@ class OverlayStage(ClipStage):
         if not rows:
             return 0.0
         picked = sorted({min(i, len(frames) - 1) for i in self.config.clip_frames})
-        scale = overlays.text_scale * clip.crop_h / clip.height  # clip pixels to the detector's
+        # clip pixels to the detector's: the film pass's scale, never below the clip's own (the
+        # band is thin, so looking at every pixel of it is cheap, and busy backgrounds behind
+        # small letters need it: docs/quality.md)
+        scale = max(1.0, overlays.text_scale * clip.crop_h / clip.height)
         found = 0.0
         for y0, y1 in rows:
-            strips = [frames[i, y0:y1] for i in picked]
-            found = max(found, band_text_share(self.detector, strips, scale))
+            # a band the window cuts is padded with black where it meets the frame's edge: the
+            # detector finds a line that touches its input's border poorly
+            pad = (y1 - y0) // 2
+            top, bottom = (pad if y0 == 0 else 0), (pad if y1 == clip.height else 0)
+            strips = [
+                cv2.copyMakeBorder(
+                    frames[i, y0:y1], top, bottom, 0, 0, cv2.BORDER_CONSTANT, value=16
+                )
+                for i in picked
+            ]
+            share = band_text_share(self.detector, strips, scale, (top, top + y1 - y0))
+            found = max(found, share)
         return found
 
 
@@ -408,18 +470,25 @@ def clip_rows(
     return (y0, y1) if y1 - y0 >= 4 else None
 
 
-def band_text_share(detector: TextDetector, strips: Sequence[np.ndarray], scale: float) -> float:
-    """The largest share of a band strip (one per sampled frame, all one size) covered by
-    subtitle-like text lines: lines at least as wide as tall whose middle is in the middle half
-    of the strip (subtitles are centred), or that hold still across sampled frames (IoU 0.9)
-    while lines elsewhere move (the overlay's own timing)."""
+def band_text_share(
+    detector: TextDetector,
+    strips: Sequence[np.ndarray],
+    scale: float,
+    rows: tuple[int, int] | None = None,
+) -> float:
+    """The largest share of a band strip (one per sampled frame, all one size; `rows` of it
+    are the clip's, the rest padding) covered by subtitle-like text lines: lines at least as
+    wide as tall whose middle is in the middle half of the strip (subtitles are centred), or
+    that hold still across the sampled frames (IoU 0.9: the overlay's own timing, not the
+    picture's)."""
     per_frame = [text_lines(detector, strip, scale) for strip in strips]
     height, width = strips[0].shape
+    top, bottom = rows or (0, height)
     best = 0.0
     for index, lines in enumerate(per_frame):
         others = [line for k, frame in enumerate(per_frame) if k != index for line in frame]
         area = sum(
-            (x1 - x0) * (y1 - y0)
+            (x1 - x0) * max(0, min(y1, bottom) - max(y0, top))
             for x0, y0, x1, y1 in lines
             if x1 - x0 >= y1 - y0
             and (
@@ -427,7 +496,7 @@ def band_text_share(detector: TextDetector, strips: Sequence[np.ndarray], scale:
                 or any(_iou((x0, y0, x1, y1), other) >= 0.9 for other in others)
             )
         )
-        best = max(best, area / (height * width))
+        best = max(best, area / ((bottom - top) * width))
     return best
 
 
