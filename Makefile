@@ -89,11 +89,11 @@ lint: venv
 test: venv
 	@scripts/install-chromium.sh || echo "warning: Chromium could not be installed; the browser tests of the report and the review page will fail (ANIMEGAMER_SKIP_BROWSER=1 skips them)"
 	@scripts/install-fonts.sh || echo "warning: the fonts could not be installed; the tests of the labelled overlay films will fail (scripts/install-fonts.sh)"
-	$(PY) -m pytest $(ARGS)
+	PYTHON=$(PY) scripts/test.sh "" $(ARGS)
 
 test-fast: venv
 	@scripts/install-fonts.sh || echo "warning: the fonts could not be installed; the tests of the labelled overlay films will fail (scripts/install-fonts.sh)"
-	$(PY) -m pytest -m "not slow" $(ARGS)
+	PYTHON=$(PY) scripts/test.sh "not slow" $(ARGS)
 
 # The CLI run many times, two at a time, counting the runs that do not exit as they should (an
 # abort at interpreter exit shows up once in a few hundred runs: issue 30). Minutes, so not a test.

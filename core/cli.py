@@ -14,6 +14,7 @@ command prints its own error format. Argument errors from argparse go through `O
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -79,11 +80,32 @@ def work_errors(*types: type[BaseException]) -> Iterator[None]:
         raise WorkFailed(str(exc)) from exc
 
 
+_ctrl_c_taken = 0
+
+
+def ctrl_c_taken() -> int:
+    """How many Ctrl-Cs this process took while a command ran. A native module whose import a
+    Ctrl-C lands in turns the KeyboardInterrupt into an ImportError of its own ("initialization
+    failed": pybind11, in cv2, onnxruntime, scipy), without a cause to find it by; code that
+    records a job's own errors as failed work (the local executor) asks this whether the count
+    moved during the job, so that Ctrl-C still ends the run with 130, not 1 (issue 30)."""
+    return _ctrl_c_taken
+
+
+def _take_ctrl_c(signum, frame) -> None:
+    global _ctrl_c_taken
+    _ctrl_c_taken += 1
+    raise KeyboardInterrupt
+
+
 def run_command(
     command: str, handler: Callable[[argparse.Namespace], int | None], args: argparse.Namespace
 ) -> int:
     """Run a command's handler; a CommandError becomes its one line and its exit status, and
     Ctrl-C ends it with one line and 130."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler:  # not where Ctrl-C is ignored (a background job)
+        signal.signal(signal.SIGINT, _take_ctrl_c)
     try:
         return int(handler(args) or 0)
     except Interrupted as exc:
@@ -95,6 +117,9 @@ def run_command(
     except CommandError as exc:
         print_error(command, exc)
         return exc.status
+    finally:
+        if previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -8,6 +8,7 @@ Test modules never import from one another; what two of them need lives here.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -136,6 +137,25 @@ def synthetic_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("synthetic")
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], Any]) -> Any:
+    """`build(folder)` once per test run, however many pytest-xdist workers ask: the first builds
+    under a lock in the folder the run's workers share, the others wait and get what it returned
+    (through JSON: strings, numbers, lists, dicts). What it builds is read, never changed: a
+    test that changes it works on a copy, as it would with a fixture built in its own process."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's folder; each worker's basetemp is one inside it
+    result = shared / f"{name}.json"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process ends
+        if not result.exists():  # a build that failed left none: the next asker tries again
+            folder = shared / name
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            write_json_atomic(build(folder), result)
+        return json.loads(result.read_text())
+
+
 def local_config(**sections):
     """A pipeline configuration for tests: one process, no progress bars."""
     from pipeline.config import load_config
@@ -161,7 +181,9 @@ def cut_film(film: Path, out: Path) -> Path:
 @pytest.fixture(scope="session")
 def bikes_dataset(tmp_path_factory) -> Path:
     """The film folder the real pipeline makes from bikes.mp4 (motion on, captions pending)."""
-    return cut_film(BIKES, tmp_path_factory.mktemp("bikes_dataset"))
+    return Path(
+        built_once(tmp_path_factory, "bikes_dataset", lambda out: str(cut_film(BIKES, out)))
+    )
 
 
 @pytest.fixture(scope="session")
@@ -174,7 +196,9 @@ def film_dir(bikes_dataset) -> Path:
 @pytest.fixture(scope="session")
 def sintel_dataset(tmp_path_factory) -> Path:
     """The film folder the real pipeline makes from the bundled sample film."""
-    return cut_film(SINTEL, tmp_path_factory.mktemp("sintel_dataset"))
+    return Path(
+        built_once(tmp_path_factory, "sintel_dataset", lambda out: str(cut_film(SINTEL, out)))
+    )
 
 
 # ---------------------------------------------------------------- labelled overlay films
@@ -579,8 +603,12 @@ def _tiny_tokenizer():
 
 
 @pytest.fixture(scope="session")
-def tiny_internvl(tmp_path_factory):
+def tiny_internvl(tmp_path_factory) -> Path:
     """A random-weight InternVL (28-pixel tiles, one token per tile) saved as a checkpoint folder."""
+    return Path(built_once(tmp_path_factory, "tiny-internvl", _write_tiny_internvl))
+
+
+def _write_tiny_internvl(path: Path) -> str:
     from core.compat import ensure_torchvision_importable
 
     ensure_torchvision_importable()
@@ -622,10 +650,9 @@ def tiny_internvl(tmp_path_factory):
         image_token_id=tokenizer.context_image_token_id,
         image_seq_length=1,
     )
-    path = tmp_path_factory.mktemp("tiny-internvl")
     processor.save_pretrained(path)
     InternVLForConditionalGeneration(config).save_pretrained(path)
-    return path
+    return str(path)
 
 
 # One game turn with its states, as trainer.data makes them.
@@ -643,14 +670,14 @@ def backbones(tmp_path_factory) -> dict:
     """Tiny random-weight CLIP, T5, CogVideoX and Mistral folders (trainer.tiny), once a run."""
     from trainer.tiny import write_tiny_backbones
 
-    return write_tiny_backbones(tmp_path_factory.mktemp("backbones"))
+    return built_once(tmp_path_factory, "backbones", write_tiny_backbones)
 
 
 @pytest.fixture(scope="session")
 def shards(tmp_path_factory) -> Path:
     """Two captioned films of real frames (write_bikes_dataset), once a run; tests copy it
     before changing it."""
-    return write_bikes_dataset(tmp_path_factory.mktemp("shards"))
+    return Path(built_once(tmp_path_factory, "shards", lambda out: str(write_bikes_dataset(out))))
 
 
 def tiny_settings(backbones: dict) -> dict:
@@ -709,10 +736,15 @@ SLOW_FIXTURES = {"sintel_dataset", "sintel_out"}
 
 @pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects by marker
 def pytest_collection_modifyitems(config, items):
-    """Tests of the costly fixtures are `slow`; `gpu` tests run only where CUDA is present."""
+    """Tests of the costly fixtures are `slow`, and so are `serial` tests (`make test-fast` runs
+    only the parallel part, scripts/test.sh); `gpu` tests run only where CUDA is present."""
     for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker(
+            "serial"
+        ):
             item.add_marker(pytest.mark.slow)
+    if config.pluginmanager.hasplugin("xdist"):
+        _one_worker_per_module_fixture(items)
     try:
         import torch
 
@@ -727,12 +759,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def _one_worker_per_module_fixture(items) -> None:
+    """Under pytest-xdist (`--dist loadgroup`, scripts/test.sh), the tests of a module that share
+    one of its module-scoped fixtures (a trained run, an S3 server, a cut film) go to one worker,
+    so that the fixture is built once, as in a single process; the other tests spread freely."""
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        if fixtures is None:
+            continue
+        scopes = {defs[-1].scope for defs in fixtures.name2fixturedefs.values() if defs}
+        if "module" in scopes:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 # ---------------------------------------------------------------- CPU seconds per test
 
 # Wall-clock durations (`--durations`) on a shared machine measure the neighbours as much as the
 # tests. `--cpu-durations=N` also counts CPU seconds per test (setup, call and teardown; this
 # process and the children it waited for, such as FFmpeg or a moto server, but not Ray's
-# workers, which are not its children) and prints the N costliest and the session's total.
+# workers, which are not its children) and prints the N costliest and the session's total. Under
+# pytest-xdist each worker measures its own tests and sends the figure with the test's teardown
+# report; the workers are children the controller waits for, so its session total counts them.
 _cpu_seconds: dict[str, float] = {}
 
 
@@ -755,11 +802,29 @@ def _cpu_now() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+_CPU_STARTED = pytest.StashKey[float]()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    started = _cpu_now()
+    item.stash[_CPU_STARTED] = _cpu_now()
     yield
-    _cpu_seconds[item.nodeid] = _cpu_now() - started
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "teardown":
+        spent = _cpu_now() - item.stash[_CPU_STARTED]
+        outcome.get_result().user_properties.append(("cpu_seconds", spent))
+
+
+def pytest_runtest_logreport(report):
+    """Where the figures are gathered: in the one process, or in xdist's controller."""
+    if report.when == "teardown":
+        _cpu_seconds.update(
+            (report.nodeid, v) for k, v in report.user_properties if k == "cpu_seconds"
+        )
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -431,6 +431,7 @@ def test_lmdeploy_real_checkpoint_on_a_gpu(clip_videos):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # Ray's processes on every core
 def test_ray_actor_pool_captions_a_film_like_the_local_run(tiny_internvl, film, tmp_path):
     """An actor loading the tiny checkpoint; results land on the right clips, in order,
     identical to the in-process run, and the actors' request counts reach the summary."""

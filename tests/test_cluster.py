@@ -25,6 +25,9 @@ from conftest import BIKES, BUNNY, ROOT, local_config
 
 RUN_TIMEOUT = 600
 
+# Ray clusters of several processes each: alone, after the other tests.
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture
 def ray_tmpdir():

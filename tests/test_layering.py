@@ -224,6 +224,7 @@ USED_WITHOUT_IMPORT = {
     "accelerate": "diffusers and transformers load real checkpoints with low memory through it",
     "rapidocr-onnxruntime": "found with importlib (stages/quality.py): its ONNX text detector",
     "pytest-timeout": "the `timeout` setting of [tool.pytest.ini_options]",
+    "pytest-xdist": "the `-n` option scripts/test.sh gives pytest (make test, make test-fast)",
     "ipykernel": "the kernel tests/test_notebook.py runs the notebook in",
     "moto": "run as `python -m moto.server` by tests/s3server.py",
     "py-spy": "run as a program by bench/run.py --profile",

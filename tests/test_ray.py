@@ -18,6 +18,7 @@ from pipeline.runner import run_film
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # Ray's processes on every core
 def test_ray_executor_matches_local(tmp_path, bikes_dataset):
     import ray
 
@@ -55,6 +56,7 @@ def _ray_workers() -> dict[int, tuple[tuple[int, ...], int]]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # Ray's processes on every core
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to hold one")
 def test_embedded_ray_is_one_pool_on_num_cpus_cores_running_this_checkout(monkeypatch):
     """No runtime_env in the embedded Ray (it would start a second pool beside the prestarted
@@ -103,6 +105,7 @@ print(os.nice(0), result["nice"])
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # Ray's processes on every core
 def test_embedded_ray_workers_keep_a_niced_drivers_niceness():
     """A driver started under `nice` (a batch job, a shared machine) has its Ray workers at its own
     niceness, not at twice it: RAY_worker_niceness is an increment over the driver's."""

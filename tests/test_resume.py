@@ -153,6 +153,7 @@ def test_ctrl_c_says_how_far_the_run_got_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # Ray's processes on every core
 def test_ctrl_c_under_ray_is_one_line_without_ray_noise(tmp_path):
     """Ray's workers and raylet get the SIGINT as well; none of their complaints, nor Ray's
     start-up warning about token authentication, reaches the user."""

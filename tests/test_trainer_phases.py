@@ -24,14 +24,8 @@ import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from trainer import checkpoint
 from trainer.data import collate
 from trainer.loop import train
-from trainer.tiny import write_tiny_backbones
 
 ROOT = Path(__file__).parent.parent
-
-
-@pytest.fixture(scope="module")
-def backbones(tmp_path_factory) -> dict:
-    return write_tiny_backbones(tmp_path_factory.mktemp("backbones"))
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
+from core.cli import ctrl_c_taken
 from core.resources import Resources
 from pipeline.executors.base import ONE_CPU, JobFn
 from pipeline.executors.cpus import cpu_cap
@@ -45,10 +46,13 @@ class LocalExecutor(BarInThisProcess):
 
     def submit(self, fn: JobFn, job: Any, resources: Resources = ONE_CPU) -> _LocalTask:
         report = self._bar.update if self._bar is not None else ignore_report
+        taken = ctrl_c_taken()
         try:
             with cpu_cap(self.num_cpus):  # the job's threads (its clip lane) inherit the cap
                 return _LocalTask(placed(fn(job, report), "local"))
         except Exception as exc:  # recorded by the caller; other jobs go on
+            if ctrl_c_taken() != taken:  # a Ctrl-C that a native import turned into its error
+                raise KeyboardInterrupt from exc
             return _LocalTask(exc)
 
     def wait(self, tasks: list[Hashable]) -> list[Hashable]:

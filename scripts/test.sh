@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The test suite on every core, as `make test` and `make test-fast` run it:
+#
+#   scripts/test.sh [MARKERS] [PYTEST ARGS...]      e.g. scripts/test.sh "not slow" -x -k clips
+#
+# Two pytest runs, each ending in its own summary line:
+#   1. the tests not marked `serial`, spread over one pytest-xdist worker per core;
+#   2. the `serial` tests alone, in one process: they measure cores or timing, or use the whole
+#      machine themselves (the process pool, Ray), so a neighbour test would change their result.
+# MARKERS ("not slow" for test-fast) narrows both runs; select by marker through it, since a
+# `-m` among the pytest arguments would replace the serial split. Every serial test is slow too
+# (tests/conftest.py), so "not slow" skips the second run and the cost of its collection. A run
+# that selects no test (exit 5, e.g. a file without serial tests) is not a failure unless
+# neither run selects one.
+# The exit status is the first run's if it failed, else the second's. PYTHON picks the
+# interpreter (default .venv/bin/python); TEST_WORKERS the number of workers (default: the cores
+# this process may use; 1 runs everything in one process).
+set -u
+cd "$(dirname "$0")/.."
+
+python=${PYTHON:-.venv/bin/python}
+workers=${TEST_WORKERS:-$(nproc)}
+markers=${1:-}
+shift || true
+
+narrowed() { # $1 and the caller's MARKERS, as one marker expression
+    if [ -n "$markers" ]; then echo "($1) and ($markers)"; else echo "$1"; fi
+}
+
+if [ "$workers" -gt 1 ]; then
+    spread=(-n "$workers" --dist loadgroup)  # loadgroup: tests/conftest.py groups by module fixture
+else
+    spread=(-p no:xdist)
+fi
+"$python" -m pytest "${spread[@]}" -m "$(narrowed "not serial")" "$@"
+parallel=$?
+serial=5
+if [ "$markers" != "not slow" ]; then
+    "$python" -m pytest -p no:xdist -m "$(narrowed serial)" "$@"
+    serial=$?
+fi
+
+if [ "$parallel" -eq 5 ] && [ "$serial" -eq 5 ]; then
+    exit 5
+fi
+for status in "$parallel" "$serial"; do
+    if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then
+        exit "$status"
+    fi
+done
+exit 0
