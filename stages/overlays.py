@@ -73,7 +73,7 @@ class OverlayConfig(Settings):
     logo_persistence: float = 0.6
     """A pixel is part of a logo when it is an edge in at least this share of the sampled
     frames that show a picture (frames of many different shots)."""
-    logo_min_shots: int = 4
+    logo_min_shots: int = 5
     """No logo is looked for in a film whose sampled frames show fewer views than this (too few
     different pictures to tell a mark drawn over them from the pictures)."""
     logo_margin: float = 0.35
@@ -88,7 +88,11 @@ class OverlayConfig(Settings):
     24 fps) is sampled from one decoding pass over it instead (short pieces often have one or
     two key frames); a longer one keeps its key frames."""
     clip_frames: list[int] = field(default_factory=lambda: [0, 5, 10, 15])
-    """Frames of each clip (0-15) looked at inside the film's subtitle bands."""
+    """Frames of each clip (0-15) looked at inside the film's subtitle bands: a subtitle on
+    screen for 0.7 s or more anywhere in the clip is on one of them."""
+    clip_min_scale: float = 1.25
+    """The clip pass enlarges the band at least this much over the clip's pixels: a two-word
+    14-pixel English line over sky read 0.003 at 1.0 and 0.045 at 1.25 (docs/quality.md)."""
 
     def validate(self) -> None:
         if self.min_text_pixels < 1 or self.detector_pixels < 1:
@@ -427,10 +431,10 @@ class OverlayStage(ClipStage):
         if not rows:
             return 0.0
         picked = sorted({min(i, len(frames) - 1) for i in self.config.clip_frames})
-        # clip pixels to the detector's: the film pass's scale, never below the clip's own (the
-        # band is thin, so looking at every pixel of it is cheap, and busy backgrounds behind
-        # small letters need it: docs/quality.md)
-        scale = max(1.0, overlays.text_scale * clip.crop_h / clip.height)
+        # clip pixels to the detector's: the film pass's scale, never below clip_min_scale (the
+        # band is thin, so looking closely is cheap, and short lines and busy backgrounds
+        # behind small letters need it: docs/quality.md)
+        scale = max(self.config.clip_min_scale, overlays.text_scale * clip.crop_h / clip.height)
         found = 0.0
         for y0, y1 in rows:
             # a band the window cuts is padded with black where it meets the frame's edge: the

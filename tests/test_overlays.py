@@ -168,6 +168,34 @@ def test_in_world_text_that_moves_makes_no_band(pictures, detector):
     assert record.subtitle_bands == [] and record.logos == []
 
 
+def test_steady_street_edges_are_no_logo(detector):
+    """bikes.mp4: a street shot whose kerbs and signs stay put for seconds; the corner and
+    contrast rules keep them from being taken for logos (they were five, before)."""
+    from stages.crop import sample_luma_frames
+    from stages.overlays import overlay_frames
+    from stages.probe import Probe
+
+    film = Probe().process(Path(__file__).parent / "media" / "bikes.mp4")
+    config = OverlayConfig()
+    frames = overlay_frames(film, sample_luma_frames(film, config.samples), config)
+    record = FilmOverlays(config, detector).process(frames, whole_picture(film))
+    assert record.logos == [] and record.frames_sampled >= 40
+
+
+def test_a_few_views_are_too_few_to_tell_a_logo(pictures, detector):
+    """Three shots, each sampled sixteen times: a mark on all of them cannot be told from a
+    still background (fewer than logo_min_shots views), so nothing is claimed."""
+    frames = [grey(draw_logo(pictures[k])) for k in (0, 20, 40) for _ in range(16)]
+    record = FilmOverlays(OverlayConfig(), detector).process(frames, CROP)
+    assert record.logos == []
+    many = [grey(draw_logo(p)) for p in pictures[:48]]
+    assert FilmOverlays(OverlayConfig(), detector).process(many, CROP).logos
+
+
+def whole_picture(film) -> CropBox:
+    return CropBox(0, 0, film.width, film.height, "full")
+
+
 def test_the_record_reads_and_writes_summary_json():
     record = OverlayRecord(
         subtitle_bands=[[420, 470]], subtitle_share=0.71, logos=[[1700, 40, 180, 70]]
