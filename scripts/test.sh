@@ -28,7 +28,11 @@ narrowed() { # $1 and the caller's MARKERS, as one marker expression
 }
 
 if [ "$workers" -gt 1 ]; then
-    spread=(-n "$workers" --dist loadgroup)  # loadgroup: tests/conftest.py groups by module fixture
+    # a module's tests go to one worker: its module-scoped fixtures (a trained run, an S3
+    # server, a cut film) are built once, as in one process. (--dist loadgroup with xdist_group
+    # marks would spread them finer, but xdist 3.8.0 here sent marked tests of one group to
+    # both workers.)
+    spread=(-n "$workers" --dist loadscope)
 else
     spread=(-p no:xdist)
 fi

@@ -25,6 +25,7 @@ fifth of decoding (docs/scenes.md).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import cv2
@@ -130,7 +131,14 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
     def event_buffer_length(self) -> int:
         return self.window_width * self.hold_frames
 
-    def process_frame(self, timecode: FrameTimecode, frame_img: np.ndarray, held: bool = False):
+    def process_frame(
+        self,
+        timecode: FrameTimecode,
+        frame_img: np.ndarray,
+        held: Callable[[], bool] | bool = False,
+    ):
+        """`held`: whether the frame holds the previous drawing, or how to find out (asked only
+        for a score between a third of `min_content_val` and `min_content_val`)."""
         super().process_frame(timecode, frame_img)
         if self._frame_score is None:
             return []
@@ -138,7 +146,12 @@ class MedianAdaptiveDetector(_OpenCvScore, ContentDetector):
         # sees little change in dark pictures, where the hue and saturation do change); one
         # that changes far less is part of the hold (a blink, a speck moving on a held drawing)
         score = self._frame_score
-        held = score < self.min_content_val and (held or score < self.SMALL * self.min_content_val)
+        if score >= self.min_content_val:
+            held = False
+        elif score < self.SMALL * self.min_content_val:
+            held = True
+        elif callable(held):
+            held = held()
         previous, self._previous = self._previous, (frame_img, held)
         if not held:
             self._held_run = 0
@@ -326,7 +339,7 @@ class SceneCuts:
         self.flashes: list[int] = []  # flash frames found and not yet taken
         self.judged = -1  # the detector can report no new cut at or before this frame
         self.pictures: deque[tuple[int, np.ndarray]] = deque(maxlen=self.lag + 3)
-        self.previous_drawing: np.ndarray | None = None  # the last frame at held-test size
+        self.previous_frame: Frame | None = None  # for the held test
 
     @property
     def lag(self) -> int:
@@ -355,12 +368,20 @@ class SceneCuts:
         self.judged = getattr(self.detector, "decided", frame.index - self._window() - 1)
         return self._without_effects([tc.frame_num for tc in found])
 
-    def _holds(self, frame: Frame) -> bool:
-        """The frame shows the same drawing as the one before it (stages/motion.py is_held)."""
+    def _holds(self, frame: Frame) -> Callable[[], bool]:
+        """Whether the frame shows the same drawing as the one before it (stages/motion.py
+        is_held), found out when the detector asks (for few frames: most score too high or
+        too low for the answer to matter)."""
+        previous, self.previous_frame = self.previous_frame, frame
+        if previous is None:
+            return lambda: False
+        return lambda: is_held(
+            self._held_size(previous), self._held_size(frame), *self.held_rule, relight=False
+        )
+
+    def _held_size(self, frame: Frame) -> np.ndarray:
         grey = frame.grey()
-        small = block_mean(grey, max(1, grey.shape[1] // self.HELD_CHECK_WIDTH))
-        previous, self.previous_drawing = self.previous_drawing, small
-        return previous is not None and is_held(previous, small, *self.held_rule, relight=False)
+        return block_mean(grey, max(1, grey.shape[1] // self.HELD_CHECK_WIDTH))
 
     def finish(self, end: int) -> list[int]:
         found = self.detector.post_process(FrameTimecode(end - 1, self.fps))

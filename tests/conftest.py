@@ -743,8 +743,6 @@ def pytest_collection_modifyitems(config, items):
             "serial"
         ):
             item.add_marker(pytest.mark.slow)
-    if config.pluginmanager.hasplugin("xdist"):
-        _one_worker_per_module_fixture(items)
     try:
         import torch
 
@@ -757,19 +755,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu"):  # the marker, not a name: test_bench_gpu.py runs
             item.add_marker(skip)
-
-
-def _one_worker_per_module_fixture(items) -> None:
-    """Under pytest-xdist (`--dist loadgroup`, scripts/test.sh), the tests of a module that share
-    one of its module-scoped fixtures (a trained run, an S3 server, a cut film) go to one worker,
-    so that the fixture is built once, as in a single process; the other tests spread freely."""
-    for item in items:
-        fixtures = getattr(item, "_fixtureinfo", None)
-        if fixtures is None:
-            continue
-        scopes = {defs[-1].scope for defs in fixtures.name2fixturedefs.values() if defs}
-        if "module" in scopes:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 # ---------------------------------------------------------------- CPU seconds per test
