@@ -203,11 +203,12 @@ def summary_line(film: FilmInfo, summary: FilmSummary) -> str:
             f"{next(iter(failed.values()))}; rerun to retry)"
         )
     )
-    upscaled = f" ({summary.upscaled.note})" if summary.upscaled else ""
+    # The notes follow the counts, so every line still starts `<film>: <state>:` for scripts.
     return (
-        f"{film.film_name}{upscaled}: {state}: {summary.clips_written} clips "
+        f"{film.film_name}: {state}: {summary.clips_written} clips "
         f"({summary.clips_failed} failed), {len(summary.scenes or [])} scenes, drops: {drops}; "
         f"{film.duration:.1f} s of film in {summary.wall_seconds or 0:.1f} s{reused}"
+        + (f"; {summary.upscaled.note}" if summary.upscaled else "")
         + (f"; {summary.overlays.line()}" if summary.overlays is not None else "")
         + (f"; {summary.window.line()}" if summary.window and summary.window.line() else "")
     )
