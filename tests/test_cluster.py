@@ -128,7 +128,10 @@ class RayNode:
                 pass
         _, alive = psutil.wait_procs(tree, timeout=30)
         for process in alive:
-            process.kill()
+            try:  # it may end on its own between the wait and the kill (seen in CI under load)
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
         psutil.wait_procs(alive, timeout=10)
 
 
