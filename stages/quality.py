@@ -45,6 +45,7 @@ from core.vocabulary import (
     TEXT,
 )
 from stages.base import ClipStage, register_clip_stage
+from stages.in_world_text import without_in_world_text
 
 LUMA_SIZE = (60, 90)  # (h, w) grey copy the brightness values are measured on
 HASH_INPUT_SIZE = (120, 180)  # (h, w) grey copy a hashed frame is shrunk from
@@ -73,6 +74,14 @@ class QualityConfig(Settings):
     128x192 most subtitles (docs/quality.md)."""
     text_pixel_probability: float = 0.3
     """A pixel is text when the detector's probability exceeds this (PP-OCR's own default)."""
+    in_world_min_shift: float = 2.0
+    """Text that moves with the picture is in-world and not counted (stages/in_world_text.py):
+    the picture must shift by more than this many pixels (at the detector's size) between the
+    sampled frame and the clip's first or last frame, else nothing can be told apart."""
+    in_world_tolerance: float = 1.5
+    """...and the text's own shift must be within this many pixels of the picture's."""
+    in_world_min_match: float = 0.6
+    """...where its patch is found again with at least this normalised correlation."""
     hash_frames: list[int] = field(default_factory=lambda: [0, 5, 10, 15])
     """Frames of the clip whose perceptual hashes are stored for near-duplicate search."""
 
@@ -184,8 +193,12 @@ class TextDetector:
         self._session = _session(str(self.path))
 
     def areas(self, frames: Sequence[np.ndarray]) -> list[float]:
+        return [float(mask.mean()) for mask in self.masks(frames)]
+
+    def masks(self, frames: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Per RGB frame, its text pixels (bool, height x width of the detector's size)."""
         batch = np.stack([self._input(f, (self.width, self.height)) for f in frames])
-        return [float((p[0] > self.threshold).mean()) for p in self._run(batch)]
+        return [p[0] > self.threshold for p in self._run(batch)]
 
     def text_map(self, picture: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         """The text probability map of one RGB picture brought to `size` (w, h; multiples of
@@ -475,12 +488,44 @@ class QualityStage(ClipStage):
         # thresholds are checked on luma-made grey).
         frames = as_clip_frames(clip.frames).rgb()
         clip.quality_luma_mean, clip.quality_luma_peak = luma_series(frames)
-        clip.quality_text_area = max(
-            self.detector.areas([frames[_at(i, frames)] for i in self.config.text_frames])
-        )
+        clip.quality_text_area = self.text_area(frames)
         clip.quality_hashes = [perceptual_hash(frames[_at(i, frames)]) for i in self.hash_frames]
         clip.quality_version = self.version
         return clip
+
+    def text_area(self, frames: np.ndarray) -> float:
+        """The largest share of a sampled frame marked as text, in-world text left out. Only a
+        frame with text pays for the in-world check (two more detector frames, the first and
+        the last): most clips have none. It runs whatever the reject threshold, so the stored
+        value means the same under every threshold `quality-calibrate` may apply."""
+        positions = [_at(i, frames) for i in self.config.text_frames]
+        masks = self.detector.masks([frames[i] for i in positions])
+        if not any(mask.any() for mask in masks):
+            return 0.0
+        ends = [0, len(frames) - 1]
+        greys = {i: self._grey(frames[i]) for i in {*positions, *ends}}
+        others = list(zip([greys[i] for i in ends], self.detector.masks([frames[i] for i in ends])))
+        config = self.config
+        return max(
+            float(
+                without_in_world_text(
+                    mask,
+                    greys[i],
+                    [(grey, other) for (grey, other), end in zip(others, ends) if end != i],
+                    config.in_world_min_shift,
+                    config.in_world_tolerance,
+                    config.in_world_min_match,
+                ).mean()
+            )
+            for i, mask in zip(positions, masks)
+        )
+
+    def _grey(self, frame: np.ndarray) -> np.ndarray:
+        """A frame as grey at the detector's size, where the text masks are."""
+        size = (self.detector.width, self.detector.height)
+        return cv2.resize(
+            cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY), size, interpolation=cv2.INTER_AREA
+        )
 
     @property
     def hash_frames(self) -> list[int]:
@@ -492,7 +537,11 @@ class QualityStage(ClipStage):
         hashes = ",".join(map(str, self.config.hash_frames))
         texts = ",".join(map(str, self.config.text_frames))
         detector = self.detector.name
-        return f"luma{LUMA_SIZE[0]}x{LUMA_SIZE[1]};{detector}:f{texts};phash64:f{hashes}"
+        in_world = (
+            f"inworld:s{self.config.in_world_min_shift:g}:t{self.config.in_world_tolerance:g}"
+            f":m{self.config.in_world_min_match:g}"
+        )
+        return f"luma{LUMA_SIZE[0]}x{LUMA_SIZE[1]};{detector}:f{texts};{in_world};phash64:f{hashes}"
 
 
 def _at(position: int, frames: np.ndarray) -> int:

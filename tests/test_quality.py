@@ -323,6 +323,56 @@ def test_scrolling_credits_are_text(quality_stage):
     assert "text" in judged(clip)[1] and clip.quality_text_area > 0.02
 
 
+# In-world text (stages/in_world_text.py): a sign that pans with the picture is part of it; a
+# caption that holds still over a pan, text that scrolls over a still picture, and text in a
+# still shot are all counted.
+PAN = 6  # pixels a frame, as a clip sampled every 3rd frame of a 2 px/frame pan sees it
+DEJAVU = "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"
+
+
+def _lettered(picture: np.ndarray, text: str, where: tuple[int, int]) -> np.ndarray:
+    """`text` in DejaVu Bold (34 px), white with a black outline, at `where` (x, y)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.fromarray(picture)
+    font = ImageFont.truetype(DEJAVU, 34)
+    ImageDraw.Draw(image).text(
+        where, text, font=font, fill=(255, 255, 255), stroke_width=3, stroke_fill=(0, 0, 0)
+    )
+    return np.asarray(image)
+
+
+@pytest.fixture(scope="module")
+def wide_street(shots) -> np.ndarray:
+    """A real shot widened to 720 + 15 pans, so that a 720-wide window can travel across it."""
+    return cv2.resize(shots[700], (720 + 15 * PAN, 480), interpolation=cv2.INTER_CUBIC)
+
+
+def _text_area(stage: QualityStage, frames) -> float:
+    return stage.process(make_clip(np.stack(frames))).quality_text_area
+
+
+def test_a_sign_that_pans_with_the_picture_is_in_world(quality_stage, wide_street):
+    signed = _lettered(wide_street, "HOTEL CENTRAL", (260, 120))
+    panning = [signed[:, PAN * k : PAN * k + 720] for k in range(16)]
+    still = [signed[:, 45:765]] * 16
+    assert _text_area(quality_stage, still) > THRESHOLDS.text_max_area  # the detector sees it
+    assert _text_area(quality_stage, panning) <= THRESHOLDS.text_max_area
+
+
+def test_a_caption_still_over_a_pan_and_text_scrolling_over_a_still_picture_count(
+    quality_stage, wide_street
+):
+    caption = [
+        _lettered(wide_street[:, PAN * k : PAN * k + 720], "HOTEL CENTRAL", (200, 120))
+        for k in range(16)
+    ]
+    assert _text_area(quality_stage, caption) > THRESHOLDS.text_max_area
+    still = np.ascontiguousarray(wide_street[:, 45:765])
+    scrolling = [_lettered(still, "HOTEL CENTRAL", (140 + PAN * k, 120)) for k in range(16)]
+    assert _text_area(quality_stage, scrolling) > THRESHOLDS.text_max_area
+
+
 # ------------------------------------------------------------------ duplicates across films
 
 
