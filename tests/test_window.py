@@ -216,10 +216,9 @@ def test_every_clip_of_a_4_3_film_shows_the_moved_window(academy_film, tmp_path)
 @pytest.mark.slow
 def test_a_subtitled_4_3_film_keeps_its_clips_through_the_moved_window(academy_film, tmp_path):
     """The whole pipeline: the overlay pass finds the band, the window rises clear of it, and no
-    clip is rejected for a subtitle; kept centred, clips are. Decided here without the logo
-    rule: on this film of four textured shots the logo pass takes steady picture edges for
-    logos (notes/window.md), which is the overlay pass's to fix, not the window's."""
-    thresholds = RejectConfig(logo_max_share=1.0)
+    clip is rejected for a subtitle; kept centred, clips are. Decided with the default
+    thresholds, the logo rule included: the film has no logo, and none is found."""
+    thresholds = RejectConfig()
     columns = ["frame_indices", "crop_x", "crop_y", "crop_w", "crop_h", "overlay_subtitle_area"]
     columns += ["overlay_logo_share", "quality_text_area", "quality_luma_mean", "status"]
     columns += ["quality_luma_peak", "motion_scope"]
@@ -228,6 +227,7 @@ def test_a_subtitled_4_3_film_keeps_its_clips_through_the_moved_window(academy_f
         config = local_config(clips__avoid_overlays=avoid)
         result = run_film(academy_film.path, tmp_path / name, config, load_ip(None))
         assert result.summary.overlays is not None and result.summary.overlays.subtitle_bands
+        assert result.summary.overlays.logos == []
         rows = shard_rows(Path(result.film_dir), columns)
         decided[name] = [(row, *decide(row, thresholds)) for row in rows]
     moved, centred = decided["moved"], decided["centred"]
