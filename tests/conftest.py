@@ -63,6 +63,39 @@ def animegamer(*args: str | Path, timeout: float = 300) -> subprocess.CompletedP
     )
 
 
+def read_frames(path, start: int, stop: int, rows: tuple[int, int] | None = None, size=(320, 180)):
+    """Frames [start, stop) of a film as RGB: `rows` (a letterbox's picture rows) kept,
+    centre-cropped to 16:9 and resized to `size` (w, h). The labelled test films' one reader."""
+    out = []
+    with av.open(str(path)) as container:
+        for i, frame in enumerate(container.decode(video=0)):
+            if i >= stop:
+                break
+            if i >= start:
+                rgb = frame.to_ndarray(format="rgb24")
+                rgb = rgb[rows[0] : rows[1]] if rows else rgb
+                h, w = rgb.shape[:2]
+                target_w = min(w, int(h * 16 / 9))
+                x = (w - target_w) // 2
+                out.append(cv2.resize(rgb[:, x : x + target_w], size, interpolation=cv2.INTER_AREA))
+    return out
+
+
+def write_frames(path: Path, frames, fps: int, crf: int = 18) -> Path:
+    """Write RGB frames (all one size) as an H.264 film: the labelled test films' one writer."""
+    height, width = frames[0].shape[:2]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = {"crf": str(crf), "preset": "ultrafast"}
+        for rgb in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
 def make_video(
     path: Path,
     *,

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import av
 import cv2
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import BIKES, BUNNY, SINTEL, local_config
+from conftest import BIKES, BUNNY, SINTEL, local_config, read_frames, write_frames
 
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
@@ -29,23 +28,6 @@ class DrawnFilm:
     shots: list[tuple[str, int, int]] = field(default_factory=list)  # name, [start, stop)
     cuts: list[int] = field(default_factory=list)
     effects: list[tuple[str, int, int]] = field(default_factory=list)  # inside a shot
-
-
-def _read(path, start: int, stop: int, box: tuple[int, int] | None = None) -> list:
-    """Frames [start, stop) of a film as RGB at SIZE (centre-cropped to 16:9)."""
-    out = []
-    with av.open(str(path)) as container:
-        for i, frame in enumerate(container.decode(video=0)):
-            if i >= stop:
-                break
-            if i >= start:
-                rgb = frame.to_ndarray(format="rgb24")
-                rgb = rgb[box[0] : box[1]] if box else rgb
-                h, w = rgb.shape[:2]
-                target_w = min(w, int(h * 16 / 9))
-                x = (w - target_w) // 2
-                out.append(cv2.resize(rgb[:, x : x + target_w], SIZE, interpolation=cv2.INTER_AREA))
-    return out
 
 
 def on_holds(source: list[np.ndarray], hold: int, step: int) -> list[np.ndarray]:
@@ -76,17 +58,21 @@ def _add(film: DrawnFilm, name: str, shot: list[np.ndarray]) -> None:
 
 def build_drawn_film(path) -> DrawnFilm:
     film = DrawnFilm()
-    hand = _read(SINTEL, 702, 752, SINTEL_BOX)  # the camera swings round, a dragon sweeps past
-    swoop = _read(SINTEL, 622, 658, SINTEL_BOX)  # a dragon dives over the desert
-    flight = _read(SINTEL, 796, 827, SINTEL_BOX)  # after its fade-in
-    bunny = _read(BUNNY, 0, 132)
-    bikes = _read(BIKES, 76, 137) + _read(BIKES, 137, 187) + _read(BIKES, 187, 242)
+    hand = read_frames(
+        SINTEL, 702, 752, SINTEL_BOX
+    )  # the camera swings round, a dragon sweeps past
+    swoop = read_frames(SINTEL, 622, 658, SINTEL_BOX)  # a dragon dives over the desert
+    flight = read_frames(SINTEL, 796, 827, SINTEL_BOX)  # after its fade-in
+    bunny = read_frames(BUNNY, 0, 132)
+    bikes = (
+        read_frames(BIKES, 76, 137) + read_frames(BIKES, 137, 187) + read_frames(BIKES, 187, 242)
+    )
     _add(film, "hand on threes", on_holds(hand, 3, 3))
     _add(film, "swoop on threes", on_holds(swoop, 3, 2))  # orange desert to orange desert
     _add(film, "flight on twos", on_holds(flight, 2, 1))
     _add(film, "bunny on threes", on_holds(bunny, 3, 4))
     # the colour effect, 10 drawings in the middle of the bunny's next shot
-    shot = on_holds(_read(SINTEL, 545, 571, SINTEL_BOX), 2, 1)  # the girl by the fire
+    shot = on_holds(read_frames(SINTEL, 545, 571, SINTEL_BOX), 2, 1)  # the girl by the fire
     effect = (20, 40)
     for k in range(*effect):
         shot[k] = green_over_pattern(shot[k], k // 2)
@@ -105,20 +91,8 @@ def build_drawn_film(path) -> DrawnFilm:
         where = len(film.frames) + frames[0]
         film.effects.append((name, where, where + len(frames)))
     _add(film, "legs on threes, impact frames", shot)
-    _write(path, film.frames)
+    write_frames(path, film.frames, FPS, crf=18)
     return film
-
-
-def _write(path, frames: list[np.ndarray]) -> None:
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=FPS)
-        stream.width, stream.height, stream.pix_fmt = SIZE[0], SIZE[1], "yuv420p"
-        stream.options = {"crf": "18", "preset": "ultrafast"}
-        for rgb in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
 
 
 @pytest.fixture(scope="module")

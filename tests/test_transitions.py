@@ -11,11 +11,10 @@ from fractions import Fraction
 
 import av
 import av.filter
-import cv2
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import BIKES, BUNNY, SINTEL, local_config
+from conftest import BIKES, BUNNY, SINTEL, local_config, read_frames, write_frames
 
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
@@ -31,28 +30,6 @@ class LabelledFilm:
     transitions: list[tuple[str, int, int]] = field(default_factory=list)  # kind, [start, stop)
     cuts: list[int] = field(default_factory=list)
     flashes: list[int] = field(default_factory=list)
-
-
-def _read(path, start: int, stop: int, letterbox: tuple[int, int] | None = None) -> list:
-    """Frames [start, stop) of a film as RGB at SIZE (centre-cropped to 16:9)."""
-    out = []
-    with av.open(str(path)) as container:
-        for i, frame in enumerate(container.decode(video=0)):
-            if i >= stop:
-                break
-            if i >= start:
-                rgb = frame.to_ndarray(format="rgb24")
-                if letterbox:
-                    rgb = rgb[letterbox[0] : letterbox[1]]
-                out.append(_fit(rgb))
-    return out
-
-
-def _fit(rgb: np.ndarray) -> np.ndarray:
-    h, w = rgb.shape[:2]
-    target_w = min(w, int(h * 16 / 9))
-    x = (w - target_w) // 2
-    return cv2.resize(rgb[:, x : x + target_w], SIZE, interpolation=cv2.INTER_AREA)
 
 
 def _blend(a: np.ndarray, b: np.ndarray, alpha: float) -> np.ndarray:
@@ -100,7 +77,7 @@ def _join(film: LabelledFilm, shot: list[np.ndarray], kind: str, length: int) ->
 
 
 def build_labelled_film(path) -> LabelledFilm:
-    bunny, sintel_box = _read(BUNNY, 0, 132), (58, 422)
+    bunny, sintel_box = read_frames(BUNNY, 0, 132), (58, 422)
     film = LabelledFilm()
     _join(film, bunny[:66], "", 0)
     # the film opens on black (6 frames) and fades in over the next 8
@@ -108,30 +85,18 @@ def build_labelled_film(path) -> LabelledFilm:
         film.frames[k] = _blend(np.zeros_like(film.frames[k]), film.frames[k], max(0, k - 5) / 9)
     film.transitions.append(("fadein", 0, 14))
     film.shots[0] = (14, film.shots[0][1])
-    _join(film, _read(BIKES, 76, 137), "cut", 0)
-    _join(film, _read(SINTEL, 874, 940, sintel_box), "dissolve", 12)  # before its own fade
+    _join(film, read_frames(BIKES, 76, 137), "cut", 0)
+    _join(film, read_frames(SINTEL, 874, 940, sintel_box), "dissolve", 12)  # before its own fade
     # one white frame in the middle of the desert shot: a flash, not a boundary
     flash = film.shots[-1][0] + 20
     film.frames[flash] = _blend(film.frames[flash], np.full_like(film.frames[flash], 255), 0.8)
     film.flashes.append(flash)
-    _join(film, _read(BIKES, 187, 242), "fadeblack", 12)
-    _join(film, _read(SINTEL, 571, 621, sintel_box), "fadewhite", 8)
+    _join(film, read_frames(BIKES, 187, 242), "fadeblack", 12)
+    _join(film, read_frames(SINTEL, 571, 621, sintel_box), "fadewhite", 8)
     _join(film, bunny[66:], "wipe", 6)
-    _join(film, _read(SINTEL, 131, 194, sintel_box), "dissolve", 16)
-    _write(path, film.frames)
+    _join(film, read_frames(SINTEL, 131, 194, sintel_box), "dissolve", 16)
+    write_frames(path, film.frames, FPS, crf=16)
     return film
-
-
-def _write(path, frames: list[np.ndarray]) -> None:
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=FPS)
-        stream.width, stream.height, stream.pix_fmt = SIZE[0], SIZE[1], "yuv420p"
-        stream.options = {"crf": "16", "preset": "ultrafast"}
-        for rgb in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
 
 
 @pytest.fixture(scope="module")
@@ -307,14 +272,14 @@ def _xfade(tail: list[np.ndarray], head: list[np.ndarray], kind: str) -> list[np
 def xfade_shots() -> list[list[np.ndarray]]:
     box = (58, 422)
     return [
-        _read(BUNNY, 0, 66),
-        _read(SINTEL, 571, 621, box),
-        _read(BIKES, 76, 137),
-        _read(BIKES, 187, 242),
-        _read(SINTEL, 874, 940, box),
-        _read(BUNNY, 66, 132),
-        _read(SINTEL, 131, 194, box),
-        _read(BIKES, 137, 187),
+        read_frames(BUNNY, 0, 66),
+        read_frames(SINTEL, 571, 621, box),
+        read_frames(BIKES, 76, 137),
+        read_frames(BIKES, 187, 242),
+        read_frames(SINTEL, 874, 940, box),
+        read_frames(BUNNY, 66, 132),
+        read_frames(SINTEL, 131, 194, box),
+        read_frames(BIKES, 137, 187),
     ]
 
 
@@ -341,7 +306,7 @@ def test_ffmpeg_xfade_transitions_are_spans(xfade_shots, tmp_path, length):
         frames += shot[length:]
         shots.append([start + length, len(frames)])
     path = tmp_path / "xfade.mp4"
-    _write(path, frames)
+    write_frames(path, frames, FPS, crf=16)
     manifest, summary = _run(path, tmp_path / "out")
     assert _reaching_into(manifest, spans) == []
     assert summary["drops"]["transition"] >= len(spans)
