@@ -312,6 +312,20 @@ REASON_COLUMNS = ["status", "quality_luma_peak", "quality_luma_mean", "quality_t
 REASON_COLUMNS += ["overlay_subtitle_area", "overlay_logo_share", "motion_scope"]
 
 
+def overlay_limits(thresholds: RejectConfig) -> list[tuple[str, str, float, str]]:
+    """The overlay reasons: (reason, the measured column, its threshold, what it measures).
+    One table for the rule (`own_reasons`) and for its explanation (`quality_measures`)."""
+    return [
+        (
+            SUBTITLE,
+            "overlay_subtitle_area",
+            thresholds.subtitle_max_area,
+            "subtitle text in the band",
+        ),
+        (LOGO, "overlay_logo_share", thresholds.logo_max_share, "share of a logo in the window"),
+    ]
+
+
 def clip_reasons(row: Mapping, thresholds: RejectConfig) -> list[str]:
     """The reasons a clip is unfit, from its own stored values (no other clip needed).
 
@@ -340,11 +354,7 @@ def own_reasons(table: pa.Table, thresholds: RejectConfig) -> list[list[str]]:
     if "quality_text_area" in table.column_names:
         area = table.column("quality_text_area").cast(pa.float64()).fill_null(np.nan)
         flags[TEXT] = area.to_numpy() > thresholds.text_max_area
-    limits = [
-        (SUBTITLE, "overlay_subtitle_area", thresholds.subtitle_max_area),
-        (LOGO, "overlay_logo_share", thresholds.logo_max_share),
-    ]
-    for reason, column, limit in limits:
+    for reason, column, limit, _ in overlay_limits(thresholds):
         if column in table.column_names:
             values = table.column(column).cast(pa.float64()).fill_null(np.nan)
             flags[reason] = values.to_numpy() > limit
@@ -418,15 +428,7 @@ def quality_measures(
     if area is not None and not np.isnan(area):
         text = f"text area {area:.4f} (text: over {thresholds.text_max_area:g})"
         measures.append((TEXT, text, TEXT in reasons))
-    for reason, column, limit, what in (
-        (
-            SUBTITLE,
-            "overlay_subtitle_area",
-            thresholds.subtitle_max_area,
-            "subtitle text in the band",
-        ),
-        (LOGO, "overlay_logo_share", thresholds.logo_max_share, "share of a logo in the window"),
-    ):
+    for reason, column, limit, what in overlay_limits(thresholds):
         value = row.get(column)
         if value is not None and not np.isnan(value):
             text = f"{what} {value:.4f} ({reason}: over {limit:g})"
