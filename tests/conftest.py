@@ -173,12 +173,15 @@ def synthetic_dir(tmp_path_factory) -> Path:
 
 
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], Any]) -> Any:
-    """`build(folder)` once per test run, however many pytest-xdist workers ask: the first builds
-    under a lock in the folder the run's workers share, the others wait and get what it returned
+    """`build(folder)` once per test run, however many pytest-xdist workers ask, and once for the
+    two runs of scripts/test.sh: the first builds under a lock in the folder they share
+    (ANIMEGAMER_TEST_BUILT, else the run's), the others wait and get what it returned
     (through JSON: strings, numbers, lists, dicts). What it builds is read, never changed: a
     test that changes it works on a copy, as it would with a fixture built in its own process."""
     shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if os.environ.get("ANIMEGAMER_TEST_BUILT"):
+        shared = Path(os.environ["ANIMEGAMER_TEST_BUILT"])  # scripts/test.sh's, for both runs
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # the run's folder; each worker's basetemp is one inside it
     result = shared / f"{name}.json"
     with open(shared / f"{name}.lock", "w") as lock:
