@@ -28,6 +28,12 @@ def _summary(film_dir):
     return json.loads((film_dir / "summary.json").read_text())
 
 
+# The tests of cuts, segments and sample times below run without the overlay pass: their films
+# have no text or logo, and its 96 text detector calls are most of a short film's run (about
+# 1.2 of 1.6 CPU-s). The tests of the whole run (determinism, rotation, VFR) keep it.
+NO_OVERLAYS = {"overlays__enabled": False}
+
+
 def _assert_no_clip_spans_a_cut(manifest, scenes):
     starts = [s for s, _ in scenes]
     for row in manifest.itertuples():
@@ -85,7 +91,8 @@ def test_clip_frames_match_the_source_frames(bikes_dataset):
 @pytest.mark.slow
 def test_synthetic_cuts_and_segment_boundaries(tmp_path):
     film = make_video(tmp_path / "cuts.mp4", cuts=(30, 100, 150), num_frames=260, fps=24)
-    result = run_film(film, tmp_path / "out", local_config(run__segment_seconds=6), load_ip(None))
+    config = local_config(run__segment_seconds=6, **NO_OVERLAYS)
+    result = run_film(film, tmp_path / "out", config, load_ip(None))
     summary = result.summary
     boundaries = summary.segment_boundaries
     assert boundaries == [130]  # 10.8 s in segments of at most 6 s: two equal halves
@@ -214,7 +221,9 @@ def test_ntsc_frame_rates_keep_every_window(tmp_path, rate):
 
     fps = Fraction(rate)
     film = make_video(tmp_path / "ntsc.mp4", num_frames=int(20.5 * fps), fps=fps)
-    result = run_film(film, tmp_path / "out", local_config(), load_ip(None))
+    # the sample times are tested: small clips, no motion
+    config = local_config(clips__height=96, clips__width=160, motion__enabled=False, **NO_OVERLAYS)
+    result = run_film(film, tmp_path / "out", config, load_ip(None))
     manifest = _manifest(result.film_dir)
     assert len(manifest) == 10 and "decode_gap" not in result.summary.drops
     times = [i / float(fps) for i in range(int(20.5 * fps))]
@@ -237,6 +246,7 @@ def test_cuts_reported_late_are_counted_and_lag_seconds_absorbs_them(tmp_path):
         "scenes__black_min_seconds": -1,
         "scenes__blend_gate": -1,
         "scenes__effect_seconds": 0,
+        **NO_OVERLAYS,
     }
     late = run_film(film, tmp_path / "a", local_config(**settings), load_ip(None)).summary
     assert late.late_cuts >= 1
@@ -253,7 +263,7 @@ def test_a_one_frame_flash_is_not_sampled_and_costs_no_clip(tmp_path):
     before it instead (its index in frame_indices), so the quality flash rule keeps the clip."""
     flash = 21  # the 8th sample of the scene's first window (every 3rd frame at 24 fps)
     film = make_video(tmp_path / "flash.mp4", num_frames=60, motion=0, white=(flash,))
-    config = local_config(motion__enabled=False, clips__height=96, clips__width=160)
+    config = local_config(motion__enabled=False, clips__height=96, clips__width=160, **NO_OVERLAYS)
     result = run_film(film, tmp_path / "out", config, load_ip(None))
     assert [s for s, _ in result.summary.scenes] == [0]
     manifest = _manifest(result.film_dir)
@@ -267,7 +277,7 @@ def test_a_source_smaller_than_the_clip_is_named_and_can_be_refused(tmp_path):
     """A 480x360 film shows 480x320 of itself in a 720x480 clip: summary.json, the console line
     and the report say so; clips.min_source_height refuses its windows as counted drops."""
     film = make_video(tmp_path / "small.mp4", size=(360, 480), num_frames=60)
-    config = local_config(motion__enabled=False)
+    config = local_config(motion__enabled=False, **NO_OVERLAYS)
     kept = run_film(film, tmp_path / "kept", config, load_ip(None))
     note = "upscaled 1.50x from 480x320"
     assert kept.summary.upscaled.note == note and note in kept.message
@@ -275,7 +285,10 @@ def test_a_source_smaller_than_the_clip_is_named_and_can_be_refused(tmp_path):
     assert kept.summary.clips_written == 1
     assert note in build_report(open_dataset(kept.film_dir))
     refused = run_film(
-        film, tmp_path / "refused", local_config(clips__min_source_height=480), load_ip(None)
+        film,
+        tmp_path / "refused",
+        local_config(clips__min_source_height=480, **NO_OVERLAYS),
+        load_ip(None),
     )
     assert refused.summary.clips_written == 0 and refused.summary.drops["small_source"] == 1
     drops = pd.read_parquet(refused.film_dir / "drops.parquet")

@@ -105,9 +105,16 @@ def labelled(tmp_path_factory):
     return path, build_labelled_film(path)
 
 
+# Small clips, no motion and no overlay pass: neither the geometry nor the overlays are what is
+# tested here (these films have no text or logo), and the overlay pass alone is most of a short
+# film's run (96 text detector calls, about 1.2 CPU-s a run).
+STAGE_ONLY = dict(
+    clips__height=96, clips__width=160, motion__enabled=False, overlays__enabled=False
+)
+
+
 def _run(path, out, **settings):
-    # small clips: the geometry is not what is tested here
-    config = local_config(clips__height=96, clips__width=160, motion__enabled=False, **settings)
+    config = local_config(**STAGE_ONLY, **settings)
     result = run_film(path, out, config, load_ip(None))
     assert result.ok, result.message
     manifest = pd.read_parquet(result.film_dir / "manifest.parquet")
@@ -229,7 +236,11 @@ def test_gated_transnetv2_drops_the_sample_windows_across_the_dissolve_and_logo(
     leaves the single-shot windows (the hand's big motion among them) alone. The CPU blend rule
     is off here: with it on, those windows are not planned at all (docs/scenes.md)."""
     config = local_config(
-        clips__height=96, clips__width=160, scenes__gradual="gated", scenes__blend_gate=-1
+        clips__height=96,
+        clips__width=160,
+        overlays__enabled=False,  # the sample has no overlay (tests/test_overlays.py): 3.7 CPU-s
+        scenes__gradual="gated",
+        scenes__blend_gate=-1,
     )
     result = run_film(SINTEL, tmp_path / "out", config, load_ip(None))
     assert result.ok, result.message
