@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import BIKES, BUNNY
+from conftest import BIKES, BUNNY, make_video
 
 from pipeline.cli import main
 from pipeline.corpus import dataset_summary
@@ -20,15 +21,25 @@ LOCAL = ["--executor", "local", "--quiet"]
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """films/series_a/bikes.mp4 (generic) and films/series_b/ep/bunny.mp4 under the sintel IP
+def short_film(tmp_path_factory) -> Path:
+    """A 5-second film of two scenes at 256x144 that the pipeline cuts into 2 clips, in about a
+    CPU-second (bigbuckbunny_5s, 1280x720, takes seven in the overlay pass): the films of a
+    corpus, where what is tested is the tree, the IPs, the counts and the overview, not what a
+    film shows."""
+    folder = tmp_path_factory.mktemp("short")
+    return make_video(folder / "short.mp4", size=(144, 256), cuts=(60,), num_frames=120, seed=5)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, short_film):
+    """films/series_a/bikes.mp4 (generic) and films/series_b/ep/short.mp4 under the sintel IP
     named by films/series_b/ip.txt, plus a file that is not a video; cut once."""
     root = tmp_path_factory.mktemp("corpus")
     films = root / "films"
     (films / "series_a").mkdir(parents=True)
     (films / "series_b" / "ep").mkdir(parents=True)
     shutil.copy(BIKES, films / "series_a" / BIKES.name)
-    shutil.copy(BUNNY, films / "series_b" / "ep" / BUNNY.name)
+    shutil.copy(short_film, films / "series_b" / "ep" / short_film.name)
     (films / "series_b" / "ip.txt").write_text("sintel\n")
     (films / "series_a" / "notes.txt").write_text("not a film")
     out = root / "out"
@@ -58,9 +69,9 @@ def test_folders_recurse_and_an_ip_file_names_the_ip_of_its_folder(corpus):
     summaries = {
         p.parent.name.split("-")[0]: json.loads(p.read_text()) for p in out.glob("*/summary.json")
     }
-    assert sorted(summaries) == ["bigbuckbunny_5s", "bikes"]
+    assert sorted(summaries) == ["bikes", "short"]
     assert summaries["bikes"]["ip"] == "generic"
-    assert summaries["bigbuckbunny_5s"]["ip"] == "sintel"
+    assert summaries["short"]["ip"] == "sintel"
 
 
 def test_dataset_json_sums_the_films(corpus):
@@ -89,10 +100,10 @@ def test_dataset_json_sums_the_films(corpus):
 
 
 @pytest.mark.slow
-def test_a_film_that_fails_is_counted_in_dataset_json(tmp_path):
+def test_a_film_that_fails_is_counted_in_dataset_json(tmp_path, short_film):
     films = tmp_path / "films"
     films.mkdir()
-    shutil.copy(BUNNY, films / BUNNY.name)
+    shutil.copy(short_film, films / short_film.name)
     (films / "broken.mp4").write_bytes(b"not a video at all")
     out = tmp_path / "out"
     assert main(["dataset", str(films), "--out", str(out), *LOCAL]) == 1
@@ -137,19 +148,19 @@ def test_the_report_of_a_corpus_starts_with_its_overview(corpus):
     _, out = corpus
     page = build_report(open_dataset(out))
     corpus_at, films_at = page.index('<section id="corpus">'), page.index('<section id="overview">')
-    assert corpus_at < films_at < page.index("<h2>bigbuckbunny")
+    assert corpus_at < films_at < page.index("<h2>short")
     section = page[corpus_at:films_at]
     assert "hours of film" in section and "generic, sintel" in section
 
 
 @pytest.mark.slow
-def test_the_same_film_twice_in_a_corpus_is_cut_once(tmp_path, capsys):
+def test_the_same_film_twice_in_a_corpus_is_cut_once(tmp_path, capsys, short_film):
     """Films run at once, and a film's folder is named by its file name and content: a copy
     under the same name in another folder must not race the original into the same folder."""
     films = tmp_path / "films"
     for series in ("a", "b"):
         (films / series).mkdir(parents=True)
-        shutil.copy(BUNNY, films / series / "ep.mp4")
+        shutil.copy(short_film, films / series / "ep.mp4")
     out = tmp_path / "out"
     assert main(["dataset", str(films), "--out", str(out), *LOCAL]) == 0
     lines = capsys.readouterr().out.splitlines()
