@@ -8,11 +8,14 @@ timm and transformers' image processors). Defining the two schemas first lets th
 the ops themselves stay unavailable, which nothing in this project calls.
 On a machine where the extension loads (GPU machines), it is loaded first and nothing is defined:
 defining the schemas before it would abort the process at its load.
+`prepare_torchvision_import` arranges the same just before torchvision is first looked up, so that
+a package can promise an importable torchvision without importing torch itself (2 s) at import.
 """
 
 from __future__ import annotations
 
 import sys
+from importlib.abc import MetaPathFinder
 from pathlib import Path
 from types import ModuleType
 
@@ -35,6 +38,29 @@ def ensure_torchvision_importable() -> None:
     _library = torch.library.Library("torchvision", "FRAGMENT")
     for name in missing:
         _library.define(_MISSING_OPS[name])
+
+
+class _BeforeTorchvision(MetaPathFinder):
+    """Asked first where any module is (`import torchvision`, or find_spec as transformers probes
+    it): at the first question about torchvision it steps aside and makes torchvision importable,
+    then lets the ordinary finders answer."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torchvision":
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)  # before: ensure_torchvision_importable looks it up too
+            ensure_torchvision_importable()
+        return None
+
+
+def prepare_torchvision_import() -> None:
+    """`ensure_torchvision_importable()`, deferred to the first lookup of torchvision: nothing
+    (torch included) is imported now. The trainer's command modules import this way, so that a
+    command checks its arguments and inputs before torch is ever imported."""
+    if "torchvision" in sys.modules:
+        return  # imported already: it was importable
+    if not any(isinstance(finder, _BeforeTorchvision) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _BeforeTorchvision())
 
 
 def _schema_exists(torch, name: str) -> bool:

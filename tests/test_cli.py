@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -142,14 +143,19 @@ def test_motion_eval_with_no_measurable_clip_is_failed_work(tmp_path):
 
 
 def make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`make` in the repository, with this interpreter and without (re)building the venv."""
+    """`make` in the repository, with this interpreter and without (re)building the venv, in an
+    environment without what a `make` around this test run hands down: `make test ARGS=-x` puts
+    ARGS=-x in MAKEFLAGS and in the environment, and the inner make would take it as its own."""
+    makefile_variables = set(re.findall(r"\$\(([A-Z][A-Z_]*)\)", (ROOT / "Makefile").read_text()))
+    inherited = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "GNUMAKEFLAGS"}
+    clean = {k: v for k, v in os.environ.items() if k not in inherited | makefile_variables}
     return subprocess.run(
         ["make", "--no-print-directory", "-o", "venv", f"PY={sys.executable}", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, **(env or {})},
+        env={**clean, **(env or {})},
     )
 
 

@@ -11,10 +11,12 @@ import torch
 from conftest import GAME_TURN, tiny_config
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
-from trainer import build
 from trainer.config import EncoderConfig
 from trainer.loop import describe_trainable
 from trainer.tiny import TINY, mistral_tokenizer
+
+# trainer.build (transformers, peft, diffusers: seconds) is imported in the tests that build a
+# part, not at collection, which every test worker pays.
 
 CPU = torch.device("cpu")
 
@@ -28,6 +30,8 @@ def _trainable(model: torch.nn.Module) -> dict[str, int]:
 
 def test_decoder_lora_scale_is_the_releases_one_over_rank(backbones, shards, tmp_path):
     from peft.tuners.lora import LoraLayer
+
+    from trainer import build
 
     # the default rank (64) and alpha, on the tiny transformer
     config = tiny_config("encoder", backbones, shards, tmp_path, decoder_lora_rank=64)
@@ -120,6 +124,8 @@ def test_warm_up_steps_the_motion_mlp_with_the_encoder_only(backbones, shards, t
 
 
 def test_mllm_trains_lora_embeddings_lm_head_and_every_rmsnorm(backbones, shards, tmp_path):
+    from trainer import build
+
     config = tiny_config("mllm", backbones, shards, tmp_path)
     model = build.game_state_model(config, CPU, torch.float32)
     names = _trainable(model)
@@ -154,6 +160,8 @@ def test_mllm_trains_lora_embeddings_lm_head_and_every_rmsnorm(backbones, shards
 
 
 def test_fully_trained_modules_are_fp32_inside_a_bf16_backbone(backbones, shards, tmp_path):
+    from trainer import build
+
     config = tiny_config("mllm", backbones, shards, tmp_path)
     model = build.game_state_model(config, CPU, torch.bfloat16)
     for name, p in model.named_parameters():
@@ -183,6 +191,7 @@ def test_the_start_up_line_counts_trainable_weights_by_part(backbones, shards, t
 
 
 def test_default_mllm_loss_is_ce_plus_mse(backbones, shards, tmp_path):
+    from trainer import build
     from trainer.config import load_config
 
     config = tiny_config("mllm", backbones, shards, tmp_path)
@@ -276,6 +285,8 @@ def test_micro_batches_cover_the_large_batch_on_every_split():
 
 
 def test_t5_runs_without_a_mask_in_fp32(backbones, shards, tmp_path):
+    from trainer import build
+
     config = tiny_config("encoder", backbones, shards, tmp_path)
     encoder = build.shot_encoder(config, CPU, torch.bfloat16)
     assert next(encoder.t5.parameters()).dtype == torch.float32  # bf16 run, fp32 T5

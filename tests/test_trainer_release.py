@@ -15,7 +15,10 @@ from conftest import GAME_TURN, tiny_config, write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from prompts.game import action_text, instruction_text
-from trainer import build, checkpoint
+from trainer import checkpoint
+
+# trainer.build (transformers, peft, diffusers: seconds) is imported in the tests that build a
+# part, not at collection, which every test worker pays.
 
 
 def _encoder_config(backbones, shards, tmp_path, **settings):
@@ -41,6 +44,7 @@ def test_action_text_puts_the_adverb_first_as_the_paper():
 
 
 def test_condition_dropout_drops_and_is_counted(backbones, shards, tmp_path):
+    from trainer import build
     from trainer.models.encoder import ConditionDrop
 
     config = _encoder_config(backbones, shards, tmp_path)
@@ -73,6 +77,8 @@ def test_condition_dropout_drops_and_is_counted(backbones, shards, tmp_path):
 
 
 def test_clip_sees_the_whole_frame_by_default(backbones, shards, tmp_path):
+    from trainer import build
+
     frame = torch.zeros(1, 3, 48, 72, dtype=torch.uint8)
     frame[:, 0, :, :12] = 255  # a red band in the left sixth of the frame
     red_in_view = {}
@@ -89,6 +95,7 @@ def test_clip_sees_the_whole_frame_by_default(backbones, shards, tmp_path):
 
 
 def test_guidance_changes_the_sample_and_scale_one_is_unguided(backbones, shards, tmp_path):
+    from trainer import build
     from trainer.models.decoder import Guidance, guidance_from
 
     torch.manual_seed(0)  # the perturbation and the shots below: the same test every run
@@ -145,6 +152,8 @@ def test_dynamic_guidance_weights_follow_the_release_formula():
 
 
 def test_the_noise_schedule_is_the_release_zero_snr_shift_3(backbones, shards, tmp_path):
+    from trainer import build
+
     config = _encoder_config(backbones, shards, tmp_path)
     scheduler = build.shot_decoder(config, torch.device("cpu"), torch.float32).scheduler
     assert scheduler.config.snr_shift_scale == 3.0 and scheduler.config.rescale_betas_zero_snr
@@ -184,6 +193,7 @@ def test_release_layout_writes_turns_as_the_released_model_reads_them():
 
 
 def test_play_reads_states_in_the_release_layout(backbones, shards, tmp_path):
+    from trainer import build
     from trainer.play import predict_turn
 
     config = tiny_config("mllm", backbones, shards, tmp_path, prompt_format="release")

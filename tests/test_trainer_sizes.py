@@ -11,16 +11,19 @@ import trainer  # noqa: F401  (makes torchvision importable before transformers)
 
 # The released checkpoints' config.json values: one place, shared with the GPU benchmark.
 from bench.gpu_models import CLIP_VIT_B16, T5_V11_XXL
-from trainer.models.decoder import ShotDecoder
 from trainer.models.encoder import ShotEncoder
-from trainer.models.mllm import GameStateModel
 from trainer.tiny import mistral_tokenizer
+
+# The decoder and the MLLM (diffusers, peft, transformers: seconds) are imported in the tests
+# that build them, not at collection, which every test worker pays.
 
 
 @pytest.mark.slow
 def test_real_size_encoder_fills_the_cogvideox_2b_text_slot_and_the_decoder_takes_it():
     from diffusers import AutoencoderKLCogVideoX, CogVideoXTransformer3DModel
     from transformers import CLIPVisionConfig, CLIPVisionModel, T5Config, T5EncoderModel
+
+    from trainer.models.decoder import ShotDecoder
 
     with torch.device("meta"):
         clip = CLIPVisionModel(CLIPVisionConfig(**CLIP_VIT_B16))
@@ -62,6 +65,8 @@ def test_real_size_encoder_fills_the_cogvideox_2b_text_slot_and_the_decoder_take
 
 def test_real_size_mllm_projects_between_the_shot_and_mistral_7b():
     from transformers import MistralConfig, MistralForCausalLM
+
+    from trainer.models.mllm import GameStateModel
 
     with torch.device("meta"):
         llm = MistralForCausalLM(MistralConfig())  # Mistral-7B: hidden 4096, 32 layers

@@ -23,11 +23,14 @@ import json
 import pickle
 import shutil
 from pathlib import Path
-
-import torch
-from safetensors.torch import load_file, save_file
+from typing import TYPE_CHECKING
 
 from core.io import write_text_atomic
+
+# torch and safetensors are imported where tensors are read or written: `play` and the trainer's
+# commands look up a checkpoint folder (and name one that holds none) before torch is imported.
+if TYPE_CHECKING:
+    import torch
 
 FORMAT = "animegamer-trainer/2"
 STATE_FILE = "state.json"
@@ -82,11 +85,15 @@ def save(
 
 
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    from safetensors.torch import save_file
+
     save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, path)
 
 
 def _split_optimizer(optimizer) -> tuple[dict[str, torch.Tensor], dict | None]:
     """An optimiser state dict as tensors (`<param index>/<key>`) plus JSON for the rest."""
+    import torch
+
     if optimizer is None:
         return {}, None
     saved = optimizer.state_dict()
@@ -111,6 +118,8 @@ def _join_optimizer(tensors: dict[str, torch.Tensor], saved: dict | None) -> dic
 
 
 def save_adapter(folder: Path, weights: dict, lora_config, tokenizer=None) -> None:
+    from safetensors.torch import save_file
+
     folder.mkdir(parents=True, exist_ok=True)
     lora_config.save_pretrained(str(folder))
     if tokenizer is not None:  # with the special tokens the adapter's embedding rows belong to
@@ -132,15 +141,23 @@ def find(location: str | Path) -> Path | None:
     return None
 
 
-def load(location: str | Path) -> dict:
-    """phase, config, step, trainable, optimizer (a torch state dict) and extra tensors."""
+def locate(location: str | Path) -> Path:
+    """`find`, or a FileNotFoundError that names the location."""
     path = find(location)
     if path is None:
         raise FileNotFoundError(
             f"{location}: no trainer checkpoint here (expected {STATE_FILE} or checkpoints/latest)"
         )
+    return path
+
+
+def load(location: str | Path) -> dict:
+    """phase, config, step, trainable, optimizer (a torch state dict) and extra tensors."""
+    path = locate(location)
     if not (path / STATE_FILE).is_file():
         return _load_legacy(path / LEGACY_STATE_FILE)
+    from safetensors.torch import load_file
+
     try:
         state = json.loads((path / STATE_FILE).read_text())
     except json.JSONDecodeError as exc:
@@ -158,6 +175,8 @@ def load(location: str | Path) -> dict:
 
 def _load_legacy(path: Path) -> dict:
     """A checkpoint of the first format (one torch.save file): plain data only, no code."""
+    import torch
+
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -178,6 +197,8 @@ def restore_trainable(
     source: str = "checkpoint",
 ) -> int:
     """Copy saved weights whose names start with `prefix` into the model; all of them must fit."""
+    import torch
+
     params = dict(model.named_parameters())
     chosen = {k: v for k, v in weights.items() if k.startswith(prefix)}
     unknown = [k for k in chosen if k not in params]

@@ -53,22 +53,25 @@ def add_arguments(parser: argparse.ArgumentParser, phase: str | None = None) -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.backbones import MissingCheckpoint
     from trainer.config import ConfigError, apply_overrides, describe, load_config
-    from trainer.loop import train
 
     if args.settings:
         for name, default, text in describe(args.phase):
             print(f"{name} = {default!r}\n    {text}" if text else f"{name} = {default!r}")
         return 0
-    with input_errors(ConfigError, MissingCheckpoint, FileNotFoundError, ValueError):
-        # Bad settings, checkpoints or shards: the message names the file or setting.
+    # Bad settings, checkpoints or shards: the message names the file or setting (a missing
+    # backbone is trainer.backbones.MissingCheckpoint, a FileNotFoundError).
+    with input_errors(ConfigError, FileNotFoundError, ValueError):
         config = load_config(args.phase, args.config)
         config.shards = list(args.shards) if args.shards else config.shards
         config.out_dir = args.out or config.out_dir
         apply_overrides(config, args.overrides)  # --set comes last
         if not config.shards:
             raise ConfigError("no shards given (--shards or the `shards` setting)")
+        # Only now torch and the phase's model code (transformers, peft, diffusers: seconds): the
+        # settings above are refused at once, before any of it is imported.
+        from trainer.loop import train
+
         module = importlib.import_module(PHASE_MODULES[args.phase])
         train(args.phase, config, module.build_phase, resume=not args.fresh)
     return 0

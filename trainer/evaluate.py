@@ -107,7 +107,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from core.settings import ConfigError, field_docs, parse_assignment, set_setting
-    from trainer.backbones import MissingCheckpoint
 
     config = EvalConfig()
     if args.settings:
@@ -117,7 +116,9 @@ def run(args) -> int:
         return 0
     from core.cli import input_errors
 
-    with input_errors(ConfigError, MissingCheckpoint, FileNotFoundError, ValueError):
+    # A missing backbone is trainer.backbones.MissingCheckpoint, a FileNotFoundError: not imported
+    # by name, since that module imports torch, which an error in the arguments should not wait for.
+    with input_errors(ConfigError, FileNotFoundError, ValueError):
         for item in args.overrides:
             set_setting(config, *parse_assignment(item), "--set")
         if args.generated is None:

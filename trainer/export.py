@@ -99,12 +99,15 @@ def _rows(locations: list[str]) -> Iterator[dict]:
     import pyarrow.parquet as pq
 
     from core.shards import check_schema_version, shard_paths
-    from prompts.game import action_text
-    from trainer.data import CATALOG_COLUMNS, instruction_of
 
     paths = list(dict.fromkeys(p.resolve() for loc in locations for p in shard_paths(Path(loc))))
     if not paths:
         raise FileNotFoundError(f"no clip shards under {', '.join(map(str, locations))}")
+    # Imported once there are shards to read: trainer.data imports torch (seconds), which a wrong
+    # folder should not wait for.
+    from prompts.game import action_text
+    from trainer.data import CATALOG_COLUMNS, instruction_of
+
     for path in paths:
         parquet = pq.ParquetFile(path)
         check_schema_version(parquet.schema_arrow, path)

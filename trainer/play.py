@@ -115,6 +115,12 @@ def play(
     guidance_scale=None,
 ):
     """Yield one record per turn (and write them to out/states.jsonl)."""
+    from trainer import checkpoint
+
+    # A folder without a checkpoint is named before torch and the model code (transformers,
+    # peft, diffusers: seconds) are imported.
+    for location in filter(None, (mllm_location, decoder_location)):
+        checkpoint.locate(location)
     import torch
 
     from core.device import pick_device
