@@ -200,7 +200,8 @@ def test_segment_plan_depends_on_the_film_and_settings_only(tmp_path):
     from pipeline.segments import plan_segments
     from stages.probe import Probe
 
-    film = Probe().process(make_video(tmp_path / "s.mp4", num_frames=1440, fps=24))  # 60 s
+    # 60 s; the plan reads only the frame count and rate, so the frames are small
+    film = Probe().process(make_video(tmp_path / "s.mp4", size=(72, 128), num_frames=1440, fps=24))
     lengths = lambda plan: [s.stop - s.start for s in plan]  # noqa: E731
     assert lengths(plan_segments(film, 120)) == [1440]
     assert lengths(plan_segments(film, 30)) == [720, 720]
@@ -220,8 +221,8 @@ def test_ntsc_frame_rates_keep_every_window(tmp_path, rate):
     from fractions import Fraction
 
     fps = Fraction(rate)
-    film = make_video(tmp_path / "ntsc.mp4", num_frames=int(20.5 * fps), fps=fps)
-    # the sample times are tested: small clips, no motion
+    # the sample times are tested: small frames and clips, no motion
+    film = make_video(tmp_path / "ntsc.mp4", size=(180, 320), num_frames=int(20.5 * fps), fps=fps)
     config = local_config(clips__height=96, clips__width=160, motion__enabled=False, **NO_OVERLAYS)
     result = run_film(film, tmp_path / "out", config, load_ip(None))
     manifest = _manifest(result.film_dir)

@@ -14,29 +14,45 @@ import pytest
 from conftest import CLI, ROOT, make_video
 
 from core.shards import read_clips
+from pipeline.cli import main
+
+
+def _args(film, out, *extra, executor="local"):
+    """The arguments of `animegamer dataset` for `film` in 2-second segments."""
+    args = ["dataset", str(film), "--out", str(out), "--quiet"]
+    args += ["--set", "run.segment_seconds=2", *extra]
+    return args + (["--executor", executor] if executor != "auto" else [])
 
 
 def _cli(film, out, *extra, executor="local"):
-    command = [*CLI, "dataset", str(film), "--out", str(out), "--quiet"]
-    command += ["--set", "run.segment_seconds=2", *extra]
-    return command + (["--executor", executor] if executor != "auto" else [])
+    return [*CLI, *_args(film, out, *extra, executor=executor)]
 
 
 def _rows(film_dir):
     return [c.to_row() for c in read_clips(film_dir)]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """A 20-second film of four scenes (ten segments) at 256x144, and the film folder its
+    uninterrupted run makes: the reference of both kill -9 tests, cut once (in this process:
+    what is compared is its output, not how it ran)."""
+    folder = tmp_path_factory.mktemp("resume")
+    film = make_video(
+        folder / "long.mp4", size=(144, 256), cuts=(70, 200, 330), num_frames=480, seed=7
+    )
+    assert main(_args(film, folder / "reference")) == 0
+    return film, next((folder / "reference").glob("long-*"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", ["local", "auto"])
-def test_kill_9_then_rerun_gives_the_uninterrupted_output(tmp_path, executor):
+def test_kill_9_then_rerun_gives_the_uninterrupted_output(
+    tmp_path, capsys, uninterrupted, executor
+):
     """The whole run's process group killed, as a crash or a closed terminal does (under 'auto',
     the pool's workers with it); the rerun's output is the uninterrupted run's, whichever ran."""
-    film = make_video(tmp_path / "long.mp4", cuts=(70, 200, 330), num_frames=480, fps=24, seed=7)
-    reference = subprocess.run(
-        _cli(film, tmp_path / "reference"), cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
-    assert reference.returncode == 0, reference.stderr
-
+    film, reference_dir = uninterrupted
     out = tmp_path / "crashed"
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
     victim = subprocess.Popen(
@@ -62,7 +78,6 @@ def test_kill_9_then_rerun_gives_the_uninterrupted_output(tmp_path, executor):
     )
     assert rerun.returncode == 0, rerun.stderr
     assert "segments already done" in rerun.stdout
-    reference_dir = next((tmp_path / "reference").glob("long-*"))
     expected, got = _rows(reference_dir), _rows(film_dir)
     assert len(got) == len(expected) > 0
     assert len({r["clip_id"] for r in got}) == len(got)  # no duplicates
@@ -72,8 +87,9 @@ def test_kill_9_then_rerun_gives_the_uninterrupted_output(tmp_path, executor):
         assert (film_dir / name).read_bytes() == (reference_dir / name).read_bytes()
     assert not (film_dir / "work").exists()
 
-    again = subprocess.run(_cli(film, out), cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert "already complete" in again.stdout
+    capsys.readouterr()
+    assert main(_args(film, out)) == 0  # in this process: only the folder's state is in question
+    assert "already complete" in capsys.readouterr().out
     summary = json.loads((film_dir / "summary.json").read_text())
     assert summary["complete"] and summary["clips_written"] == len(expected)
 
@@ -177,21 +193,19 @@ def test_ctrl_c_under_the_default_process_pool_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_force_cuts_a_finished_film_again(tmp_path):
+def test_force_cuts_a_finished_film_again(tmp_path, capsys):
     """`--force` re-cuts a film that a complete run committed (by default it is skipped), to the
-    same clips."""
+    same clips. (The command runs in this process: what it does with the flag is in question.)"""
     film = make_video(tmp_path / "short.mp4", size=(144, 256), num_frames=72, seed=3)
     out = tmp_path / "out"
-    first = subprocess.run(_cli(film, out), cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0, first.stderr
+    assert main(_args(film, out)) == 0
     film_dir = next(out.glob("short-*"))
     before = _rows(film_dir)
     summary = film_dir / "summary.json"
     written = summary.stat().st_mtime_ns
-    again = subprocess.run(
-        _cli(film, out, "--force"), cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert again.returncode == 0, again.stderr
-    assert "already complete" not in again.stdout and ": done:" in again.stdout
+    capsys.readouterr()
+    assert main(_args(film, out, "--force")) == 0
+    again = capsys.readouterr().out
+    assert "already complete" not in again and ": done:" in again
     assert summary.stat().st_mtime_ns != written
     assert _rows(film_dir) == before
