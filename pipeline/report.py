@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import html
 import json
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -68,24 +68,13 @@ from pipeline.report_html import (
     _table,
     review_text,
 )
+from pipeline.report_options import ReportOptions
 from stages.quality import RejectConfig, quality_measures
 
 # Clips on the timeline (a rejected clip: by the quality stage or in review)
 _CLIP_COLORS = {"usable": "#2e9e5b", "rejected": "#c7c7c7", "failed": "#d62728"}
 # Drop reasons on the timeline: no green, grey or red, which mark the clips.
 _DROP_COLORS = ["#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf"]
-
-
-@dataclass
-class ReportOptions:
-    max_previews: int = 48
-    """Animated previews per film, evenly spaced over the film (a 2-hour film has ~3,600 clips)."""
-    max_rejected_previews: int = 6
-    """Animated previews per reject reason and film, evenly spaced over the film."""
-    preview_width: int = 288
-    """Preview width in pixels (a 720-pixel clip is shown at 288x192 by default)."""
-    ip: str | None = None
-    """Only films of this IP (from summary.json or the manifest's ip column)."""
 
 
 # ---------------------------------------------------------------- entry points

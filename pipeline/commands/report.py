@@ -7,6 +7,7 @@ from pathlib import Path
 
 from core.cli import UsageError, input_errors, work_errors
 from pipeline.commands.film_paths import add_dataset_dir_argument, folder_for
+from pipeline.report_options import ReportOptions
 
 HELP = """Write a self-contained HTML report of a dataset: film facts, the crop box drawn on a
 frame, a timeline of scenes, clips and drops, animated clip previews, histograms of motion scope,
@@ -19,8 +20,6 @@ captions and drop reasons, and stage timings. It opens from disk in any browser.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipeline.report import ReportOptions
-
     defaults = ReportOptions()
     parser.add_argument(
         "path",
@@ -52,15 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.explore import DatasetError, open_dataset
-    from pipeline.report import ReportOptions, select_films, write_report
-
     if args.preview_width < 16:
         raise UsageError(f"--preview-width {args.preview_width} is too small (>= 16)")
     options = ReportOptions(
         max_previews=args.previews, preview_width=args.preview_width, ip=args.ip
     )
     folder = folder_for(args.path, args.dataset_dir)
+    # Only now the report's own imports (pandas, matplotlib: about a second): a bad argument or a
+    # path that is not there is refused before them.
+    from pipeline.explore import DatasetError, open_dataset
+    from pipeline.report import select_films, write_report
+
     with input_errors(DatasetError):  # not a dataset, or no film of that IP (opening is lazy)
         select_films(open_dataset(folder), options.ip)
     # ValueError: a shard of another schema version; OSError: the report cannot be written
