@@ -67,18 +67,15 @@ def encoder_run(backbones, shards, tmp_path_factory):
     return out, config, run_phase("encoder", config)
 
 
+# The phase (b) run of mllm_run, also the one process that two gloo processes must agree with.
+MLLM_RUN = {"max_steps": 4, "max_turns": 3, "lr": 3e-3}
+
+
 @pytest.fixture(scope="module")
 def mllm_run(backbones, shards, encoder_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("mllm")
     config = tiny_config(
-        "mllm",
-        backbones,
-        shards,
-        out,
-        max_steps=4,
-        max_turns=3,
-        lr=3e-3,
-        encoder_checkpoint=str(encoder_run[0]),
+        "mllm", backbones, shards, out, **MLLM_RUN, encoder_checkpoint=str(encoder_run[0])
     )
     return out, config, run_phase("mllm", config)
 
@@ -290,19 +287,18 @@ def test_train_cli_names_a_missing_checkpoint(backbones, shards, tmp_path, capsy
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_agree_with_one(backbones, shards, encoder_run, tmp_path):
+def test_two_gloo_processes_agree_with_one(backbones, shards, encoder_run, mllm_run, tmp_path):
+    """mllm_run is the one process (batch 2); two processes of batch 1 under torchrun, with its
+    settings otherwise (save_every changes no step), take the same steps to the same weights."""
+    one, _, single_metrics = mllm_run
+    assert tiny_settings(backbones)["batch_size"] == 2
     settings = {
         **tiny_settings(backbones),
-        "max_turns": 3,
-        "lr": 3e-3,
-        "max_steps": 3,
-        "save_every": 3,
+        **MLLM_RUN,
         "encoder_checkpoint": str(encoder_run[0]),
+        "batch_size": 1,
+        "save_every": MLLM_RUN["max_steps"],
     }
-    single = tiny_config(
-        "mllm", backbones, shards, tmp_path / "one", **{**settings, "batch_size": 2}
-    )
-    single_metrics = run_phase("mllm", single)
     command = [
         sys.executable,
         "-m",
@@ -321,7 +317,7 @@ def test_two_gloo_processes_agree_with_one(backbones, shards, encoder_run, tmp_p
     ]
     from trainer.config import MllmConfig
 
-    for name, value in {**settings, "batch_size": 1}.items():
+    for name, value in settings.items():
         if name in MllmConfig.__dataclass_fields__:
             command += ["--set", f"{name}={value}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -330,10 +326,10 @@ def test_two_gloo_processes_agree_with_one(backbones, shards, encoder_run, tmp_p
     two = [
         json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
     ]
-    assert [m["step"] for m in two] == [1, 2, 3]
+    assert [m["step"] for m in two] == [1, 2, 3, 4]
     assert losses(two) == pytest.approx(losses(single_metrics), rel=1e-4, abs=1e-5)
     _assert_same_weights(
-        checkpoint.load(tmp_path / "one")["trainable"],
+        checkpoint.load(one)["trainable"],
         checkpoint.load(tmp_path / "two")["trainable"],
         atol=1e-5,
     )
