@@ -6,7 +6,7 @@ PyAV bundles FFmpeg (with libx264), so nothing here needs a system ffmpeg.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import av
 import cv2
@@ -109,7 +109,13 @@ class FrameReader:
         self.corrupt_packets = 0
         self.unmatched_frames = 0  # decoded frames whose timestamp the probe did not list
 
-    def frames(self, first: int, stop: int) -> Iterator[tuple[int, av.VideoFrame]]:
+    def frames(
+        self, first: int, stop: int, only: Collection[int] | None = None
+    ) -> Iterator[tuple[int, av.VideoFrame]]:
+        """`only`: the caller wants these indices alone, so the decoder skips the packets of the
+        other frames that no frame refers to (FFmpeg's skip_frame "nonref", set packet by packet:
+        B-frames, mostly). The frames wanted are decoded as they would be otherwise (every frame
+        they refer to is); a packet without a known timestamp is decoded."""
         # keyed by int | None: a frame without a timestamp is simply not found (unmatched)
         index_of: dict[int | None, int] = {pts: i for i, pts in enumerate(self.frame_pts)}
         with av.open(self.path) as container:
@@ -118,7 +124,8 @@ class FrameReader:
             stream.codec_context.thread_count = self.threads
             if first > 0:
                 container.seek(self.frame_pts[first], stream=stream, backward=True, any_frame=False)
-            for frame in self._decode(container, stream):
+            wanted = None if only is None else (index_of, set(only))
+            for frame in self._decode(container, stream, wanted):
                 index = index_of.get(frame.pts)
                 if index is None:
                     self.unmatched_frames += 1
@@ -144,8 +151,12 @@ class FrameReader:
                 if frame.pts in index_of and (wanted is None or ordinal in wanted):
                     yield index_of[frame.pts], frame
 
-    def _decode(self, container, stream) -> Iterator[av.VideoFrame]:
+    def _decode(self, container, stream, wanted=None) -> Iterator[av.VideoFrame]:
         for packet in container.demux(stream):
+            if wanted is not None:  # (index of a timestamp, the indices wanted)
+                index = wanted[0].get(packet.pts)
+                keep = index is None or index in wanted[1]
+                stream.codec_context.skip_frame = "DEFAULT" if keep else "NONREF"
             try:
                 yield from packet.decode()
             except av.error.InvalidDataError:

@@ -181,3 +181,27 @@ def test_shrinking_by_twice_or_more_averages_blocks_first_and_stays_an_area_resi
     assert np.array_equal(
         small, cv2.resize(big[:, :1300], (720, 480), interpolation=cv2.INTER_AREA)
     )
+
+
+def test_a_pass_for_some_frames_skips_others_and_decodes_those_alike():
+    """FrameReader.frames(only=...) (the overlay pass's spread samples): the frames no other
+    refers to are skipped unless wanted, and the wanted ones are the full pass's, pixel for
+    pixel (bikes.mp4 has such B-frames)."""
+    from core.video import FrameReader
+    from stages.probe import Probe
+
+    film = Probe().process(BIKES)
+    wanted = set(range(0, film.num_frames, 7))
+    passes = []
+    for only in (None, wanted):
+        reader = FrameReader(str(BIKES), film.frame_pts)
+        count, planes = 0, {}
+        for index, frame in reader.frames(0, film.num_frames, only):
+            count += 1
+            if index in wanted:
+                planes[index] = frame.to_ndarray(format="gray")
+        passes.append((count, planes))
+    (everything, full), (fewer, some) = passes
+    assert everything == film.num_frames and fewer < everything
+    assert some.keys() == full.keys() == wanted
+    assert all(np.array_equal(some[i], full[i]) for i in wanted)
