@@ -76,8 +76,26 @@ def _join(film: LabelledFilm, shot: list[np.ndarray], kind: str, length: int) ->
     film.shots.append((first, len(film.frames)))
 
 
-def build_labelled_film(path) -> LabelledFilm:
-    bunny, sintel_box = read_frames(BUNNY, 0, 132), (58, 422)
+SINTEL_BOX = (58, 422)  # the sample's picture rows, between its letterbox bars
+
+
+@pytest.fixture(scope="module")
+def shot():
+    """`shot(path, start, stop)`: read_frames of a bundled film (the sample's letterbox removed),
+    each range read once for the module's two films, which share their shots."""
+    read: dict = {}
+
+    def frames(path, start: int, stop: int) -> list[np.ndarray]:
+        if (path, start, stop) not in read:
+            rows = SINTEL_BOX if path == SINTEL else None
+            read[path, start, stop] = read_frames(path, start, stop, rows)
+        return read[path, start, stop]
+
+    return frames
+
+
+def build_labelled_film(path, shot) -> LabelledFilm:
+    bunny = shot(BUNNY, 0, 132)
     film = LabelledFilm()
     _join(film, bunny[:66], "", 0)
     # the film opens on black (6 frames) and fades in over the next 8
@@ -85,24 +103,24 @@ def build_labelled_film(path) -> LabelledFilm:
         film.frames[k] = _blend(np.zeros_like(film.frames[k]), film.frames[k], max(0, k - 5) / 9)
     film.transitions.append(("fadein", 0, 14))
     film.shots[0] = (14, film.shots[0][1])
-    _join(film, read_frames(BIKES, 76, 137), "cut", 0)
-    _join(film, read_frames(SINTEL, 874, 940, sintel_box), "dissolve", 12)  # before its own fade
+    _join(film, shot(BIKES, 76, 137), "cut", 0)
+    _join(film, shot(SINTEL, 874, 940), "dissolve", 12)  # before its own fade
     # one white frame in the middle of the desert shot: a flash, not a boundary
     flash = film.shots[-1][0] + 20
     film.frames[flash] = _blend(film.frames[flash], np.full_like(film.frames[flash], 255), 0.8)
     film.flashes.append(flash)
-    _join(film, read_frames(BIKES, 187, 242), "fadeblack", 12)
-    _join(film, read_frames(SINTEL, 571, 621, sintel_box), "fadewhite", 8)
+    _join(film, shot(BIKES, 187, 242), "fadeblack", 12)
+    _join(film, shot(SINTEL, 571, 621), "fadewhite", 8)
     _join(film, bunny[66:], "wipe", 6)
-    _join(film, read_frames(SINTEL, 131, 194, sintel_box), "dissolve", 16)
+    _join(film, shot(SINTEL, 131, 194), "dissolve", 16)
     write_frames(path, film.frames, FPS, crf=16)
     return film
 
 
 @pytest.fixture(scope="module")
-def labelled(tmp_path_factory):
+def labelled(tmp_path_factory, shot):
     path = tmp_path_factory.mktemp("labelled") / "labelled.mp4"
-    return path, build_labelled_film(path)
+    return path, build_labelled_film(path, shot)
 
 
 # Small clips, no motion and no overlay pass: neither the geometry nor the overlays are what is
@@ -280,17 +298,16 @@ def _xfade(tail: list[np.ndarray], head: list[np.ndarray], kind: str) -> list[np
 
 
 @pytest.fixture(scope="module")
-def xfade_shots() -> list[list[np.ndarray]]:
-    box = (58, 422)
+def xfade_shots(shot) -> list[list[np.ndarray]]:
     return [
-        read_frames(BUNNY, 0, 66),
-        read_frames(SINTEL, 571, 621, box),
-        read_frames(BIKES, 76, 137),
-        read_frames(BIKES, 187, 242),
-        read_frames(SINTEL, 874, 940, box),
-        read_frames(BUNNY, 66, 132),
-        read_frames(SINTEL, 131, 194, box),
-        read_frames(BIKES, 137, 187),
+        shot(BUNNY, 0, 132)[:66],
+        shot(SINTEL, 571, 621),
+        shot(BIKES, 76, 137),
+        shot(BIKES, 187, 242),
+        shot(SINTEL, 874, 940),
+        shot(BUNNY, 0, 132)[66:],
+        shot(SINTEL, 131, 194),
+        shot(BIKES, 137, 187),
     ]
 
 
