@@ -112,6 +112,7 @@ def _count(module) -> float:
     return sum(p.numel() for p in module.parameters()) / 1e9
 
 
+@pytest.mark.slow  # over 1.5 s (README, "Test time")
 def test_internvl_2_5_8b_configuration_has_its_published_size():
     from transformers import InternVLForConditionalGeneration
 
@@ -140,6 +141,7 @@ def test_trainer_backbones_have_their_published_sizes():
     assert models.decoder_width_and_slot(models.TINY) == (32, 20)
 
 
+@pytest.mark.slow  # over 1.5 s (README, "Test time")
 def test_phase_a_decoder_step_flops_at_real_size():
     """CogVideoX-2B over 226 text + 5 x 30 x 45 video tokens (17 frames of 480x720)."""
     with torch.device("meta"):

@@ -184,6 +184,7 @@ def test_steady_street_edges_are_no_logo(detector):
     assert record.logos == [] and record.frames_sampled >= 40
 
 
+@pytest.mark.slow  # over 1.5 s (README, "Test time")
 def test_a_few_views_are_too_few_to_tell_a_logo(pictures, detector):
     """Three shots, each sampled sixteen times: a mark on all of them cannot be told from a
     still background (fewer than logo_min_shots views), so nothing is claimed."""
@@ -329,6 +330,7 @@ def test_a_hardsubbed_film_with_a_logo_keeps_no_clip_that_shows_them(wide_film, 
             assert SUBTITLE in row["reject_reasons"] or "text" in row["reject_reasons"]
 
 
+@pytest.mark.slow  # over 1.5 s (README, "Test time")
 def test_in_world_signs_cost_no_clip(signs_film, tmp_path):
     summary, rows = cut(signs_film, tmp_path)
     assert summary.overlays.subtitle_bands == [] and summary.overlays.logos == []
