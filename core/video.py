@@ -124,8 +124,11 @@ class FrameReader:
             stream.codec_context.thread_count = self.threads
             if first > 0:
                 container.seek(self.frame_pts[first], stream=stream, backward=True, any_frame=False)
-            wanted = None if only is None else (index_of, set(only))
-            for frame in self._decode(container, stream, wanted):
+            wanted = None if only is None else set(only)
+            skippable = (
+                None if wanted is None else {pts for pts, i in index_of.items() if i not in wanted}
+            )
+            for frame in self._decode(container, stream, skippable):
                 index = index_of.get(frame.pts)
                 if index is None:
                     self.unmatched_frames += 1
@@ -151,12 +154,15 @@ class FrameReader:
                 if frame.pts in index_of and (wanted is None or ordinal in wanted):
                     yield index_of[frame.pts], frame
 
-    def _decode(self, container, stream, wanted=None) -> Iterator[av.VideoFrame]:
+    def _decode(
+        self, container, stream, skippable: set[int | None] | None = None
+    ) -> Iterator[av.VideoFrame]:
+        """The stream's frames; a packet whose timestamp is in `skippable` is decoded only if
+        another frame refers to it (skip_frame "nonref")."""
         for packet in container.demux(stream):
-            if wanted is not None:  # (index of a timestamp, the indices wanted)
-                index = wanted[0].get(packet.pts)
-                keep = index is None or index in wanted[1]
-                stream.codec_context.skip_frame = "DEFAULT" if keep else "NONREF"
+            if skippable is not None:
+                skip = packet.pts in skippable
+                stream.codec_context.skip_frame = "NONREF" if skip else "DEFAULT"
             try:
                 yield from packet.decode()
             except av.error.InvalidDataError:
