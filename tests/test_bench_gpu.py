@@ -228,6 +228,22 @@ def test_a_failed_request_is_an_error_not_throughput():
     assert row["error"] == "1 of 2 requests failed: AssertionError: 0 vs 2"
 
 
+def test_clips_per_second_counts_only_the_clips_sent_to_the_engine():
+    """A clip the stage skipped (unusable, broken) cost no model time: counting it would inflate
+    the throughput (the sintel sample has 4 of 7 clips rejected for text)."""
+
+    class Fine:
+        def load(self):
+            pass
+
+    counted = bench_gpu.CountingEngine(Fine())
+    by_status = {"caption_failed": 3, "skipped_unusable": 4}
+    timed = {"clips": 7, "requests": 6, "seconds": 1.5, "by_status": by_status}
+    settings = bench_gpu.Settings(device="cpu", tiny=True, workdir=None, film=None)
+    row = bench_gpu.caption_row("transformers", 8, timed, counted, settings)
+    assert (row["clips"], row["film_clips"], row["clips_per_s"]) == (3, 7, 2.0)
+
+
 @pytest.mark.slow
 def test_training_parts_run_at_toy_size_on_the_cpu(tmp_path):
     """The training parts' whole path (random backbones swapped in, the phases built by the
