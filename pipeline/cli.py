@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import gc
 import importlib
 import signal
 import sys
@@ -126,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     # exit handlers (Ray's shutdown among them, registered after this module's) with a traceback.
     # atexit runs handlers last-registered first, so this one runs before Ray's.
     atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
+    # The interpreter's last full collections walk every object the imports made: 2.0 s of exit
+    # after torchvision, peft or bitsandbytes (torch alone 0.5 s), 0.4 s with those objects
+    # frozen. Nothing written waits on a collection: every output was closed and renamed into
+    # place before the command returned, and exit handlers (Ray's, the pools') run as before.
+    gc.freeze()
     return status
 
 
