@@ -18,8 +18,6 @@ import random
 import shutil
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -868,30 +866,3 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"{seconds:7.2f}s  {nodeid}")
     terminalreporter.write_line(f"{sum(_cpu_seconds.values()):7.2f}s  in all tests")
     terminalreporter.write_line(f"{_cpu_now():7.2f}s  the whole session (imports, collection)")
-
-
-# ---------------------------------------------------------------- executors
-
-
-def where_it_runs(_, report) -> dict:
-    """A job that reports what a task sees of its worker: its process, the cores it may use (its
-    own and those of a thread it starts), which checkout's code it imports, its GPUs and its
-    niceness. Any executor runs it: the process pool's workers import it by the driver's
-    sys.path, Ray's by PYTHONPATH, which the Ray tests give this folder."""
-    import pipeline
-
-    seen = {}
-    thread = threading.Thread(target=lambda: seen.update(cores=os.sched_getaffinity(0)))
-    thread.start()
-    thread.join()
-    report(300)
-    time.sleep(0.3)  # long enough that one worker cannot take every task before another starts
-    return {
-        "pid": os.getpid(),
-        "cores": sorted(os.sched_getaffinity(0)),
-        "thread_cores": sorted(seen["cores"]),
-        "code": pipeline.__file__,
-        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "nice": os.nice(0),
-        "started": time.monotonic(),
-    }
