@@ -40,6 +40,8 @@ from prompts.game import instruction_text
 from stages.captioning.engines import CaptionEngine, Completion
 from stages.motion_levels import DEFAULT_LEVELS
 
+pytest_plugins = ["scheduling"]  # tests/scheduling.py: how the tests are spread over workers
+
 # ---------------------------------------------------------------- media and their known facts
 
 ROOT = Path(__file__).resolve().parent.parent
