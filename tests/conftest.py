@@ -38,6 +38,8 @@ from prompts.game import instruction_text
 from stages.captioning.engines import CaptionEngine, Completion
 from stages.motion_levels import DEFAULT_LEVELS
 
+pytest_plugins = ["scheduling"]  # tests/scheduling.py: how the tests are spread over workers
+
 # ---------------------------------------------------------------- media and their known facts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -242,15 +244,19 @@ def sintel_dataset(tmp_path_factory) -> Path:
 
 
 def _labelled_film(tmp_path_factory, make: Callable[[Path], Any]):
-    """A film of tests/overlay_films.py, written once a session; a missing font fails the test
-    that asks for it, naming the script that installs the fonts."""
-    from overlay_films import FontMissing
+    """A film of tests/overlay_films.py, written once a test run (`built_once`: not once per
+    xdist worker); a missing font fails the test that asks for it, naming the script that
+    installs the fonts."""
+    from overlay_films import FontMissing, LabelledFilm
 
-    folder = tmp_path_factory.mktemp("overlay_films")
+    name = make.__name__
     try:
-        return make(folder / f"{make.__name__}.mp4")
+        data = built_once(
+            tmp_path_factory, name, lambda folder: make(folder / f"{name}.mp4").to_dict()
+        )
     except FontMissing as exc:
         pytest.fail(str(exc))
+    return LabelledFilm.from_dict(data)
 
 
 @pytest.fixture(scope="session")
