@@ -18,8 +18,6 @@ import random
 import shutil
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -39,6 +37,8 @@ from core.video import encode_image, encode_mp4
 from prompts.game import instruction_text
 from stages.captioning.engines import CaptionEngine, Completion
 from stages.motion_levels import DEFAULT_LEVELS
+
+pytest_plugins = ["scheduling"]  # tests/scheduling.py: how the tests are spread over workers
 
 # ---------------------------------------------------------------- media and their known facts
 
@@ -244,15 +244,19 @@ def sintel_dataset(tmp_path_factory) -> Path:
 
 
 def _labelled_film(tmp_path_factory, make: Callable[[Path], Any]):
-    """A film of tests/overlay_films.py, written once a session; a missing font fails the test
-    that asks for it, naming the script that installs the fonts."""
-    from overlay_films import FontMissing
+    """A film of tests/overlay_films.py, written once a test run (`built_once`: not once per
+    xdist worker); a missing font fails the test that asks for it, naming the script that
+    installs the fonts."""
+    from overlay_films import FontMissing, LabelledFilm
 
-    folder = tmp_path_factory.mktemp("overlay_films")
+    name = make.__name__
     try:
-        return make(folder / f"{make.__name__}.mp4")
+        data = built_once(
+            tmp_path_factory, name, lambda folder: make(folder / f"{name}.mp4").to_dict()
+        )
     except FontMissing as exc:
         pytest.fail(str(exc))
+    return LabelledFilm.from_dict(data)
 
 
 @pytest.fixture(scope="session")
@@ -895,30 +899,3 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"{seconds:7.2f}s  {nodeid}")
     terminalreporter.write_line(f"{sum(_cpu_seconds.values()):7.2f}s  in all tests")
     terminalreporter.write_line(f"{_cpu_now():7.2f}s  the whole session (imports, collection)")
-
-
-# ---------------------------------------------------------------- executors
-
-
-def where_it_runs(_, report) -> dict:
-    """A job that reports what a task sees of its worker: its process, the cores it may use (its
-    own and those of a thread it starts), which checkout's code it imports, its GPUs and its
-    niceness. Any executor runs it: the process pool's workers import it by the driver's
-    sys.path, Ray's by PYTHONPATH, which the Ray tests give this folder."""
-    import pipeline
-
-    seen = {}
-    thread = threading.Thread(target=lambda: seen.update(cores=os.sched_getaffinity(0)))
-    thread.start()
-    thread.join()
-    report(300)
-    time.sleep(0.3)  # long enough that one worker cannot take every task before another starts
-    return {
-        "pid": os.getpid(),
-        "cores": sorted(os.sched_getaffinity(0)),
-        "thread_cores": sorted(seen["cores"]),
-        "code": pipeline.__file__,
-        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "nice": os.nice(0),
-        "started": time.monotonic(),
-    }

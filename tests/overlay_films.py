@@ -144,6 +144,37 @@ class LabelledFilm:
     def boxes(self, kind: str, frame: int) -> list[tuple[int, int, int, int]]:
         return [m.box for m in self.marks[frame] if m.kind == kind]
 
+    def to_dict(self) -> dict:
+        """The film as JSON values (conftest.py's `built_once` shares it between processes)."""
+        return {
+            "path": str(self.path),
+            "width": self.width,
+            "height": self.height,
+            "fps": self.fps,
+            "cuts": self.cuts,
+            "marks": [[[m.kind, m.box, m.text] for m in marks] for marks in self.marks],
+            "subtitles": [
+                [e.start, e.stop, e.lines, e.size, e.where, e.colour, e.style, e.script]
+                for e in self.subtitles
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> LabelledFilm:
+        """The film `to_dict` gave, its boxes, lines and colours tuples again."""
+        return cls(
+            Path(data["path"]),
+            data["width"],
+            data["height"],
+            data["fps"],
+            list(data["cuts"]),
+            [[Mark(kind, tuple(box), text) for kind, box, text in m] for m in data["marks"]],
+            [
+                Subtitle(start, stop, tuple(lines), size, where, tuple(colour), style, script)
+                for start, stop, lines, size, where, colour, style, script in data["subtitles"]
+            ],
+        )
+
     def overlay_truth(self) -> dict:
         """What a perfect film-level overlay analysis finds (the fields of core/film.py's
         OverlayRecord): the row bands every subtitle box falls in, merged where they touch, the
@@ -289,23 +320,27 @@ SINTEL_PICTURE_ROWS = slice(58, 422)  # the trailer's letterbox removed
 
 
 def read_pictures(names) -> dict[str, np.ndarray]:
-    """The named pictures (RGB), decoded once each file."""
-    wanted: dict[Path, dict[int, str]] = {}
-    for name in names:
-        path, index = PICTURES[name]
-        wanted.setdefault(path, {})[index] = name
-    pictures = {}
-    for path, indices in wanted.items():
-        with av.open(str(path)) as container:
-            for i, frame in enumerate(container.decode(video=0)):
-                if i in indices:
-                    picture = frame.to_ndarray(format="rgb24")
-                    if "sintel" in path.name:
-                        picture = picture[SINTEL_PICTURE_ROWS]
-                    pictures[indices[i]] = picture
-                if i >= max(indices):
-                    break
-    return pictures
+    """The named pictures (RGB), each decoded once a process (the three films share five of
+    their eight); the caller may not change them."""
+    return {name: _picture(name) for name in names}
+
+
+@functools.cache
+def _picture(name: str) -> np.ndarray:
+    """One picture, decoded from the key frame before it (the pipeline's FrameReader: the same
+    pixels as decoding from the film's first frame, without the frames before that key frame:
+    sintel_town, frame 300 of the sample, was 301 frames of 854x480 per film)."""
+    from core.video import FrameReader
+    from stages.probe import Probe
+
+    path, index = PICTURES[name]
+    reader = FrameReader(str(path), Probe().process(path).frame_pts, threads=1)
+    [(_, frame)] = reader.frames(index, index + 1)
+    picture = frame.to_ndarray(format="rgb24")
+    if "sintel" in path.name:
+        picture = picture[SINTEL_PICTURE_ROWS]
+    picture.flags.writeable = False
+    return picture
 
 
 def _pan_source(picture: np.ndarray, shot: Shot, width: int, height: int) -> np.ndarray:

@@ -205,10 +205,13 @@ def test_films_nested_at_any_depth_are_one_folder(tmp_path):
 
 def pairs_by_numpy(codes: np.ndarray, start: int, max_bits: int) -> list[tuple[int, int, int]]:
     """The range search written the plain way: each query against every earlier row."""
-    words = codes.view(np.uint64)
+    columns = np.ascontiguousarray(codes.view(np.uint64).T)  # a row per word of the codes
     found = []
-    for j in range(max(start, 1), len(words)):
-        bits = np.bitwise_count(words[:j] ^ words[j]).sum(axis=1)
+    for j in range(max(start, 1), len(codes)):
+        # word by word over contiguous rows: a quarter of the time of `.sum(axis=1)` (issue 30)
+        bits = np.zeros(j, np.uint16)
+        for column in columns:
+            bits += np.bitwise_count(column[:j] ^ column[j])
         found += [(int(i), j, int(bits[i])) for i in np.flatnonzero(bits <= max_bits)]
     return sorted(found)
 

@@ -4,6 +4,7 @@ in-world text that moves with the picture."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import cv2
@@ -40,21 +41,42 @@ LINES = [
 @pytest.fixture(scope="module")
 def pictures() -> list[np.ndarray]:
     """64 RGB pictures (364x854) of the trailer's shots without text: two runs of frames, each
-    decoded from the key frame before it (the pipeline's FrameReader), not from the start."""
+    decoded from the key frame before it (the pipeline's FrameReader), not from the start, and
+    skipping the frames no other frame refers to (`only`: the same pixels, 1.07 CPU-s instead
+    of 1.34)."""
     wanted, found = set(SHOTS_WITHOUT_TEXT), []
     frame_pts = Probe().process(SAMPLE).frame_pts
-    for run in (range(83, 200), range(571, 960)):
+    for run in (range(83, 196), range(571, 956)):
         reader = FrameReader(str(SAMPLE), frame_pts, threads=1)
-        for index, frame in reader.frames(run.start, run.stop):
+        for index, frame in reader.frames(run.start, run.stop, wanted):
             if index in wanted:
                 found.append(frame.to_ndarray(format="rgb24")[PICTURE_ROWS])
     assert len(found) == len(wanted)
     return found
 
 
+class SeenDetector(TextDetector):
+    """The real text detector, run once per distinct input in this module: the tests' films
+    share many pictures (the clean film's bottom zones are the clean frames' zones; the top
+    zones of the films with a moving sign or subtitles are mostly clean ones), and the detector
+    (one onnxruntime thread) gives one map for one input. Each map is what the detector
+    returned for exactly those pixels at that size."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._maps: dict[tuple, np.ndarray] = {}
+
+    def text_map(self, picture: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+        key = (picture.shape, picture.dtype.str, size, hashlib.sha256(picture.tobytes()).digest())
+        if key not in self._maps:
+            self._maps[key] = super().text_map(picture, size)
+            self._maps[key].flags.writeable = False
+        return self._maps[key]
+
+
 @pytest.fixture(scope="module")
 def detector() -> TextDetector:
-    return TextDetector(None, 256, 0.3)
+    return SeenDetector(None, 256, 0.3)
 
 
 def draw_text(
