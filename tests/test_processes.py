@@ -10,13 +10,21 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import BIKES, ROOT, local_config, where_it_runs
+from conftest import BIKES, ROOT, local_config
+from pool_jobs import (  # the jobs sent to workers: a module a worker imports without pytest
+    LoadsNowhere,
+    dies_on_three,
+    echo,
+    fails_on_odd,
+    reads_the_environment,
+    returns_a_lock,
+    where_it_runs,
+)
 
 import pipeline.executors.cpus as cpus_module
 from core.resources import Resources
@@ -26,18 +34,6 @@ from pipeline.executors.cpus import cgroup_cpu_quota, usable_cpus
 from pipeline.executors.processes import ProcessExecutor
 from pipeline.ip import load_ip
 from pipeline.runner import run_film, run_films
-
-
-def fails_on_odd(job, report) -> int:
-    if job % 2:
-        raise ValueError(f"job {job} is odd")
-    return job
-
-
-def dies_on_three(job, report) -> int:
-    if job == 3:
-        os.kill(os.getpid(), signal.SIGKILL)  # a crash in native code, the OOM killer
-    return job
 
 
 def test_auto_is_the_process_pool_without_a_cluster(monkeypatch):
@@ -72,11 +68,19 @@ def test_the_progress_bar_counts_what_the_workers_report():
     try:
         with executor.progress_bar("probe") as bar:
             tasks = [executor.submit(where_it_runs, k) for k in range(3)]
-            while len(executor.wait(tasks)) < len(tasks):
-                pass
+            _wait_for_all(executor, tasks)
             assert bar.n == 900
     finally:
         executor.close()
+
+
+def _wait_for_all(executor: ProcessExecutor, tasks: list) -> None:
+    """As `map` waits: for the tasks not finished yet (`wait` is back at once while one of those
+    it is given has finished, so waiting on all of them again spins a core until the last)."""
+    pending = list(tasks)
+    while pending:
+        finished = set(executor.wait(pending))
+        pending = [t for t in pending if t not in finished]
 
 
 def test_a_failing_job_is_its_result_and_the_others_run():
@@ -111,8 +115,7 @@ def test_gpus_are_given_out_as_under_ray(monkeypatch):
         assert executor.shortfall(Resources(gpus=1.0)) is None
         gpu = [executor.submit(where_it_runs, k, Resources(gpus=1.0)) for k in range(4)]
         cpu = [executor.submit(where_it_runs, k) for k in range(2)]
-        while len(executor.wait(gpu + cpu)) < 6:
-            pass
+        _wait_for_all(executor, gpu + cpu)
         on_gpu = [executor.result(t) for t in gpu]
         on_cpu = [executor.result(t) for t in cpu]
     finally:
@@ -176,15 +179,15 @@ def _assert_same_parquet(folder: Path, expected: Path) -> None:
 
 
 DRIVER = """
+import sys
 import time
+sys.path.insert(0, "tests")
+from pool_jobs import sleeps  # not from this script: a worker could not unpickle it
 from pipeline.executors.processes import ProcessExecutor
-
-def busy(job, report):
-    time.sleep(600)
 
 if __name__ == "__main__":
     executor = ProcessExecutor(num_cpus=2, progress=False)
-    tasks = [executor.submit(busy, k) for k in range(2)]
+    tasks = [executor.submit(sleeps, k) for k in range(2)]
     print(" ".join(str(w.process.pid) for w in executor._pool.workers), flush=True)
     executor.wait(tasks)  # both are at work
     time.sleep(600)
@@ -262,7 +265,7 @@ def test_the_fork_server_start_reads_the_config_file_as_the_command_does(tmp_pat
 UNGUARDED_DRIVER = """
 import sys
 sys.path.insert(0, "tests")
-from test_processes import fails_on_odd
+from pool_jobs import fails_on_odd
 from pipeline.executors.processes import ProcessExecutor
 
 def defined_here(job, report):
@@ -291,25 +294,6 @@ def test_a_driver_script_without_a_main_guard_gets_working_workers(tmp_path, rea
     assert "could not unpickle the task" in defined_in_main and "defined_here" in defined_in_main
 
 
-def returns_a_lock(job, report):
-    return threading.Lock() if job == 1 else job
-
-
-class LoadsNowhere:
-    """Pickles in the driver, fails to unpickle in the worker."""
-
-    def __reduce__(self):
-        return (_refuse_to_load, ())
-
-
-def _refuse_to_load():
-    raise ValueError("not in this process")
-
-
-def echo(job, report):
-    return job
-
-
 def test_what_cannot_be_pickled_fails_its_own_task_once_and_the_worker_lives_on():
     executor = ProcessExecutor(num_cpus=1, progress=False)
     try:
@@ -331,10 +315,6 @@ def test_what_cannot_be_pickled_fails_its_own_task_once_and_the_worker_lives_on(
     assert str(unsendable).startswith("the task could not be pickled: ")
     assert "lambda" in str(unsendable)
     assert after == before  # no worker died, so nothing ran twice
-
-
-def reads_the_environment(name, report) -> tuple:
-    return os.environ.get(name), os.environ.get("PYTHONPATH"), os.environ["CUDA_VISIBLE_DEVICES"]
 
 
 def test_a_task_sees_the_drivers_environment_as_it_is_when_submitted(monkeypatch):

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import BIKES, ROOT, local_config, where_it_runs
+from conftest import BIKES, ROOT, local_config
+from pool_jobs import where_it_runs
 
 from core.shards import read_clips
 from pipeline.ip import load_ip
@@ -96,7 +97,7 @@ def test_the_local_executor_holds_a_job_to_num_cpus_cores():
 
 NICED_DRIVER = """
 import os
-from conftest import where_it_runs
+from pool_jobs import where_it_runs
 from pipeline.executors.ray import RayExecutor
 
 [result] = RayExecutor(num_cpus=1, progress=False).map(where_it_runs, [0], 1, "probe")
