@@ -126,7 +126,7 @@ def text_lines(detector: TextDetector, grey: np.ndarray, scale: float) -> list[B
     padded = cv2.copyMakeBorder(
         small, 0, -size[1] % 32, 0, -size[0] % 32, cv2.BORDER_CONSTANT, value=16
     )
-    probability = detector.text_map(np.repeat(padded[..., None], 3, axis=2), padded.shape[::-1])
+    probability = detector.grey_map(padded)
     sx, sy = width / size[0], height / size[1]
     count, _, stats, _ = cv2.connectedComponentsWithStats(
         (probability > detector.threshold).astype(np.uint8), connectivity=8

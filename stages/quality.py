@@ -200,10 +200,15 @@ class TextDetector:
         batch = np.stack([self._input(f, (self.width, self.height)) for f in frames])
         return [p[0] > self.threshold for p in self._run(batch)]
 
-    def text_map(self, picture: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-        """The text probability map of one RGB picture brought to `size` (w, h; multiples of
-        32): the stage's frames at its own size, or the overlay pass's bands at theirs."""
-        return self._run(self._input(picture, size)[None])[0, 0]
+    def grey_map(self, grey: np.ndarray) -> np.ndarray:
+        """The text probability map of one grey picture at its own size (height and width
+        multiples of 32): the overlay pass's zones and bands. The network's input is the grey
+        plane as its three channels: the input `_input` makes from the grey picture repeated in
+        three channels (the same values: the channels' order does not matter and the size is
+        kept), without making and converting that picture (2.7 ms of a 23-36 ms call on a
+        96x672 zone)."""
+        plane = grey.astype(np.float32) / 127.5 - 1.0
+        return self._run(np.ascontiguousarray(np.broadcast_to(plane, (1, 3, *plane.shape))))[0, 0]
 
     def _run(self, batch: np.ndarray) -> np.ndarray:
         if self._session is None:

@@ -391,17 +391,30 @@ ADVERB_BY_LEVEL = {1: "barely", 2: "slowly", 3: "steadily", 4: "quickly", 5: "wi
 
 
 @pytest.fixture(scope="session")
-def clip_videos() -> list[tuple[list[int], bytes]]:
-    """Five 16-frame 480x720 clips cut from bikes.mp4 (frames 0, 50, 100, ...; every 2nd frame)."""
+def clip_videos(tmp_path_factory) -> list[tuple[list[int], bytes]]:
+    """Five 16-frame 480x720 clips cut from bikes.mp4 (frames 0, 50, 100, ...; every 2nd frame),
+    encoded once a run (built_once: every test worker that captions used to encode its own)."""
+    built = built_once(tmp_path_factory, "clip_videos", _write_clip_videos)
+    return [(indices, Path(path).read_bytes()) for indices, path in built]
+
+
+def _write_clip_videos(out: Path) -> list[tuple[list[int], str]]:
     with av.open(str(BIKES)) as container:
-        frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+        frames = list(container.decode(video=0))  # converted below, only the ones clips show
     videos = []
     for n in range(NUM_CAPTION_CLIPS):
         indices = list(range(n * 50, n * 50 + 2 * CLIP_FRAMES, 2))
         resized = np.stack(
-            [cv2.resize(frames[i], (720, 480), interpolation=cv2.INTER_AREA) for i in indices]
+            [
+                cv2.resize(
+                    frames[i].to_ndarray(format="rgb24"), (720, 480), interpolation=cv2.INTER_AREA
+                )
+                for i in indices
+            ]
         )
-        videos.append((indices, encode_mp4(resized, fps=8.0, preset="ultrafast")))
+        path = out / f"clip-{n}.mp4"
+        path.write_bytes(encode_mp4(resized, fps=8.0, preset="ultrafast"))
+        videos.append((indices, str(path)))
     return videos
 
 
@@ -517,12 +530,12 @@ def sample_frames(path: Path = BIKES) -> tuple[np.ndarray, float]:
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         source_fps = float(stream.average_rate)
-        frames = [
-            f.to_ndarray(format="rgb24", width=width, height=height)
-            for f in container.decode(stream)
-        ]
-    picks = np.arange(0, len(frames), source_fps / CLIP_FPS).astype(int)
-    return np.stack([frames[i] for i in picks]), source_fps
+        decoded = list(container.decode(stream))
+    picks = np.arange(0, len(decoded), source_fps / CLIP_FPS).astype(int)
+    # only the picked frames are converted and scaled: a third of them at 25 fps
+    return np.stack(
+        [decoded[i].to_ndarray(format="rgb24", width=width, height=height) for i in picks]
+    ), source_fps
 
 
 def fill_motion(clip: Clip, k: int) -> None:
@@ -721,6 +734,20 @@ def shards(tmp_path_factory) -> Path:
     """Two captioned films of real frames (write_bikes_dataset), once a run; tests copy it
     before changing it."""
     return Path(built_once(tmp_path_factory, "shards", lambda out: str(write_bikes_dataset(out))))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Torch's intra-op pool at one thread for a module of tiny models. At their sizes a second
+    thread has next to nothing to do and spins in OpenMP's busy wait, beside the other test worker
+    on a 2-core machine: the guided-sampling test took 2.3 CPU-s with two threads and 0.5 with
+    one. Results are the same: every assertion has its tolerance or is exact either way."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def tiny_settings(backbones: dict) -> dict:

@@ -4,6 +4,7 @@ import cycle between packages (function-level imports count too: they are cycles
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,10 +24,23 @@ ALLOWED = {
 }
 
 
+@functools.cache
+def syntax_tree(path: Path) -> ast.Module:
+    """The file's syntax tree, read once for every test of this module (each walks every file of
+    the project: 2.8 CPU-s when each parsed them again, issue 30)."""
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+@functools.cache
+def every_node(path: Path) -> tuple[ast.AST, ...]:
+    """`ast.walk` of the file's tree, walked once."""
+    return tuple(ast.walk(syntax_tree(path)))
+
+
 def imported_packages(path: Path) -> set[str]:
     """Project packages named by any import in the file, at any depth."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in every_node(path):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -113,16 +127,15 @@ def imports_when_run(path: Path, modules: set[str]) -> set[str]:
     """The modules of `modules` that the file imports at any depth (function-level imports are
     cycles deferred), except in `if TYPE_CHECKING:` blocks, which never run. `from a import b`
     names module `a.b` where there is one, else `a`."""
-    tree = ast.parse(path.read_text(), filename=str(path))
     never_run = {
         id(inner)
-        for node in ast.walk(tree)
+        for node in every_node(path)
         if isinstance(node, ast.If) and _is_type_checking(node.test)
         for statement in node.body
         for inner in ast.walk(statement)
     }
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in every_node(path):
         if id(node) in never_run:
             continue
         if isinstance(node, ast.Import):
@@ -160,7 +173,7 @@ def test_the_module_reader_counts_what_runs(tmp_path):
 def imported_modules(path: Path) -> set[str]:
     """Every module named by an import in the file, at any depth."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in every_node(path):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -184,8 +197,7 @@ def test_only_the_cli_imports_a_command_module():
 def defines_something(path: Path) -> bool:
     """Whether a module defines a function or a class: a package's `__init__.py` that does holds
     code (a contract, a loader), where one that does not is the package's docstring."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    return any(isinstance(n, ast.FunctionDef | ast.ClassDef) for n in tree.body)
+    return any(isinstance(n, ast.FunctionDef | ast.ClassDef) for n in syntax_tree(path).body)
 
 
 def test_the_architecture_page_names_every_module():

@@ -66,10 +66,10 @@ class SeenDetector(TextDetector):
         super().__init__(*args)
         self._maps: dict[tuple, np.ndarray] = {}
 
-    def text_map(self, picture: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-        key = (picture.shape, picture.dtype.str, size, hashlib.sha256(picture.tobytes()).digest())
+    def grey_map(self, grey: np.ndarray) -> np.ndarray:
+        key = (grey.shape, grey.dtype.str, hashlib.sha256(grey.tobytes()).digest())
         if key not in self._maps:
-            self._maps[key] = super().text_map(picture, size)
+            self._maps[key] = super().grey_map(grey)
             self._maps[key].flags.writeable = False
         return self._maps[key]
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from trainer.config import ConfigError, load_config
@@ -30,11 +29,12 @@ from trainer.prompt import (
 )
 
 CONFIGS = Path(__file__).parent.parent / "trainer" / "configs"
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 @pytest.fixture(scope="module")
-def catalog(tmp_path_factory) -> ClipCatalog:
-    return ClipCatalog([write_bikes_dataset(tmp_path_factory.mktemp("shards"))])
+def catalog(shards) -> ClipCatalog:
+    return ClipCatalog([shards])  # write_bikes_dataset's, built once a run
 
 
 def _key(catalog, index):

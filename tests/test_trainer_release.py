@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import GAME_TURN, tiny_config, write_bikes_dataset
+from conftest import GAME_TURN, tiny_config
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from prompts.game import action_text, instruction_text
@@ -19,6 +19,7 @@ from trainer import checkpoint
 
 # trainer.build (transformers, peft, diffusers: seconds) is imported in the tests that build a
 # part, not at collection, which every test worker pays.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 def _encoder_config(backbones, shards, tmp_path, **settings):
@@ -258,12 +259,14 @@ def test_checkpoints_hold_only_json_and_safetensors(tmp_path):
 # ---- the levels file play reads ----------------------------------------------------------------
 
 
-def test_a_run_records_the_levels_file_its_shards_were_labelled_with(backbones, tmp_path):
+def test_a_run_records_the_levels_file_its_shards_were_labelled_with(backbones, shards, tmp_path):
+    import shutil
+
     from core.shards import ShardConfig, ShardWriter, read_clips
     from stages.motion_levels import MotionLevels, write_levels
     from trainer.data import ClipCatalog, record_motion_levels
 
-    out = write_bikes_dataset(tmp_path / "data")
+    out = Path(shutil.copytree(shards, tmp_path / "data"))  # write_bikes_dataset's, to change
     calibrated = MotionLevels("mine-v1", (1.0, 2.0, 3.0, 4.0), (0.7, 1.5, 2.5, 3.5, 9.0))
     write_levels(calibrated, out / "motion_levels" / "mine-v1.json")
     for film in ("bikes-a", "bikes-b"):
@@ -457,6 +460,12 @@ def _tiny_eval_models(folder: Path) -> dict:
     }
 
 
+@pytest.fixture(scope="module")
+def eval_models(tmp_path_factory) -> dict:
+    """The tiny metric models, written once for the tests that read them."""
+    return _tiny_eval_models(tmp_path_factory.mktemp("eval-models"))
+
+
 def _write_clip(path: Path, frames: np.ndarray) -> None:
     from core.video import encode_mp4
 
@@ -464,11 +473,10 @@ def _write_clip(path: Path, frames: np.ndarray) -> None:
     path.write_bytes(encode_mp4(frames, fps=8.0))
 
 
-def test_eval_scores_identical_clips_at_the_maximum(tmp_path):
+def test_eval_scores_identical_clips_at_the_maximum(tmp_path, eval_models):
     from trainer.evaluate import EvalConfig, evaluate
 
-    models = _tiny_eval_models(tmp_path / "models")
-    config = EvalConfig(**models, frames=4)
+    config = EvalConfig(**eval_models, frames=4)
     rng = np.random.default_rng(0)
     noise = rng.integers(0, 255, (16, 48, 72, 3), dtype=np.uint8)
     ramp = np.broadcast_to(
@@ -561,11 +569,11 @@ def _benchmark(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "gen", refs
 
 
-def test_eval_compares_each_turn_with_its_games_character_picture(tmp_path):
+def test_eval_compares_each_turn_with_its_games_character_picture(tmp_path, eval_models):
     from trainer.evaluate import EvalConfig, evaluate
 
     generated, refs = _benchmark(tmp_path)
-    config = EvalConfig(**_tiny_eval_models(tmp_path / "models"), frames=4)
+    config = EvalConfig(**eval_models, frames=4)
     result = evaluate(config, generated, refs, texts=None)
     turns = result["per_clip"]
     assert sorted(turns) == ["game-a/turn-001", "game-a/turn-002", "game-b/turn-001"]
