@@ -381,9 +381,13 @@ def test_run_films_closes_the_executor_it_made_even_when_it_fails(tmp_path):
 
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("")
+    # a film whose probe, in a worker, fails at once (BIKES had a worker find its film pictures'
+    # text first: 1.2 CPU-s that --cpu-durations does not count); the run then fails writing
+    not_a_film = tmp_path / "bad.mp4"
+    not_a_film.write_text("not a video")
     config = local_config(run__executor="processes", run__num_cpus=1)
     with pytest.raises(OSError) as raised:
-        run_films([BIKES], not_a_folder, config, load_ip(None))
+        run_films([not_a_film], not_a_folder, config, load_ip(None))
     server = psutil.Process(forkserver._forkserver._forkserver_pid)
     assert raised.value is not None  # still held, with its traceback
     assert not [p for p in server.children() if _running(p.pid)]
