@@ -350,7 +350,10 @@ def animated_preview(
             duration=duration_ms,
             loop=0,
             quality=quality,
-            method=4,
+            # libwebp's effort 0-6: 2 encodes in half the CPU of 4 (0.06 s against 0.11 s for 16
+            # frames at 240 x 160), the same picture (mean error 2.09 against 2.08 levels) in
+            # 8 % more bytes; a report of 48 previews is built in seconds less
+            method=2,
         )
         return buffer.getvalue(), "image/webp"
     images[0].save(
