@@ -30,10 +30,10 @@ class DrawnFilm:
     effects: list[tuple[str, int, int]] = field(default_factory=list)  # inside a shot
 
 
-def on_holds(source: list[np.ndarray], hold: int, step: int) -> list[np.ndarray]:
-    """Source frames 0, step, 2 step, ... each shown `hold` frames: a shot drawn on `hold`s,
-    moving `step` source frames between drawings."""
-    return [picture for picture in source[::step] for _ in range(hold)]
+def on_holds(drawings: list[np.ndarray], hold: int) -> list[np.ndarray]:
+    """Each drawing shown `hold` frames: a shot drawn on `hold`s (the drawings are source frames
+    a few frames apart: read_frames' `step`, the motion between drawings)."""
+    return [picture for picture in drawings for _ in range(hold)]
 
 
 def green_over_pattern(picture: np.ndarray, phase: int) -> np.ndarray:
@@ -58,30 +58,27 @@ def _add(film: DrawnFilm, name: str, shot: list[np.ndarray]) -> None:
 
 def build_drawn_film(path) -> DrawnFilm:
     film = DrawnFilm()
-    hand = read_frames(
-        SINTEL, 702, 752, SINTEL_BOX
-    )  # the camera swings round, a dragon sweeps past
-    swoop = read_frames(SINTEL, 622, 658, SINTEL_BOX)  # a dragon dives over the desert
+    # the camera swings round, a dragon sweeps past: every third frame, each held 3 frames
+    hand = read_frames(SINTEL, 702, 752, SINTEL_BOX, step=3)
+    swoop = read_frames(SINTEL, 622, 658, SINTEL_BOX, step=2)  # a dragon dives over the desert
     flight = read_frames(SINTEL, 796, 827, SINTEL_BOX)  # after its fade-in
-    bunny = read_frames(BUNNY, 0, 132)
-    bikes = (
-        read_frames(BIKES, 76, 137) + read_frames(BIKES, 137, 187) + read_frames(BIKES, 187, 242)
-    )
-    _add(film, "hand on threes", on_holds(hand, 3, 3))
-    _add(film, "swoop on threes", on_holds(swoop, 3, 2))  # orange desert to orange desert
-    _add(film, "flight on twos", on_holds(flight, 2, 1))
-    _add(film, "bunny on threes", on_holds(bunny, 3, 4))
+    bunny = read_frames(BUNNY, 0, 132, step=4)
+    _add(film, "hand on threes", on_holds(hand, 3))
+    _add(film, "swoop on threes", on_holds(swoop, 3))  # orange desert to orange desert
+    _add(film, "flight on twos", on_holds(flight, 2))
+    _add(film, "bunny on threes", on_holds(bunny, 3))
     # the colour effect, 10 drawings in the middle of the bunny's next shot
-    shot = on_holds(read_frames(SINTEL, 545, 571, SINTEL_BOX), 2, 1)  # the girl by the fire
+    shot = on_holds(read_frames(SINTEL, 545, 571, SINTEL_BOX), 2)  # the girl by the fire
     effect = (20, 40)
     for k in range(*effect):
         shot[k] = green_over_pattern(shot[k], k // 2)
     film.effects.append(("colour", len(film.frames) + effect[0], len(film.frames) + effect[1]))
     _add(film, "girl on twos, colour effect", shot)
-    _add(film, "taxi on threes", on_holds(bikes[:61], 3, 3))
-    _add(film, "bridge on twos", on_holds(bikes[61:111], 2, 2))  # grey street to grey street
+    _add(film, "taxi on threes", on_holds(read_frames(BIKES, 76, 137, step=3), 3))
+    # grey street to grey street
+    _add(film, "bridge on twos", on_holds(read_frames(BIKES, 137, 187, step=2), 2))
     # impact frames: one inverted, later two white
-    shot = on_holds(bikes[111:], 3, 2)
+    shot = on_holds(read_frames(BIKES, 187, 242, step=2), 3)
     for name, frames, make in (
         ("inverted", (18,), lambda p: 255 - p),
         ("white", (36, 37), lambda p: np.full_like(p, 255)),

@@ -24,16 +24,17 @@ def scan(rows: list[dict], thresholds: RejectConfig) -> dict[str, str]:
         (r for r in rows if r["fit"] and r["quality_hashes"]),
         key=lambda r: (r["film_name"], r["film_id"], r["start_frame"], r["clip_id"]),
     )
-    kept: list[dict] = []
+    # the clips kept so far, by hash count (a clip is compared only with those of its own), in
+    # visiting order, and their hashes: each clip's distances to all of them at once, then the
+    # first in order that the rule takes (one hamming call per clip, not per pair: issue 30)
+    kept: dict[int, tuple[list[dict], np.ndarray]] = {}
     found = {}
     for row in rows:
-        for other in kept:
-            if len(other["quality_hashes"]) != len(row["quality_hashes"]):
-                continue
-            a = np.asarray(other["quality_hashes"], np.int64)
-            b = np.asarray(row["quality_hashes"], np.int64)
-            if hamming(a, b).mean() > thresholds.duplicate_max_distance:
-                continue
+        b = np.asarray(row["quality_hashes"], np.int64)
+        others, codes = kept.get(len(b), ([], np.empty((0, len(b)), np.int64)))
+        distances = hamming(codes, b).mean(axis=1)
+        for k in np.flatnonzero(distances <= thresholds.duplicate_max_distance):
+            other = others[k]
             if other["film_id"] == row["film_id"] and (
                 not thresholds.duplicate_within_film or other["scene_index"] == row["scene_index"]
             ):
@@ -41,7 +42,7 @@ def scan(rows: list[dict], thresholds: RejectConfig) -> dict[str, str]:
             found[row["clip_id"]] = other["clip_id"]
             break
         else:
-            kept.append(row)
+            kept[len(b)] = ([*others, row], np.vstack([codes, b]))
     return found
 
 
