@@ -44,7 +44,7 @@ import numpy as np
 
 from bench.process_tree import ProcessTree
 from core.film import FilmSummary
-from pipeline.config import EXECUTORS
+from pipeline.executors import EXECUTORS
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sintel_trailer.mp4"

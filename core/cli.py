@@ -125,6 +125,22 @@ def run_command(
 class OneLineParser(argparse.ArgumentParser):
     """argparse, with its usage errors on one line (and the --help hint) instead of the usage text."""
 
+    epilog_of: Callable[[], str] | None = None  # see `epilog_when_helping`
+
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(USAGE_ERROR)
+
+    def format_help(self) -> str:
+        if self.epilog_of is not None:
+            self.epilog = self.epilog_of()
+        return super().format_help()
+
+
+def epilog_when_helping(parser: argparse.ArgumentParser, make: Callable[[], str]) -> None:
+    """The parser's epilog, made by `make` only when --help prints it: a list of every setting
+    imports every stage (most of a second), which a command's other arguments never need."""
+    if isinstance(parser, OneLineParser):
+        parser.epilog_of = make
+    else:
+        parser.epilog = make()

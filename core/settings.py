@@ -4,6 +4,7 @@ literal under a field is its help text (so a setting is declared, typed and docu
 
 from __future__ import annotations
 
+import argparse
 import ast
 import inspect
 import textwrap
@@ -153,3 +154,19 @@ def _own_field_docs(cls) -> dict[str, str]:
         ):
             docs[node.target.id] = " ".join(nxt.value.value.split())
     return docs
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--config FILE` and repeatable `--set section.field=value`, as the commands that read the
+    pipeline's settings (dataset, caption) take them; `load_config` reads both."""
+    parser.add_argument(
+        "--config", type=Path, help="YAML file of settings, {section: {field: value}}"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override one setting (repeatable)",
+    )

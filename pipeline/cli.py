@@ -72,7 +72,8 @@ def shorthand_overrides(
 
 
 def prestart_executor(argv: list[str]) -> str | None:
-    """For `dataset`, before its module's imports (a few tenths of a second): the executor its
+    """For `dataset`, once its arguments parsed and before the command's imports (most of a
+    second: its module imports them only when it runs, for this): the executor its
     arguments choose, read as the command reads them (its --config file's run.executor, then
     --set run.executor=... and --executor, the last one winning; default auto), started in the
     background where that pays (pipeline.executors.prestart), and named; None for other commands,
@@ -116,9 +117,9 @@ def _configured_executor(config: str | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    prestart_executor(argv)
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # a refused argument ends here, before anything is started
+    prestart_executor(argv)
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return USAGE_ERROR

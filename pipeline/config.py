@@ -10,7 +10,6 @@ through `apply_overrides`, so no option is ever declared a second time.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import typing
@@ -27,6 +26,7 @@ from core.settings import (
     set_setting,
 )
 from core.shards import ShardConfig
+from pipeline.executors import EXECUTORS
 from stages.base import registered_sections
 from stages.captioning.stage import CaptionConfig
 from stages.clips import ClipConfig
@@ -35,8 +35,6 @@ from stages.motion import MotionConfig
 from stages.overlays import OverlayConfig
 from stages.quality import QualityConfig, RejectConfig
 from stages.scenes import SceneConfig
-
-EXECUTORS = ("auto", "processes", "ray", "local")
 
 
 @dataclass
@@ -171,22 +169,6 @@ def check_choices(config: PipelineConfig, source: str) -> None:
             settings.validate()
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
-
-
-def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--config FILE` and repeatable `--set section.field=value`, as the commands that read the
-    pipeline's settings (dataset, caption) take them; `load_config` reads both."""
-    parser.add_argument(
-        "--config", type=Path, help="YAML file of settings, {section: {field: value}}"
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="override one setting (repeatable)",
-    )
 
 
 def describe_fields() -> list[tuple[str, object, str]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from core.cli import WORK_FAILED, input_errors, print_error
 from core.film import FilmFolder
+from core.settings import add_settings_arguments
 from pipeline.caption_films import (
     caption_film,
     caption_films,
@@ -17,7 +18,7 @@ from pipeline.caption_films import (
     protagonists_of,
 )
 from pipeline.commands.film_paths import add_dataset_dir_argument, folder_for
-from pipeline.config import ConfigError, add_settings_arguments, describe_fields, load_config
+from pipeline.config import ConfigError, describe_fields, load_config
 from pipeline.ip import GENERIC, ManifestError, load_ip
 
 __all__ = ["HELP", "add_arguments", "caption_film", "caption_films", "run"]

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from stages.base import ClipStage
 
 __all__ = [  # the contracts (defined in base.py, which the executors' modules import) and factories
+    "EXECUTORS",
     "ONE_CPU",
     "Executor",
     "JobFn",
@@ -45,6 +46,9 @@ __all__ = [  # the contracts (defined in base.py, which the executors' modules i
     "prestart",
     "resolve_executor",
 ]
+
+
+EXECUTORS = ("auto", "processes", "ray", "local")  # run.executor's choices
 
 
 def resolve_executor(name: str) -> str:
