@@ -15,7 +15,6 @@ import csv
 import json
 from pathlib import Path
 
-import av
 import numpy as np
 
 
@@ -80,6 +79,8 @@ def read_clip_frames(path: Path, fps: float) -> np.ndarray:
 
     A clip slower than `fps` is refused: its frame-to-frame motion spans more time than the
     levels are defined over, so its level would read too high."""
+    import av  # here: the command checks its paths before this import (0.2 s)
+
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:

@@ -46,15 +46,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with input_errors(FileNotFoundError, ValueError):
+        if args.fps <= 0:
+            raise ValueError(f"--fps {args.fps:g}: the sampling rate must be positive")
+        requested = read_requested_levels(args.levels)
+        paths = match_clips(args.clips, requested)
+    # The settings and the motion stage (with them every stage's imports: half a second) only
+    # once the levels and the clips are found: a wrong path is one line at once.
     from pipeline.config import ConfigError, load_config
     from stages.motion import MotionError, MotionScope
     from stages.motion_levels import LevelsError
 
     with input_errors(ConfigError, MotionError, LevelsError, FileNotFoundError, ValueError):
-        if args.fps <= 0:
-            raise ValueError(f"--fps {args.fps:g}: the sampling rate must be positive")
-        requested = read_requested_levels(args.levels)
-        paths = match_clips(args.clips, requested)
         stage = MotionScope(load_config(args.config, args.set).motion)
         stage.setup()
     rows, failed = [], []
