@@ -745,20 +745,6 @@ def shards(tmp_path_factory) -> Path:
     return Path(built_once(tmp_path_factory, "shards", lambda out: str(write_bikes_dataset(out))))
 
 
-@pytest.fixture(scope="module")
-def one_torch_thread():
-    """Torch's intra-op pool at one thread for a module of tiny models. At their sizes a second
-    thread has next to nothing to do and spins in OpenMP's busy wait, beside the other test worker
-    on a 2-core machine: the guided-sampling test took 2.3 CPU-s with two threads and 0.5 with
-    one. Results are the same: every assertion has its tolerance or is exact either way."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny_settings(backbones: dict) -> dict:
     """Settings that point a config at tiny backbones and shrink every trained part."""
     return {
@@ -816,7 +802,8 @@ SLOW_FIXTURES = {"sintel_dataset", "sintel_out"}
 @pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects by marker
 def pytest_collection_modifyitems(config, items):
     """Tests of the costly fixtures are `slow`, and so are `serial` tests (`make test-fast` runs
-    only the parallel part, scripts/test.sh); `gpu` tests run only where CUDA is present."""
+    only the parallel part, scripts/test.sh); `gpu` tests run only where CUDA is present; torch
+    runs on one thread in the test processes."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker(
             "serial"
@@ -828,6 +815,13 @@ def pytest_collection_modifyitems(config, items):
         has_gpu = torch.cuda.is_available()
     except ImportError:
         has_gpu = False
+    else:
+        # The tests' models are tiny: a second intra-op thread has next to nothing to do and spins
+        # in OpenMP's busy wait, beside the other xdist worker on a 2-core machine (the guided-
+        # sampling test took 2.3 CPU-s with two threads, 0.5 with one). Results are the same:
+        # every assertion has its tolerance or is exact either way. Commands a test runs, and the
+        # pipeline's tasks (pipeline/segments.py limit_threads), size their own pools.
+        torch.set_num_threads(1)
     if has_gpu or os.environ.get("ANIMEGAMER_FORCE_GPU_TESTS"):
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -29,7 +29,6 @@ from trainer.prompt import (
 )
 
 CONFIGS = Path(__file__).parent.parent / "trainer" / "configs"
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ from trainer.data import collate
 from trainer.loop import train
 
 ROOT = Path(__file__).parent.parent
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from trainer.tiny import TINY, mistral_tokenizer
 # part, not at collection, which every test worker pays.
 
 CPU = torch.device("cpu")
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 def _trainable(model: torch.nn.Module) -> dict[str, int]:

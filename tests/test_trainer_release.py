@@ -19,7 +19,6 @@ from trainer import checkpoint
 
 # trainer.build (transformers, peft, diffusers: seconds) is imported in the tests that build a
 # part, not at collection, which every test worker pays.
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 def _encoder_config(backbones, shards, tmp_path, **settings):
