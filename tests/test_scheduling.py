@@ -5,14 +5,21 @@ from types import SimpleNamespace
 import scheduling
 
 
-def test_the_trainer_modules_are_one_scope_and_others_their_own_module():
-    assert scheduling.scope_of("tests/test_trainer_data.py::test_a") == "tests/test_trainer_*"
-    assert scheduling.scope_of("tests/test_trainer_sizes.py::test_b[x]") == "tests/test_trainer_*"
+def test_the_modules_that_import_transformers_are_one_scope_and_others_their_own_module():
+    assert scheduling.scope_of("tests/test_trainer_data.py::test_a") == "transformers"
+    assert scheduling.scope_of("tests/test_trainer_sizes.py::test_b[x]") == "transformers"
+    assert scheduling.scope_of("tests/test_caption_engines.py::test_c") == "transformers"
     assert scheduling.scope_of("tests/test_cli.py::test_c") == "tests/test_cli.py"
 
 
-def test_costliest_scope_first_unknown_before_all_and_each_scope_keeps_its_order(monkeypatch):
-    costs = {"tests/test_a.py": 1.0, "tests/test_b.py": 9.0, "tests/test_trainer_*": 5.0}
+def test_costliest_scope_first_by_its_selected_tests_and_new_scopes_before_all(monkeypatch):
+    costs = {
+        "tests/test_a.py::one": 1.0,
+        "tests/test_a.py::two": 1.0,
+        "tests/test_b.py::one": 4.0,
+        "tests/test_b.py::slow": 50.0,  # not selected in this run: it does not count
+        "tests/test_trainer_x.py::one": 3.0,  # with trainer_y's unknown test (the median, 3.0)
+    }
     monkeypatch.setattr(scheduling, "read_costs", lambda: costs)
     names = [
         "tests/test_a.py::one",
@@ -20,17 +27,15 @@ def test_costliest_scope_first_unknown_before_all_and_each_scope_keeps_its_order
         "tests/test_b.py::one",
         "tests/test_new.py::one",
         "tests/test_trainer_x.py::one",
-        "tests/test_b.py::two",
         "tests/test_trainer_y.py::one",
     ]
     items = [SimpleNamespace(nodeid=name) for name in names]
     scheduling.pytest_collection_modifyitems(None, items)
     assert [item.nodeid for item in items] == [
         "tests/test_new.py::one",
-        "tests/test_b.py::one",
-        "tests/test_b.py::two",
         "tests/test_trainer_x.py::one",
         "tests/test_trainer_y.py::one",
+        "tests/test_b.py::one",
         "tests/test_a.py::one",
         "tests/test_a.py::two",
     ]
