@@ -18,6 +18,7 @@ write into scratch folders) and is then published with these rules.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -26,9 +27,13 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import fsspec
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+
+# fsspec and pyarrow (0.13 s of imports) are imported where a remote location or a Parquet file
+# needs them: a command that checks its arguments with this module's path helpers stays quick.
 
 Location = str | Path
 
@@ -51,6 +56,8 @@ def name(location: Location) -> str:
 
 def filesystem(location: Location):
     """The fsspec file system and the path within it."""
+    import fsspec
+
     fs, path = fsspec.core.url_to_fs(str(location))
     return fs, path
 
@@ -186,26 +193,33 @@ def open_parquet(location: Location) -> pq.ParquetFile:
     every output was written. So a Python file is read with pre-buffering off (no read runs on
     Arrow's I/O pool) and use_threads=False (no column is decoded on its CPU pool); a local file
     never becomes a Python object, and Arrow's threads read it as fast as they can."""
+    import pyarrow.parquet as pq
+
     if not is_remote(location):
         return pq.ParquetFile(location)
     fs, path = filesystem(location)
-    return _ReadOnCallingThread(fs.open(path, "rb"), pre_buffer=False)
+    return _read_on_calling_thread()(fs.open(path, "rb"), pre_buffer=False)
 
 
-class _ReadOnCallingThread(pq.ParquetFile):
+@functools.cache
+def _read_on_calling_thread() -> type[pq.ParquetFile]:
     """A ParquetFile whose every read runs on the calling thread (see open_parquet)."""
+    import pyarrow.parquet as pq
 
-    def read(self, *args, **kwargs):
-        return super().read(*args, use_threads=False, **kwargs)
+    class ReadOnCallingThread(pq.ParquetFile):
+        def read(self, *args, **kwargs):
+            return super().read(*args, use_threads=False, **kwargs)
 
-    def read_row_group(self, *args, **kwargs):
-        return super().read_row_group(*args, use_threads=False, **kwargs)
+        def read_row_group(self, *args, **kwargs):
+            return super().read_row_group(*args, use_threads=False, **kwargs)
 
-    def read_row_groups(self, *args, **kwargs):
-        return super().read_row_groups(*args, use_threads=False, **kwargs)
+        def read_row_groups(self, *args, **kwargs):
+            return super().read_row_groups(*args, use_threads=False, **kwargs)
 
-    def iter_batches(self, *args, **kwargs):
-        return super().iter_batches(*args, use_threads=False, **kwargs)
+        def iter_batches(self, *args, **kwargs):
+            return super().iter_batches(*args, use_threads=False, **kwargs)
+
+    return ReadOnCallingThread
 
 
 def mirror_committed(location: Location, summary_name: str) -> Path:

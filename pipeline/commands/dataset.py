@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from core import storage
 from core.cli import (
     WORK_FAILED,
     UsageError,
@@ -22,8 +23,8 @@ from pipeline.cli import shorthand_overrides
 from pipeline.executors import EXECUTORS
 from pipeline.ip import GENERIC, IP, ManifestError, load_ip
 
-# The settings (pipeline.config, which imports every stage: PyAV, OpenCV, pyarrow), the stages
-# and storage (fsspec, pyarrow) are imported where they are used, not with this module: the CLI
+# The settings (pipeline.config, which imports every stage: PyAV, OpenCV, pyarrow) and the stages
+# are imported where they are used, not with this module: the CLI
 # imports it to parse the command line, and an argument the command refuses is then one line in
 # a tenth of a second (it took 0.8 CPU-s, and the fork server started beside it 1.1 more).
 
@@ -86,7 +87,6 @@ def _settings_epilog() -> str:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    from core import storage
     from pipeline.config import ConfigError, load_config
     from pipeline.runner import run_films
     from stages.base import build_clip_stages
@@ -120,8 +120,6 @@ def run(args: argparse.Namespace) -> int:
 def prepare_output_folder(out: str | Path) -> None:
     """Create the output folder and prove it writable, before any film is cut (object storage
     has no folders: its writes are checked by the first upload)."""
-    from core import storage
-
     if storage.is_remote(out):
         return
     out = Path(out)
@@ -139,8 +137,6 @@ def prepare_output_folder(out: str | Path) -> None:
 def expand_films(paths: list[str]) -> list[str | Path]:
     """Files as given; folders contribute the videos at any depth below them, sorted (a series
     per sub-folder). Local paths or fsspec URLs."""
-    from core import storage
-
     films: list[str | Path] = []
     for path in paths:
         location = path if storage.is_remote(path) else Path(path)
@@ -163,8 +159,6 @@ def expand_films(paths: list[str]) -> list[str | Path]:
 def folder_ips(films: Sequence[str | Path], roots: list[str], default: IP) -> dict[str, IP]:
     """The IP of each film: the nearest IP_FILE in its folder or a folder above it, up to the
     folder named on the command line; `default` (--ip) where there is none."""
-    from core import storage
-
     loaded: dict[str, IP] = {}
     chosen = {}
     for film in films:
@@ -183,8 +177,6 @@ def folder_ips(films: Sequence[str | Path], roots: list[str], default: IP) -> di
 
 def _folders_up(film: str | Path, roots: list[str]) -> list[str | Path]:
     """The film's folder, then each parent up to (and including) the root it was found under."""
-    from core import storage
-
     text = str(film)
     root = next((r.rstrip("/") for r in roots if text.startswith(r.rstrip("/") + "/")), None)
     if root is None:
@@ -196,8 +188,6 @@ def _folders_up(film: str | Path, roots: list[str]) -> list[str | Path]:
 
 def _ip_named(text: str, folder: str | Path, source: str) -> IP:
     """An IP file names an IP (manifests/<name>.yaml) or a manifest path relative to it."""
-    from core import storage
-
     if not text:
         raise ManifestError(f"{source}: empty; write the IP's name or its manifest's path")
     if text.endswith((".yaml", ".yml")) and not storage.is_remote(folder):
