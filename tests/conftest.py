@@ -82,9 +82,7 @@ def read_frames(
     if not wanted:
         return out
     reader = FrameReader(str(path), Probe().process(Path(path)).frame_pts, threads=1)
-    for index, frame in reader.frames(start, wanted[-1] + 1, wanted if step > 1 else None):
-        if index not in wanted:
-            continue
+    for _, frame in reader.frames(start, wanted[-1] + 1, wanted if step > 1 else None):
         rgb = frame.to_ndarray(format="rgb24")
         rgb = rgb[rows[0] : rows[1]] if rows else rgb
         h, w = rgb.shape[:2]
