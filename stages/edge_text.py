@@ -31,6 +31,7 @@ from stages.overlays_text import Box, subtitle_like, text_lines
 from stages.quality import TextDetector
 
 BORDER = 16  # grey level of the padding between and around the zones (near black)
+GAP = 8  # rows of padding between the zones: a line touching its input's border is missed
 CARD_GREY = 24  # a frame with at least CARD_SHARE of its pixels at most this grey is a card
 CARD_SHARE = 0.8  # (text on black: the sample's credits are 89 % black)
 
@@ -53,7 +54,7 @@ def edge_text_share(
     if not zones or not frames:
         return 0.0
     width = frames[0].shape[1]
-    gap = max(8, max(y1 - y0 for y0, y1 in zones) // 2)
+    gap = GAP
     layout, row = [], gap  # where each (frame, zone) lies in the stacked picture
     for _ in frames:
         for y0, y1 in zones:

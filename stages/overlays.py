@@ -130,15 +130,16 @@ class OverlayConfig(Settings):
     note, a sign's caption: too rare to make a band; stages/edge_text.py). A line on screen for
     2 s or more that the clip shows at all is on its first or its last frame. Empty: not
     looked at."""
-    edge_top: float = 0.15
-    """Share of the clip's height, from the top, looked at for rare text..."""
-    edge_bottom: float = 0.2
-    """...and from the bottom."""
-    edge_scale: list[float] = field(default_factory=lambda: [0.75, 1.0])
+    edge_top: float = 0.12
+    """Share of the clip's height, from the top, looked at for rare text (a note sits at the
+    very top)..."""
+    edge_bottom: float = 0.15
+    """...and from the bottom (a caption's one line, with its margin; two-line subtitles come
+    often enough to make a band)."""
+    edge_scale: list[float] = field(default_factory=lambda: [0.5, 1.0])
     """The clip's pixels to the detector's for the edges: the film pass's scale (the smallest
-    subtitle, `min_text_pixels` in the source, reaches `detector_pixels`), kept within these
-    bounds. The upper bound holds the cost of a 1080p source (its 12-pixel line is 5 pixels in
-    a 480-line clip): there, rare text is found from about 20 source pixels."""
+    subtitle, `min_text_pixels` or `min_text_share` of the source, reaches `detector_pixels`:
+    0.56 for a 360 to 540-line source, 0.84 for 720 and 1080), kept within these bounds."""
 
     def validate(self) -> None:
         if len(self.edge_scale) != 2 or not 0 < self.edge_scale[0] <= self.edge_scale[1]:
