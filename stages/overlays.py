@@ -497,18 +497,19 @@ class OverlayStage(ClipStage):
         clip.overlay_logo_share = round(logo_share(overlays.logos, region), 4)
         frames = as_clip_frames(clip.frames).luma()
         area = max(
-            self._subtitle_area(clip, frames, overlays, region), self._edge_text(clip, frames)
+            self._subtitle_area(clip, frames, overlays, region),
+            self._edge_text(clip, frames, overlays.text_scale),
         )
         clip.overlay_subtitle_area = round(area, 5)
         return clip
 
-    def _edge_text(self, clip: Clip, frames: np.ndarray) -> float:
+    def _edge_text(self, clip: Clip, frames: np.ndarray, text_scale: float) -> float:
         """Rare overlay text at the clip's top and bottom edges (stages/edge_text.py)."""
         picked = sorted({min(i, len(frames) - 1) for i in self.config.edge_frames})
         if not picked:
             return 0.0
         low, high = self.config.edge_scale
-        scale = min(high, max(low, self.film.overlays.text_scale * clip.crop_h / clip.height))
+        scale = min(high, max(low, text_scale * clip.crop_h / clip.height))
         zones = edge_zones(clip.height, self.config.edge_top, self.config.edge_bottom)
         return edge_text_share(self.detector, [frames[i] for i in picked], zones, scale)
 
