@@ -200,6 +200,17 @@ class LabelledFilm:
         }
 
 
+def shows(film: LabelledFilm, kind: str, row: dict) -> bool:
+    """Whether any frame of a clip (a shard row: its frame_indices and crop_x/y/w/h window)
+    shows a mark of `kind` inside the clip's window."""
+    x, y, w, h = row["crop_x"], row["crop_y"], row["crop_w"], row["crop_h"]
+    return any(
+        bx < x + w and bx + bw > x and by < y + h and by + bh > y
+        for i in range(row["frame_indices"][0], row["frame_indices"][-1] + 1)
+        for bx, by, bw, bh in film.boxes(kind, i)
+    )
+
+
 # ---------------------------------------------------------------- drawing
 
 

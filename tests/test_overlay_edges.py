@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from conftest import cut_film, local_config, shard_rows
-from overlay_films import GATE, LOGO, PLAYER, SUBTITLE
+from overlay_films import GATE, LOGO, PLAYER, SUBTITLE, shows
 
 from core.film import FilmSummary
-from pipeline.film_tasks import FilmPlan, PrepareJob, prepare_film
-from pipeline.ip import load_ip
+from pipeline.data.ip import load_ip
+from pipeline.running.film_tasks import FilmPlan, PrepareJob, prepare_film
 from stages.film_samples import sample_film, sample_plan
 from stages.overlays import OverlayConfig, overlay_sample_plan
 from stages.probe import Probe
@@ -36,16 +36,6 @@ def cut(film, out: Path) -> tuple[FilmSummary, list[dict]]:
     folder = Path(cut_film(film.path, out))
     summary = FilmSummary.from_dict(json.loads((folder / "summary.json").read_text()))
     return summary, shard_rows(folder, COLUMNS)
-
-
-def shows(film, kind: str, row: dict) -> bool:
-    """Whether any frame of the clip shows a mark of `kind` inside the clip's window."""
-    x, y, w, h = row["crop_x"], row["crop_y"], row["crop_w"], row["crop_h"]
-    return any(
-        bx < x + w and bx + bw > x and by < y + h and by + bh > y
-        for i in range(row["frame_indices"][0], row["frame_indices"][-1] + 1)
-        for bx, by, bw, bh in film.boxes(kind, i)
-    )
 
 
 # ----------------------------------------------------------------------------- sampling

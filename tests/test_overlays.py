@@ -319,19 +319,10 @@ def cut(film, out: Path):
     ), shard_rows(folder, columns)
 
 
-def shows(film, kind: str, row: dict) -> bool:
-    """Whether any frame of the clip shows a mark of `kind` inside the clip's window."""
-    x, y, w, h = row["crop_x"], row["crop_y"], row["crop_w"], row["crop_h"]
-    return any(
-        bx < x + w and bx + bw > x and by < y + h and by + bh > y
-        for i in range(row["frame_indices"][0], row["frame_indices"][-1] + 1)
-        for bx, by, bw, bh in film.boxes(kind, i)
-    )
-
-
 def test_a_hardsubbed_film_with_a_logo_keeps_no_clip_that_shows_them(wide_film, tmp_path):
     from overlay_films import LOGO as LOGO_MARK
     from overlay_films import SUBTITLE as SUBTITLE_MARK
+    from overlay_films import shows
 
     summary, rows = cut(wide_film, tmp_path)
     truth = wide_film.overlay_truth()
