@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from core.io import write_json_atomic
+from core.pixels import shape_words
 
 SHARDS_DIR = "shards"
 MANIFEST_FILE = "manifest.parquet"
@@ -111,11 +112,19 @@ class FilmFacts(JsonRecord):
     container_duration: float | None = None
     has_audio: bool | None = None
     warnings: list[str] = field(default_factory=list)
+    sar: str | None = None  # the stored pixels' sample aspect ratio, "32:27"; None: not recorded
+
+    def shape_words(self) -> str:
+        """`anamorphic 720x480 SAR 32:27, shown as 853x480`, or empty for square pixels."""
+        if self.sar is None or self.width is None or self.height is None:
+            return ""
+        return shape_words(self.width, self.height, self.sar, self.rotation)
 
 
 @dataclass
 class CropRecord(JsonRecord):
-    """The crop box in source pixels and where it came from (detected, manifest, setting)."""
+    """The crop box in stored source pixels (upright; not square where the film's `sar` is not
+    1:1) and where it came from (detected, manifest, setting)."""
 
     x: int = 0
     y: int = 0

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import av
 
+from core.pixels import pixel_aspect
+
 HASH_CHUNK = 8 * 1024 * 1024
 
 
@@ -27,7 +29,7 @@ class FilmInfo:
     path: str
     film_id: str
     film_name: str
-    width: int  # as displayed (after rotation)
+    width: int  # stored pixels, turned upright (after rotation); `sar` gives their shape
     height: int
     fps: float  # average frame rate
     time_base: str  # the stream's, as "num/den"
@@ -41,6 +43,7 @@ class FilmInfo:
     container_duration: float | None
     has_audio: bool
     warnings: list[str] = field(default_factory=list)
+    sar: str = "1:1"  # sample aspect ratio of the stored pixels, "num:den" (width over height)
 
     @property
     def slug(self) -> str:
@@ -50,6 +53,11 @@ class FilmInfo:
         """Start time of every frame in seconds, relative to the first frame."""
         tb, first = Fraction(self.time_base), self.frame_pts[0]
         return [float((pts - first) * tb) for pts in self.frame_pts]
+
+    @property
+    def pixel_aspect(self) -> float:
+        """Width over height of one pixel of the upright picture (core/pixels.py)."""
+        return pixel_aspect(self.sar, self.rotation)
 
     def facts(self) -> dict:
         """What summary.json and the report show (everything but the long timeline)."""
@@ -144,6 +152,7 @@ def _build_info(path, container, stream, pts, keyframes, rotation) -> FilmInfo:
     if rotation in (90, 270):
         width, height = height, width
     container_duration = container.duration / av.time_base if container.duration else None
+    sar, sar_warning = _sample_aspect(stream)
     info = FilmInfo(
         path=str(path.resolve()),
         film_id=content_id(path),
@@ -161,13 +170,40 @@ def _build_info(path, container, stream, pts, keyframes, rotation) -> FilmInfo:
         keyframes=keyframes,
         container_duration=container_duration,
         has_audio=bool(container.streams.audio),
+        sar=f"{sar.numerator}:{sar.denominator}",
     )
+    if sar_warning:
+        info.warnings.append(sar_warning)
     if container_duration and duration < 0.9 * container_duration - 0.5:
         info.warnings.append(
             f"the video stream ends at {duration:.2f} s but the container "
             f"claims {container_duration:.2f} s: the file looks truncated"
         )
     return info
+
+
+def _sample_aspect(stream) -> tuple[Fraction, str | None]:
+    """The stored pixels' aspect: what the video stream itself says (H.264's VUI, MPEG-2's
+    sequence header), else what the container says (MP4's pasp box, Matroska's display size,
+    through FFmpeg's guess), else square. A disagreement is kept as a warning, since players
+    differ in which they follow."""
+    own = _valid(stream.codec_context.sample_aspect_ratio)
+    container = _valid(stream.sample_aspect_ratio)  # FFmpeg's guess: the container's first
+    warning = None
+    if own and container and own != container:
+        warning = (
+            f"the video stream says SAR {own.numerator}:{own.denominator} and the container "
+            f"{container.numerator}:{container.denominator}; the stream's is used"
+        )
+    return own or container or Fraction(1), warning
+
+
+def _valid(ratio) -> Fraction | None:
+    """A usable aspect ratio, or None for FFmpeg's 'unknown' (0:1) and absurd values."""
+    if not ratio or ratio.numerator <= 0 or ratio.denominator <= 0:
+        return None
+    ratio = Fraction(ratio)
+    return ratio if Fraction(1, 8) <= ratio <= 8 else None
 
 
 def _reason(exc: Exception) -> str:

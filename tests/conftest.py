@@ -167,6 +167,43 @@ def make_video(
     return path
 
 
+def resized_copy(
+    source: Path,
+    path: Path,
+    size: tuple[int, int],
+    sar: Fraction = Fraction(1),
+    *,
+    shown: float | None = None,
+    num_frames: int = 10,
+    crf: int = 16,
+) -> Path:
+    """A copy of a film's first frames stored at `size` (w, h) with pixels of `sar`, the way DVD
+    authoring makes one: the centre of the source cut to the `shown` aspect (the picture's, as
+    displayed; None keeps the whole frame), then resized to the stored size whatever its shape.
+    The SAR goes into the H.264 stream (its VUI) and from there into the container."""
+    width, height = size
+    with av.open(str(source)) as film, av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.codec_context.sample_aspect_ratio = sar
+        stream.options = {"crf": str(crf), "preset": "ultrafast"}
+        for index, frame in enumerate(film.decode(video=0)):
+            if index == num_frames:
+                break
+            rgb = frame.to_ndarray(format="rgb24")
+            if shown is not None:
+                keep = min(rgb.shape[1], int(round(rgb.shape[0] * shown)))
+                left = (rgb.shape[1] - keep) // 2
+                rgb = rgb[:, left : left + keep]
+            rgb = cv2.resize(rgb, (width, height), interpolation=cv2.INTER_AREA)
+            picture = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            for packet in stream.encode(picture):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return path
+
+
 def _texture(rng, size, scene) -> np.ndarray:
     """A bright, blocky random texture with its own colour, so cuts are unmistakable."""
     height, width = size
