@@ -113,6 +113,7 @@ class FilmFacts(JsonRecord):
     has_audio: bool | None = None
     warnings: list[str] = field(default_factory=list)
     sar: str | None = None  # the stored pixels' sample aspect ratio, "32:27"; None: not recorded
+    field_pictures: int | None = None  # fields coded one by one, paired into the frames counted
 
     def shape_words(self) -> str:
         """`anamorphic 720x480 SAR 32:27, shown as 853x480`, or empty for square pixels."""

@@ -16,6 +16,7 @@ from pathlib import Path
 import av
 
 from core.pixels import pixel_aspect
+from stages.field_coding import FieldPairing
 
 HASH_CHUNK = 8 * 1024 * 1024
 
@@ -44,6 +45,7 @@ class FilmInfo:
     has_audio: bool
     warnings: list[str] = field(default_factory=list)
     sar: str = "1:1"  # sample aspect ratio of the stored pixels, "num:den" (width over height)
+    field_pictures: int = 0  # fields coded as pictures of their own, paired into the frames
 
     @property
     def slug(self) -> str:
@@ -78,9 +80,12 @@ class Probe:
             if not container.streams.video:
                 raise FilmError(f"{path}: the file has no video stream")
             stream = container.streams.video[0]
-            rotation = _first_frame_rotation(container, stream, path)
-            pts, keyframes = _demux_timeline(container, stream, path)
-            info = _build_info(path, container, stream, pts, keyframes, rotation)
+            rotation, first_pts = _first_frame(container, stream, path)
+            pts, keyframes, fields = _demux_timeline(container, stream, path)
+            undecodable = _before_first_frame(pts, first_pts)
+            timeline = pts[undecodable:]
+            info = _build_info(path, container, stream, timeline, keyframes, rotation, fields)
+        _note_timeline(info, undecodable, fields)
         return info
 
 
@@ -108,12 +113,14 @@ def _check_file(path: Path) -> None:
         raise FilmError(f"{path}: the file is empty")
 
 
-def _first_frame_rotation(container, stream, path: Path) -> int:
-    """Decode one frame: proves the codec is decodable here and reads the display rotation."""
+def _first_frame(container, stream, path: Path) -> tuple[int, int | None]:
+    """Decode one frame: proves the codec is decodable here, reads the display rotation and
+    the first decodable frame's timestamp (a capture that starts mid-GOP holds frames before
+    it that refer to pictures it does not have)."""
     try:
         for frame in container.decode(stream):
             container.seek(0)
-            return int(round(frame.rotation or 0)) % 360
+            return int(round(frame.rotation or 0)) % 360, frame.pts
     except av.error.FFmpegError as exc:
         raise FilmError(
             f"{path}: cannot decode its {stream.codec_context.name} video ({_reason(exc)})"
@@ -121,29 +128,65 @@ def _first_frame_rotation(container, stream, path: Path) -> int:
     raise FilmError(f"{path}: the video stream has no decodable frame")
 
 
-def _demux_timeline(container, stream, path: Path) -> tuple[list[int], int]:
+def _demux_timeline(container, stream, path: Path) -> tuple[list[int], int, int]:
+    """Every frame's timestamp in display order, the key frames, and the field pictures paired
+    into frames (stages/field_coding.py: an H.264 stream that codes fields one by one has a
+    packet per field; only a frame's first field starts one)."""
     pts, keyframes = [], 0
+    fields = _field_pairing(stream)
     try:
         for packet in container.demux(stream):
             if packet.pts is None or packet.size == 0:
                 continue  # flush packets carry no frame
-            pts.append(packet.pts)
             keyframes += bool(packet.is_keyframe)
+            if fields is not None and not fields.starts_frame(bytes(packet)):
+                continue  # the second field of a frame
+            if fields is not None and fields.may_hold_fields() is False:
+                fields = None  # progressive after all: no more packets to read
+            pts.append(packet.pts)
     except av.error.FFmpegError as exc:
         if not pts:
             raise FilmError(f"{path}: cannot read its packets ({_reason(exc)})") from None
     if not pts:
         raise FilmError(f"{path}: the video stream holds no timestamped frames")
-    return sorted(set(pts)), keyframes
+    return sorted(set(pts)), keyframes, fields.fields if fields is not None else 0
 
 
-def _build_info(path, container, stream, pts, keyframes, rotation) -> FilmInfo:
+def _field_pairing(stream) -> FieldPairing | None:
+    """The pairing of an H.264 stream that may code field pictures; None for other codecs and
+    for one whose sequence parameters say it codes frames only."""
+    if stream.codec_context.name != "h264":
+        return None
+    pairing = FieldPairing(stream.codec_context.extradata)
+    return None if pairing.may_hold_fields() is False else pairing
+
+
+def _before_first_frame(pts: list[int], first_pts: int | None) -> int:
+    """How many timestamps come before the first frame the decoder gives: frames of a GOP the
+    file starts in the middle of, which no decoder can rebuild. None (the decoder gave no
+    timestamp) keeps them all."""
+    if first_pts is None or first_pts not in pts:
+        return 0
+    return pts.index(first_pts)
+
+
+def _note_timeline(info: FilmInfo, undecodable: int, fields: int) -> None:
+    info.field_pictures = fields
+    if undecodable:
+        info.warnings.append(
+            f"the file starts inside a group of pictures: its first {undecodable} frame(s) "
+            "refer to pictures it does not hold and are left out"
+        )
+
+
+def _build_info(path, container, stream, pts, keyframes, rotation, fields) -> FilmInfo:
     tb = stream.time_base
     deltas = [b - a for a, b in zip(pts, pts[1:])]
     typical = sorted(deltas)[len(deltas) // 2] if deltas else 0
     rate = stream.average_rate or stream.guessed_rate
     if typical:
-        fps = float(1 / (typical * tb)) if not rate else float(rate)
+        # a stream of field pictures may state the field rate: its frames are what it holds
+        fps = float(1 / (typical * tb)) if not rate or fields else float(rate)
     else:
         fps = float(rate or 25)
     last_duration = typical or (1 / fps) / tb

@@ -285,6 +285,50 @@ def sintel_dataset(tmp_path_factory) -> Path:
     )
 
 
+# ---------------------------------------------------------------- field-coded films
+
+FIELD_FILM_FRAMES = range(76, 190)  # bikes.mp4's: a cut at 137 and 187 inside, 4.56 s at 25 fps
+FIELD_FILM_SIZE = (352, 288)  # PAL's CIF size, pixels of SAR 12:11: a 4:3 picture
+
+
+def field_film_frames() -> list[np.ndarray]:
+    """The RGB frames the field-coded films hold: bikes.mp4's FIELD_FILM_FRAMES at CIF size."""
+    with av.open(str(BIKES)) as film:
+        return [
+            cv2.resize(frame.to_ndarray(format="rgb24"), FIELD_FILM_SIZE)
+            for index, frame in enumerate(film.decode(video=0))
+            if index in FIELD_FILM_FRAMES
+        ]
+
+
+def field_film_planes(rgb: np.ndarray):
+    """The Y, U, V planes a field-coded film stores a frame with (its decoded frame's, exactly)."""
+    from field_films import source_planes
+
+    return source_planes(rgb)
+
+
+@pytest.fixture(scope="session")
+def field_coded_films(tmp_path_factory) -> dict[str, Path]:
+    """tests/field_films.py: FIELD_FILM_FRAMES as a field-coded PAL capture in MPEG-TS (a packet
+    per field, 50 a second), whole (`whole`) and starting 7 fields in (`mid_gop`: the first 3
+    frames and the top field of the 4th missing)."""
+
+    def build(folder: Path) -> dict[str, str]:
+        from field_films import write_field_coded
+
+        frames = field_film_frames()
+        sar = Fraction(12, 11)
+        return {
+            "whole": str(write_field_coded(folder / "capture.ts", frames, sar=sar)),
+            "mid_gop": str(
+                write_field_coded(folder / "mid_gop.ts", frames, sar=sar, skip_packets=7)
+            ),
+        }
+
+    return {k: Path(v) for k, v in built_once(tmp_path_factory, "field_coded", build).items()}
+
+
 # ---------------------------------------------------------------- labelled overlay films
 
 
