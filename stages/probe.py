@@ -80,7 +80,7 @@ class Probe:
             if not container.streams.video:
                 raise FilmError(f"{path}: the file has no video stream")
             stream = container.streams.video[0]
-            rotation, first_pts = _first_frame(container, stream, path)
+            rotation, first_pts = _first_frame(path)
             pts, keyframes, fields = _demux_timeline(container, stream, path)
             undecodable = _before_first_frame(pts, first_pts)
             timeline = pts[undecodable:]
@@ -113,18 +113,21 @@ def _check_file(path: Path) -> None:
         raise FilmError(f"{path}: the file is empty")
 
 
-def _first_frame(container, stream, path: Path) -> tuple[int, int | None]:
+def _first_frame(path: Path) -> tuple[int, int | None]:
     """Decode one frame: proves the codec is decodable here, reads the display rotation and
     the first decodable frame's timestamp (a capture that starts mid-GOP holds frames before
-    it that refer to pictures it does not have)."""
-    try:
-        for frame in container.decode(stream):
-            container.seek(0)
-            return int(round(frame.rotation or 0)) % 360, frame.pts
-    except av.error.FFmpegError as exc:
-        raise FilmError(
-            f"{path}: cannot decode its {stream.codec_context.name} video ({_reason(exc)})"
-        ) from None
+    it that refer to pictures it does not have). It opens the file on its own: a seek back to
+    the start is not exact in every container (in MPEG-TS it can land past the first packet),
+    and the timeline must see every packet."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        try:
+            for frame in container.decode(stream):
+                return int(round(frame.rotation or 0)) % 360, frame.pts
+        except av.error.FFmpegError as exc:
+            raise FilmError(
+                f"{path}: cannot decode its {stream.codec_context.name} video ({_reason(exc)})"
+            ) from None
     raise FilmError(f"{path}: the video stream has no decodable frame")
 
 

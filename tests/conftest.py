@@ -329,6 +329,14 @@ def field_coded_films(tmp_path_factory) -> dict[str, Path]:
     return {k: Path(v) for k, v in built_once(tmp_path_factory, "field_coded", build).items()}
 
 
+def soft_telecine_film(path: Path) -> Path:
+    """FIELD_FILM_FRAMES at 352x240 as MPEG-2 with soft 3:2 pulldown flags (tests/field_films.py)."""
+    from field_films import write_soft_telecine
+
+    frames = [cv2.resize(rgb, (352, 240)) for rgb in field_film_frames()]
+    return write_soft_telecine(path, frames)
+
+
 # ---------------------------------------------------------------- labelled overlay films
 
 

@@ -168,3 +168,57 @@ def write_field_coded(
             packet.is_keyframe = key
             out.mux(packet)
     return path
+
+
+def write_soft_telecine(path: Path, frames: list[np.ndarray], gop: int = 12) -> Path:
+    """Write RGB frames as 23.976 fps MPEG-2 with soft 3:2 pulldown, in MPEG-TS, as NTSC DVDs
+    hold film: each coded frame is a whole progressive picture, and its repeat_first_field
+    flag shows it for three fields instead of two on every other frame (top_field_first
+    changing to keep the fields alternating), so 4 frames fill 10 fields of 29.97i. Each packet
+    is timed at the field its picture is first shown on.
+
+    FFmpeg's MPEG-2 encoder writes no repeat flags, so the flags are set in its output: the
+    sequence extension's progressive_sequence cleared (repeat flags are only read in an
+    interlaced sequence), and in each picture coding extension top_field_first,
+    repeat_first_field and progressive_frame (ISO 13818-2 6.2.2.3 and 6.2.3.1)."""
+    height, width = frames[0].shape[:2]
+    encoder = av.CodecContext.create("mpeg2video", "w")
+    encoder.width, encoder.height, encoder.pix_fmt = width, height, "yuv420p"
+    encoder.time_base, encoder.framerate = Fraction(1001, 24000), Fraction(24000, 1001)
+    encoder.options = {"qscale": "3", "g": str(gop), "bf": "0"}
+    coded = []
+    for index, rgb in enumerate(frames):
+        picture = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+        picture.pts = index
+        coded += [bytes(packet) for packet in encoder.encode(picture)]
+    coded += [bytes(packet) for packet in encoder.encode(None)]
+    field = 10  # the field each coded frame is first shown on (a start past zero, as captures)
+    with av.open(str(path), "w", format="mpegts") as out:
+        stream = out.add_stream("mpeg2video", rate=Fraction(30000, 1001))
+        stream.width, stream.height = width, height
+        for index, data in enumerate(coded):
+            packet = av.Packet(_pulldown_flags(data, index))
+            packet.stream = stream
+            packet.time_base = Fraction(1001, 60000)  # one field
+            packet.pts = packet.dts = field
+            packet.is_keyframe = index % gop == 0
+            out.mux(packet)
+            field += 3 if index % 2 == 0 else 2
+    return path
+
+
+def _pulldown_flags(data: bytes, index: int) -> bytes:
+    """Frame `index` of a 3:2 cadence: A (top first, 3 fields), B (bottom first, 2), C (bottom
+    first, 3), D (top first, 2)."""
+    out = bytearray(data)
+    at = out.find(b"\x00\x00\x01\xb5")
+    while at >= 0:
+        kind = out[at + 4] >> 4
+        if kind == 1:  # sequence extension: progressive_sequence off
+            out[at + 5] &= ~0x08 & 0xFF
+        elif kind == 8:  # picture coding extension
+            top_first, repeat = index % 4 in (0, 3), index % 2 == 0
+            out[at + 7] = (out[at + 7] & ~0x82 & 0xFF) | (0x80 * top_first) | (0x02 * repeat)
+            out[at + 8] |= 0x80  # progressive_frame
+        at = out.find(b"\x00\x00\x01\xb5", at + 4)
+    return bytes(out)

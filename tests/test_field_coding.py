@@ -17,6 +17,7 @@ from conftest import (
     field_film_planes,
     local_config,
     make_video,
+    soft_telecine_film,
 )
 
 from core.video import FrameReader
@@ -138,3 +139,20 @@ def test_mbaff_frames_and_progressive_streams_count_a_frame_a_packet(tmp_path):
 
 def test_a_packet_without_slices_still_counts(tmp_path: Path):
     assert FieldPairing(None).starts_frame(b"\x00\x00\x00\x01\x09\xf0") is True
+
+
+def test_soft_telecine_is_counted_by_its_coded_frames(tmp_path):
+    """MPEG-2 with repeat_first_field flags (3:2 soft pulldown): 114 coded frames at 23.976,
+    shown as 285 fields of 29.97i. The frames held are the coded ones: counted, timed and
+    decoded one for one, each at the field it is first shown on."""
+    film_path = soft_telecine_film(tmp_path / "soft.ts")
+    film = Probe().process(film_path)
+    assert film.num_frames == len(FIELD_FILM_FRAMES)
+    assert film.fps == pytest.approx(24000 / 1001)
+    assert film.warnings == []
+    times = film.frame_times()
+    fields = [(b - a) * 60000 / 1001 for a, b in zip(times, times[1:])]  # 90 kHz ticks, rounded
+    assert [round(n, 2) for n in fields] == [3.0, 2.0] * 56 + [3.0]
+    reader = FrameReader(str(film_path), film.frame_pts, threads=1)
+    assert [index for index, _ in reader.frames(0, film.num_frames)] == list(range(114))
+    assert reader.unmatched_frames == reader.corrupt_packets == 0
