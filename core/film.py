@@ -166,8 +166,9 @@ class OverlayRecord(JsonRecord):
 @dataclass
 class SourceScale(JsonRecord):
     """How much a film's clips enlarge its picture: the clip region of the crop (the source
-    pixels a clip shows, the film's window) and the factor it is scaled by into
-    the clip's size. Recorded only when the factor is over 1."""
+    pixels a clip shows, the film's window, in square pixels as shown: 640x426 for a 720x426
+    window of 8:9 pixels) and the factor it is scaled by into the clip's size. Recorded only
+    when the factor is over 1."""
 
     factor: float = 1.0
     width: int = 0

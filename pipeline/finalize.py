@@ -108,9 +108,9 @@ def _summary(
         film=FilmFacts.from_dict(film.facts()),
         ip=ip.name,
         crop=CropRecord(x=crop.x, y=crop.y, w=crop.w, h=crop.h, source=crop.source),
-        upscaled=source_scale(
-            output_region(crop, config.clips, film.pixel_aspect), config.clips
-        ),  # the window's size
+        upscaled=source_scale(  # the window's size, as shown
+            output_region(crop, config.clips, film.pixel_aspect), config.clips, film.pixel_aspect
+        ),
         segments=len(done) + len(failed),
         segments_reused=sum(stats.skipped for stats in done),
         segment_runs=[_segment_run(stats) for stats in done],

@@ -60,8 +60,9 @@ class ClipConfig(Settings):
     the clips, away from the film's burned-in subtitle bands and logos (stages/overlays.py);
     False keeps it centred. Films without overlays keep the centred window either way."""
     min_source_height: int = 0
-    """A film whose clips show fewer source rows than this (the crop, cut to the clip's aspect:
-    a 480x360 film shows 480x320, upscaled 1.5 times) gives no clips: each window becomes a
+    """A film whose clips show fewer source rows than this (the crop, cut to the clip's aspect
+    as the picture is shown: a 480x360 film shows 480x320, upscaled 1.5 times; a 720x480 DVD
+    of 4:3 in 8:9 pixels shows 426 rows) gives no clips: each window becomes a
     `small_source` drop naming the upscale. 480 refuses every upscaled film at the default
     720x480. 0 keeps them all; summary.json, the console line and the report name the upscale
     either way."""
@@ -195,16 +196,21 @@ def _as_overlays(boxes: dict[str, list]) -> dict[str, list[list[int]]]:
     return {SUBTITLE_BANDS: bands, LOGOS: [list(box) for box in boxes[LOGOS]]}
 
 
-def source_scale(region: Box, config: ClipConfig) -> SourceScale | None:
+def source_scale(region: Box, config: ClipConfig, aspect: float = 1.0) -> SourceScale | None:
     """How many times the clips enlarge the picture they show (`region`, the film's window:
     `fit_frame`'s scale, the larger of the two for center_crop and stretch, the smaller for
-    pad), or None when they do not."""
+    pad), or None when they do not. The picture is taken as shown (`aspect`: a source pixel's
+    width over its height), so a 16:9 DVD's 608x480 window of 32:27 pixels, shown 720x480, is
+    not upscaled: widening its pixels is the format's own display, and its rows, which hold
+    its detail, are kept one for one. A 4:3 DVD's 720x426 window of 8:9 pixels (shown 640x426)
+    is upscaled 1.13 times."""
     _, _, w, h = region
-    along = (config.width / w, config.height / h)
+    shown_w = w * aspect  # aspect 1.0: w itself, so square films keep their figures exactly
+    along = (config.width / shown_w, config.height / h)
     factor = min(along) if config.resize == "pad" else max(along)
     if round(factor, 2) <= 1.0:
         return None
-    return SourceScale(factor=round(factor, 3), width=w, height=h)
+    return SourceScale(factor=round(factor, 3), width=int(round(shown_w)), height=h)
 
 
 def _refusal(region: tuple, scale: SourceScale | None, config: ClipConfig) -> str | None:
@@ -330,7 +336,8 @@ class ClipSplitter:
         self.segment_index = segment_index
         self.is_last_segment = is_last_segment
         self.region = region  # the film's window (place_window): what every clip shows
-        self.refusal = _refusal(region, source_scale(region, config), config)
+        scale = source_scale(region, config, film.pixel_aspect)
+        self.refusal = _refusal(region, scale, config)
         # start time of every frame, plus the end of the last one, so a window that ends exactly
         # with the film still fits
         self.times = film.frame_times() + [film.duration]

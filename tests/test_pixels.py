@@ -16,8 +16,8 @@ from core.shards import read_clips
 from core.video import FrameReader, decode_image
 from pipeline.ip import load_ip
 from pipeline.runner import run_film
-from stages.clips import ClipConfig, fit_frame, output_region
-from stages.crop import BorderCrop
+from stages.clips import ClipConfig, fit_frame, output_region, source_scale
+from stages.crop import BorderCrop, CropBox
 from stages.probe import Probe
 
 # (stored size, SAR, the picture's shape as shown): what DVDs and captures hold
@@ -163,3 +163,21 @@ def test_the_pipeline_cuts_an_anamorphic_film_into_square_clips(tmp_path):
     ]
     assert first[0].shape == first[1].shape == (480, 720)
     assert _difference(first[0].astype(np.float32), first[1].astype(np.float32)) < 4.0
+
+
+def test_upscaled_and_min_source_height_read_the_picture_as_shown():
+    """A 16:9 DVD (720x480, 32:27) is not upscaled: its window, 608x480 stored, is shown
+    720x480, its rows kept one for one. A 4:3 DVD (8:9) shows 426 rows, upscaled 1.13 times,
+    and clips.min_source_height counts those rows."""
+    config = ClipConfig()
+    crop = CropBox(0, 0, 720, 480, "full")
+    wide = output_region(crop, config, 32 / 27)
+    assert wide == (56, 0, 608, 480)
+    assert source_scale(wide, config, 32 / 27) is None
+    assert source_scale(wide, config) is not None  # read as square, it would be "upscaled 1.18x"
+    narrow = output_region(crop, config, 8 / 9)
+    assert narrow == (0, 27, 720, 426)
+    scale = source_scale(narrow, config, 8 / 9)
+    assert scale is not None and scale.note == "upscaled 1.13x from 640x426"
+    pal = output_region(CropBox(0, 0, 720, 576, "full"), config, 64 / 45)
+    assert source_scale(pal, config, 64 / 45) is None  # 576 rows into 480: shrunk
