@@ -21,8 +21,8 @@ from conftest import (
 )
 
 from core.video import FrameReader
-from pipeline.ip import load_ip
-from pipeline.runner import run_film
+from pipeline.data.ip import load_ip
+from pipeline.running.runner import run_film
 from stages.field_coding import FieldPairing
 from stages.probe import Probe
 

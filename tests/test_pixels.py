@@ -14,8 +14,8 @@ from conftest import BUNNY, local_config, resized_copy
 
 from core.shards import read_clips
 from core.video import FrameReader, decode_image
-from pipeline.ip import load_ip
-from pipeline.runner import run_film
+from pipeline.data.ip import load_ip
+from pipeline.running.runner import run_film
 from stages.clips import ClipConfig, fit_frame, output_region, source_scale
 from stages.crop import BorderCrop, CropBox
 from stages.probe import Probe
