@@ -22,6 +22,7 @@ from dataclasses import dataclass
 _SLICE, _IDR, _SPS, _PPS = 1, 5, 7, 8
 _HIGH_PROFILES = {100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135}
 _HEADER_BYTES = 256  # of each NAL unit: enough for a slice header's first fields and an SPS
+_SEARCH_BYTES = 4096  # of a byte-stream packet: its delimiter, SEI and parameter sets, a slice
 
 
 class _Bits:
@@ -130,12 +131,22 @@ class FieldPairing:
             return None
         return not all(s.frame_mbs_only for s in self.sequences.values())
 
-    def starts_frame(self, packet: bytes) -> bool:
-        """Whether this packet's pictures include the start of a frame (a frame picture, or the
-        first field of a pair); a packet with no slice counts as starting one, as before."""
-        units = _length_prefixed(packet, self.length_size) if self.length_size else None
+    def starts_frame(self, packet) -> bool:
+        """Whether this packet (bytes, or any buffer: an av.Packet is read in place) includes
+        the start of a frame (a frame picture, or the first field of a pair); a packet with no
+        slice counts as starting one, as before. Only the head of each NAL unit is copied, and
+        in a byte stream only the packet's first `_SEARCH_BYTES` are searched for slices unless
+        none starts there."""
+        view = memoryview(packet)
+        if self.length_size:
+            return self._starts(_length_prefixed(view, self.length_size))
+        head = _annex_b(bytes(view[:_SEARCH_BYTES]))
+        found = any(nal and nal[0] & 0x1F in (_SLICE, _IDR) for nal in head)
+        return self._starts(head if found else _annex_b(bytes(view)))
+
+    def _starts(self, units: list[bytes]) -> bool:
         starts, sliced = False, False
-        for nal in units if units is not None else _annex_b(packet):
+        for nal in units:
             kind = nal[0] & 0x1F if nal else 0
             if kind in (_SPS, _PPS):
                 self._parameters(nal)
@@ -214,10 +225,10 @@ def _annex_b(data: bytes) -> list[bytes]:
     return units
 
 
-def _length_prefixed(data: bytes, size: int) -> list[bytes]:
+def _length_prefixed(data: memoryview, size: int) -> list[bytes]:
     units, pos = [], 0
     while pos + size <= len(data):
         length = int.from_bytes(data[pos : pos + size], "big")
-        units.append(data[pos + size : pos + size + min(length, _HEADER_BYTES)])
+        units.append(bytes(data[pos + size : pos + size + min(length, _HEADER_BYTES)]))
         pos += size + length
     return units

@@ -142,7 +142,7 @@ def _demux_timeline(container, stream, path: Path) -> tuple[list[int], int, int]
             if packet.pts is None or packet.size == 0:
                 continue  # flush packets carry no frame
             keyframes += bool(packet.is_keyframe)
-            if fields is not None and not fields.starts_frame(bytes(packet)):
+            if fields is not None and not fields.starts_frame(packet):
                 continue  # the second field of a frame
             if fields is not None and fields.may_hold_fields() is False:
                 fields = None  # progressive after all: no more packets to read
