@@ -119,6 +119,7 @@ class FieldPairing:
         self.length_size = 0  # AVCC's NAL length prefix; 0: Annex B start codes
         self.open_field: _Picture | None = None  # a first field still waiting for its pair
         self.fields = 0  # field pictures seen
+        self.idr = False  # the last packet read holds an IDR picture
         if extradata and extradata[0] == 1 and len(extradata) > 6:
             self._read_avcc(extradata)
         elif extradata:
@@ -145,7 +146,7 @@ class FieldPairing:
         return self._starts(head if found else _annex_b(bytes(view)))
 
     def _starts(self, units: list[bytes]) -> bool:
-        starts, sliced = False, False
+        starts, sliced, self.idr = False, False, False
         for nal in units:
             kind = nal[0] & 0x1F if nal else 0
             if kind in (_SPS, _PPS):
@@ -155,6 +156,7 @@ class FieldPairing:
                 if picture is not None:
                     sliced = True
                     starts |= self._pair(picture)
+                    self.idr |= kind == _IDR
         return starts or not sliced
 
     def _pair(self, picture: _Picture) -> bool:

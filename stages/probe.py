@@ -134,15 +134,23 @@ def _first_frame(path: Path) -> tuple[int, int | None]:
 def _demux_timeline(container, stream, path: Path) -> tuple[list[int], int, int]:
     """Every frame's timestamp in display order, the key frames, and the field pictures paired
     into frames (stages/field_coding.py: an H.264 stream that codes fields one by one has a
-    packet per field; only a frame's first field starts one)."""
+    packet per field; only a frame's first field starts one). The key frames of a stream of
+    field pictures are its IDR frames, the ones a decoder that skips non-key pictures gives
+    (FrameReader.keyframes; it decodes their second fields too): a demuxer may flag every intra
+    field key, which made the crop's and the overlay pass's key-frame sampling pick 3 frames of
+    16 on a test capture."""
     pts, keyframes = [], 0
     fields = _field_pairing(stream)
     try:
         for packet in container.demux(stream):
             if packet.pts is None or packet.size == 0:
                 continue  # flush packets carry no frame
-            keyframes += bool(packet.is_keyframe)
-            if fields is not None and not fields.starts_frame(packet):
+            starts = fields is None or fields.starts_frame(packet)
+            if fields is not None and fields.fields:
+                keyframes += starts and fields.idr
+            else:
+                keyframes += bool(packet.is_keyframe)
+            if not starts:
                 continue  # the second field of a frame
             if fields is not None and fields.may_hold_fields() is False:
                 fields = None  # progressive after all: no more packets to read

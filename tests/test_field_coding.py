@@ -23,6 +23,7 @@ from conftest import (
 from core.video import FrameReader
 from pipeline.data.ip import load_ip
 from pipeline.running.runner import run_film
+from stages.crop import sample_luma_frames
 from stages.field_coding import FieldPairing
 from stages.probe import Probe
 
@@ -156,3 +157,17 @@ def test_soft_telecine_is_counted_by_its_coded_frames(tmp_path):
     reader = FrameReader(str(film_path), film.frame_pts, threads=1)
     assert [index for index, _ in reader.frames(0, film.num_frames)] == list(range(114))
     assert reader.unmatched_frames == reader.corrupt_packets == 0
+
+
+def test_key_frames_of_field_pictures_are_sampled_whole(field_coded_films):
+    """The border crop and the overlay pass sample key frames, the decoder skipping the other
+    pictures: the film's key frames are its IDR frames (MPEG-TS's parser flags every intra
+    field key, 228 here), and each sampled frame has both its fields (the source frame)."""
+    film = Probe().process(field_coded_films["whole"])
+    assert film.keyframes == 10  # 114 frames, an IDR every 12
+    planes = sample_luma_frames(film, 48)
+    reader = FrameReader(str(field_coded_films["whole"]), film.frame_pts, threads=1)
+    whole = {i: f.to_ndarray(format="gray") for i, f in reader.frames(0, film.num_frames)}
+    assert len(planes) == 10
+    for k, plane in enumerate(planes):
+        assert np.array_equal(plane, whole[12 * k]), k
