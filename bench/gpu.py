@@ -313,18 +313,18 @@ def synthetic_batch(batch: int, turns: int, frame_size, frames: int | None) -> d
 def time_steps(model, config, batch: dict, settings: Settings) -> dict:
     """Warm-up step, then `steps` timed optimiser steps through the trainer's own step."""
     from trainer import distributed
-    from trainer.loop import _step, make_optimizer
+    from trainer.loop import make_optimizer, optimizer_step
 
     env = distributed.setup(config.device)
     dtype = distributed.pick_dtype(config.dtype, env.device)
     trainable, optimizer = make_optimizer(model, config)
-    _step(model, model, optimizer, trainable, [batch], 0, config, env, dtype)
+    optimizer_step(model, model, optimizer, trainable, [batch], 0, config, env, dtype)
     synchronise(settings.device)
     release_memory()
     times = []
     for step in range(1, 1 + settings.steps):
         began = time.perf_counter()
-        _step(model, model, optimizer, trainable, [batch], step, config, env, dtype)
+        optimizer_step(model, model, optimizer, trainable, [batch], step, config, env, dtype)
         synchronise(settings.device)
         times.append(time.perf_counter() - began)
     seconds = statistics.median(times)
