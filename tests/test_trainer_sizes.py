@@ -10,7 +10,7 @@ import torch
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 
 # The released checkpoints' config.json values: one place, shared with the GPU benchmark.
-from bench.gpu_models import CLIP_VIT_B16, T5_V11_XXL
+from bench.gpu.models import CLIP_VIT_B16, T5_V11_XXL
 from trainer.models.encoder import ShotEncoder
 from trainer.tiny import mistral_tokenizer
 
