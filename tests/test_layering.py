@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -245,7 +246,6 @@ USED_WITHOUT_IMPORT = {
 
 
 def declared_dependencies() -> list[str]:
-    import re
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -269,3 +269,113 @@ def test_every_declared_dependency_is_used():
         and name not in USED_WITHOUT_IMPORT
     ]
     assert unused == []
+
+
+# ---------------------------------------------------------------- the trainer's rooms
+
+# What each room of trainer/ may import of trainer/ (besides itself): the table of
+# docs/architecture.md, which `test_the_architecture_page_states_the_trainer_rooms` keeps equal.
+TRAINER_ROOMS = {
+    "phases": {"models", "shared"},
+    "evaluation": {"shared"},
+    "delivery": {"models", "shared"},
+    "models": {"shared"},
+    "shared": set(),
+}
+
+
+def trainer_room(module: str) -> str | None:
+    """`trainer.phases.loop` -> `phases`; `trainer` itself and modules outside it -> None."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "trainer" and len(parts) > 1 else None
+
+
+def trainer_room_imports(path: Path) -> set[str]:
+    """The rooms of trainer/ the file imports, at any depth: `from trainer.models import build`
+    and `from trainer import models` both name `models`."""
+    found = set()
+    for node in every_node(path):
+        if isinstance(node, ast.Import):
+            found |= {trainer_room(alias.name) for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "trainer":
+                found |= {alias.name for alias in node.names}
+            else:
+                found.add(trainer_room(node.module))
+    return {room for room in found if room in TRAINER_ROOMS}
+
+
+def trainer_room_breaches() -> dict[str, list[str]]:
+    breaches = {}
+    for path in sorted((ROOT / "trainer").rglob("*.py")):
+        room = trainer_room(module_name(path))
+        allowed = TRAINER_ROOMS.get(room, set()) | {room} if room else set()
+        if bad := sorted(trainer_room_imports(path) - allowed):
+            breaches[str(path.relative_to(ROOT))] = bad
+    return breaches
+
+
+def test_every_trainer_room_imports_only_the_rooms_below_it():
+    assert trainer_room_breaches() == {}
+
+
+def test_every_trainer_module_lives_in_a_room():
+    """No module beside the rooms but the package's own `__init__.py` (its old paths)."""
+    loose = [p.name for p in (ROOT / "trainer").glob("*.py") if p.name != "__init__.py"]
+    folders = {p.name for p in (ROOT / "trainer").iterdir() if (p / "__init__.py").is_file()}
+    assert (loose, folders) == ([], set(TRAINER_ROOMS))
+
+
+def test_the_trainer_rooms_form_no_cycle():
+    assert find_cycle({room: set(allowed) for room, allowed in TRAINER_ROOMS.items()}) is None
+
+
+def test_the_room_reader_sees_an_arrow_back_up(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from trainer.shared import data\nfrom trainer import models\n"
+        "def f():\n    from trainer.phases.cli import main_for_phase\n"
+    )
+    assert trainer_room_imports(module) == {"shared", "models", "phases"}
+    # in shared/, both of the others are arrows back up
+    assert trainer_room_imports(module) - TRAINER_ROOMS["shared"] - {"shared"} == {
+        "models",
+        "phases",
+    }
+
+
+def test_the_architecture_page_states_the_trainer_rooms():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    stated = {}
+    for row in page.splitlines():
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        if len(cells) == 3 and cells[0].startswith("`trainer/") and cells[0].endswith("/`"):
+            room = cells[0].strip("`/").split("/")[1]
+            stated[room] = {c.strip("` ") for c in cells[2].split(",")} - {"nothing"}
+    assert stated == TRAINER_ROOMS
+
+
+def test_the_project_imports_no_old_trainer_path():
+    """`trainer.data` and the other paths before the rooms are for users and scripts
+    (trainer/__init__.py OLD_PATHS); the project's own code names the new ones."""
+    import trainer
+
+    users = [
+        (str(path.relative_to(ROOT)), name)
+        for package in (*PACKAGES, "tests")
+        for path in (ROOT / package).rglob("*.py")
+        for name in imported_modules(path)
+        if name in trainer.OLD_PATHS
+        or any(f"{name}.{alias}" in trainer.OLD_PATHS for alias in imported_names(path, name))
+    ]
+    assert users == []
+
+
+def imported_names(path: Path, module: str) -> set[str]:
+    """The names `from module import ...` takes in the file."""
+    return {
+        alias.name
+        for node in every_node(path)
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == module
+        for alias in node.names
+    }

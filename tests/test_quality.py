@@ -39,7 +39,7 @@ from stages.quality import (
     hamming,
     own_reasons,
 )
-from trainer.data import ClipCatalog
+from trainer.shared.data import ClipCatalog
 
 THRESHOLDS = RejectConfig()
 

@@ -24,7 +24,7 @@ from pipeline.explore import open_dataset
 from pipeline.review import ReviewError, ReviewStore, effective_quality, read_reviews
 from pipeline.review_server import ReviewApp, ReviewServer, check_fields
 from stages.captioning.parsing import ParseError, parse_state
-from trainer.data import ClipCatalog, clip_samples, game_sequences
+from trainer.shared.data import ClipCatalog, clip_samples, game_sequences
 
 SHEET = ["Sintel", "Scales"]  # manifests/sintel.yaml's protagonists
 VALID_STATE = (

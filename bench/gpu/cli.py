@@ -8,9 +8,9 @@ Parts, each guarded (a failing part reports its error; the others still run):
   stage's own backend (one clip's 15 pairs in order, flow copied back per pair as the stage does),
   larger batches as B clips stepped in lockstep through the same model;
 - train_a: one phase-(a) step (E_a + CogVideoX-2B decoder with LoRA, 480x720, 17 frames, gradient
-  checkpointing on) through trainer.train_encoder.EncoderPhase and the loop's own step;
+  checkpointing on) through trainer.phases.encoder.EncoderPhase and the loop's own step;
 - train_b: one phase-(b) step (E_a frozen + Mistral-7B with LoRA) through
-  trainer.train_mllm.MllmPhase, with a phase-(a) checkpoint of E_a written first;
+  trainer.phases.mllm.MllmPhase, with a phase-(a) checkpoint of E_a written first;
 - caption: an InternVL2.5-8B-shaped checkpoint written locally with random weights, captioning the
   sample film's clips (both prompts, a fixed number of generated tokens) through the project's
   caption_film with each engine: transformers, lmdeploy (TurboMind, then the PyTorch engine).

@@ -24,7 +24,7 @@ from bench.gpu.common import (
 
 
 def encoder_config(settings: Settings, batch: int):
-    from trainer.config import EncoderConfig
+    from trainer.shared.config import EncoderConfig
 
     height, width = settings.frame_size
     return EncoderConfig(
@@ -42,7 +42,7 @@ def encoder_config(settings: Settings, batch: int):
 
 
 def mllm_config(settings: Settings, batch: int, encoder_checkpoint: Path, checkpointing=False):
-    from trainer.config import MllmConfig
+    from trainer.shared.config import MllmConfig
 
     height, width = settings.frame_size
     return MllmConfig(
@@ -59,7 +59,7 @@ def mllm_config(settings: Settings, batch: int, encoder_checkpoint: Path, checkp
 
 
 def synthetic_turns(count: int, frame_size: tuple[int, int], seed: int) -> list[dict]:
-    """Turns shaped as trainer.data.ShotDataset makes them (random pictures, game-demo text)."""
+    """Turns shaped as trainer.shared.data.ShotDataset makes them (random pictures, game-demo text)."""
     from prompts.game import action_text
 
     generator = torch.Generator().manual_seed(seed)
@@ -87,7 +87,7 @@ def synthetic_turns(count: int, frame_size: tuple[int, int], seed: int) -> list[
 
 
 def synthetic_batch(batch: int, turns: int, frame_size, frames: int | None) -> dict:
-    from trainer.data import collate
+    from trainer.shared.data import collate
 
     samples = []
     for b in range(batch):
@@ -103,8 +103,8 @@ def synthetic_batch(batch: int, turns: int, frame_size, frames: int | None) -> d
 
 def time_steps(model, config, batch: dict, settings: Settings) -> dict:
     """Warm-up step, then `steps` timed optimiser steps through the trainer's own step."""
-    from trainer import distributed
-    from trainer.loop import make_optimizer, optimizer_step
+    from trainer.phases.loop import make_optimizer, optimizer_step
+    from trainer.shared import distributed
 
     env = distributed.setup(config.device)
     dtype = distributed.pick_dtype(config.dtype, env.device)
@@ -144,8 +144,8 @@ def settings_peak(settings: Settings) -> float | None:
 
 
 def train_a_rows(settings: Settings):
-    from trainer.loop import sample_generators
-    from trainer.train_encoder import EncoderPhase
+    from trainer.phases.encoder import EncoderPhase
+    from trainer.phases.loop import sample_generators
 
     device = torch.device(settings.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -223,7 +223,7 @@ def training_flops_of(module, tokens: int, attention: flops.Attention) -> float:
 
 
 def train_b_rows(settings: Settings):
-    from trainer.train_mllm import MllmPhase
+    from trainer.phases.mllm import MllmPhase
 
     device = torch.device(settings.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -259,7 +259,8 @@ def mllm_steps(model, settings: Settings, encoder_dir: Path, checkpointing: bool
 
 def write_encoder_checkpoint(settings: Settings, device, dtype) -> Path:
     """A phase-(a) checkpoint of a random E_a, which phase (b) loads as the real one."""
-    from trainer import build, checkpoint
+    from trainer.models import build
+    from trainer.shared import checkpoint
 
     config = encoder_config(settings, 1)
     holder = torch.nn.Module()

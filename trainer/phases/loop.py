@@ -22,8 +22,8 @@ import torch
 
 from core.io import write_text_atomic
 from core.settings import ConfigError
-from trainer import checkpoint, distributed
-from trainer.data import make_loader
+from trainer.shared import checkpoint, distributed
+from trainer.shared.data import make_loader
 
 
 def sample_generators(seed: int, uids: torch.Tensor, stream: int = 0) -> list[torch.Generator]:

@@ -166,7 +166,7 @@ def evaluate(
         clip = ClipScorer(config.clip_model, config.image_size, device)
         _score(per_clip, "clip_t", {n: clip.text_similarity(frames[n], text_of[n]) for n in shots})
     if judge:
-        from trainer.judge import judge_turns
+        from trainer.evaluation.judge import judge_turns
 
         judged = judge_turns(config, shots, text_of)
         for name, values in judged.pop("per_clip").items():
@@ -341,7 +341,7 @@ class ClipScorer:
     def __init__(self, location: str, size: int, device):
         from transformers import AutoTokenizer, CLIPModel
 
-        from trainer.backbones import resolve
+        from trainer.shared.backbones import resolve
 
         root = resolve("clip_model", location, hub=False)
         self.model = CLIPModel.from_pretrained(root).to(device).eval()
@@ -378,7 +378,7 @@ class DreamSim:
     def __init__(self, locations: list[str], size: int, device):
         from transformers import AutoConfig, AutoModel, CLIPVisionModelWithProjection
 
-        from trainer.backbones import resolve
+        from trainer.shared.backbones import resolve
 
         self.size, self.device, self.backbones = size, device, []
         for location in locations:
@@ -434,8 +434,7 @@ def _unit(x):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from core.cli import run_command
-    from trainer.cli import module_parser
+    from core.cli import module_parser, run_command
 
     args = module_parser("python -m trainer.evaluate", __doc__, add_arguments).parse_args(argv)
     return run_command("eval", run, args)
