@@ -416,10 +416,10 @@ def _tiny_eval_models(folder: Path) -> dict:
         ViTModel,
     )
 
-    from trainer.shared.tiny import _word_tokenizer
+    from trainer.shared.tiny import word_tokenizer
 
     torch.manual_seed(0)
-    tokenizer = _word_tokenizer(
+    tokenizer = word_tokenizer(
         {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "bos_token": "<s>"}
     )
     vision = dict(
@@ -608,12 +608,12 @@ def test_judge_scores_parse_the_six_criteria():
 
 
 def test_the_judge_sees_five_frames_in_a_row_and_the_games_instructions(tmp_path):
-    from trainer.evaluation.evaluate import EvalConfig, _mp4s, shot_texts
+    from trainer.evaluation.evaluate import EvalConfig, clips_by_name, shot_texts
     from trainer.evaluation.judge import judge_requests
 
     generated, _ = _benchmark(tmp_path)
     config = EvalConfig(judge_frame_height=40)
-    shots = _mp4s(generated)
+    shots = clips_by_name(generated)
     requests = {r.key: r for r in judge_requests(config, shots, shot_texts(generated, shots, None))}
     second = requests["game-a/turn-002"]
     (row,) = second.images

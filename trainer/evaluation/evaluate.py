@@ -144,7 +144,7 @@ def evaluate(
 ) -> dict:
     """The metrics the inputs allow: CLIP-I and DreamSim need references, CLIP-T and the judge
     texts (given, or each game folder's play states.jsonl), ACC-F/MAE-F requested levels."""
-    shots = _mp4s(generated)
+    shots = clips_by_name(generated)
     result: dict = {"clips": len(shots)}
     per_clip: dict[str, dict] = {name: {} for name in shots}
     frames = {name: sample_frames(path, config.frames) for name, path in shots.items()}
@@ -236,7 +236,9 @@ def _score(per_clip: dict, metric: str, values: dict) -> None:
         per_clip[name][metric] = value
 
 
-def _mp4s(folder: Path) -> dict[str, Path]:
+def clips_by_name(folder: Path) -> dict[str, Path]:
+    """The folder's .mp4 clips at any depth, by their path in it without the suffix (the shot's
+    name); a missing folder or one without clips is an error naming it."""
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: not a folder of clips")
     found = {
