@@ -246,6 +246,7 @@ USED_WITHOUT_IMPORT = {
 
 
 def declared_dependencies() -> list[str]:
+    import re
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -379,3 +380,70 @@ def imported_names(path: Path, module: str) -> set[str]:
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == module
         for alias in node.names
     }
+
+
+# ---------------------------------------------------------------- public names between modules
+
+
+def underscore_imports(path: Path, modules: set[str]) -> list[str]:
+    """Where the file takes another project module's underscore name: `from x import _y`, or
+    `x._y` on a module it imported (`import x.y as z`, `from x import y`). Dunder names are
+    Python's own, not private."""
+    private = re.compile(r"_(?!_)")
+    own = module_name(path) if path.is_relative_to(ROOT) else ""
+    aliases: dict[str, str] = {}
+    found = []
+    for node in every_node(path):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    aliases[alias.asname] = alias.name
+                else:
+                    top = alias.name.split(".")[0]
+                    aliases[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in modules:
+                    aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                elif node.module in modules and node.module != own and private.match(alias.name):
+                    found.append(f"{node.lineno}: from {node.module} import {alias.name}")
+    for node in every_node(path):
+        if not (isinstance(node, ast.Attribute) and private.match(node.attr)):
+            continue
+        chain, base = [], node.value
+        while isinstance(base, ast.Attribute):
+            chain.append(base.attr)
+            base = base.value
+        if isinstance(base, ast.Name) and base.id in aliases:
+            target = ".".join([aliases[base.id], *reversed(chain)])
+            if target in modules and target != own:
+                found.append(f"{node.lineno}: {target}.{node.attr}")
+    return found
+
+
+def test_no_module_imports_another_modules_underscore_name():
+    """A name with a leading underscore is its module's own; one that another module needs is
+    public. Tests included: a test of a helper imports it by a public name."""
+    modules = set(project_modules())
+    offenders = {
+        str(path.relative_to(ROOT)): found
+        for package in (*PACKAGES, "tests")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (found := underscore_imports(path, modules))
+    }
+    assert offenders == {}
+
+
+def test_the_underscore_reader_sees_both_forms(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import trainer.shared.data as data\nfrom trainer.phases import loop\n"
+        "from stages.scenes import _hidden, SceneCuts\n"
+        "def f():\n    return data._video, loop._start_step, loop.__name__, SceneCuts._blank\n"
+    )
+    modules = {"trainer.shared.data", "trainer.phases.loop", "stages.scenes"}
+    assert underscore_imports(module, modules) == [
+        "3: from stages.scenes import _hidden",
+        "5: trainer.shared.data._video",
+        "5: trainer.phases.loop._start_step",
+    ]
