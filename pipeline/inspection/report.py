@@ -28,7 +28,7 @@ from core import storage
 from core.film import FilmSummary, OverlayRecord, WindowRecord
 from core.io import write_text_atomic
 from core.vocabulary import REJECT_REASONS
-from pipeline.explore import (
+from pipeline.inspection.explore import (
     Dataset,
     DatasetError,
     Film,
@@ -36,9 +36,12 @@ from pipeline.explore import (
     film_ip,
     open_dataset,
 )
-from pipeline.quality import film_thresholds
-from pipeline.report_corpus import corpus_section, distributions_section, overview_section
-from pipeline.report_data import (
+from pipeline.inspection.report_corpus import (
+    corpus_section,
+    distributions_section,
+    overview_section,
+)
+from pipeline.inspection.report_data import (
     clip_geometry,
     crop_box,
     crop_text,
@@ -51,7 +54,7 @@ from pipeline.report_data import (
     summary_drop_total,
     window_text,
 )
-from pipeline.report_html import (
+from pipeline.inspection.report_html import (
     NOT_AVAILABLE,
     anchor_slug,
     data_uri,
@@ -68,7 +71,8 @@ from pipeline.report_html import (
     review_text,
     table_of_contents,
 )
-from pipeline.report_options import ReportOptions
+from pipeline.inspection.report_options import ReportOptions
+from pipeline.passes.quality import film_thresholds
 from stages.quality import RejectConfig, quality_measures
 
 # Clips on the timeline (a rejected clip: by the quality stage or in review)
