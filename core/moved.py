@@ -3,8 +3,9 @@ lives at `trainer.shared.data`, the same object (so a class is defined once and 
 monkeypatch reaches every user), imported only when the old path is asked for; `python -m OLD`
 runs the moved module's code as `__main__`.
 
-A package whose modules moved calls `keep_old_paths({old: new, ...})` in its `__init__.py`. Code
-of this project imports the new paths; the old ones are for users, notebooks and scripts.
+A package whose modules moved calls `keep_old_paths({old: new, ...})` in its `__init__.py`
+(`pipeline/moved.py`, `trainer/__init__.py`). Code of this project imports the new paths; the old
+ones are for users, notebooks and scripts.
 """
 
 from __future__ import annotations
