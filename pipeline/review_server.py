@@ -6,6 +6,7 @@ stored first frame), and a small JSON API that the page uses and scripts can use
 
     GET  /api/clips?film=&usable=&reason=&caption_status=&motion_level=&character=&decision=
          &offset=&limit=   (a page of the matching clips; no limit: all of them)
+         and the scores' filters (stages/scores.py): &camera_motion=pan_left&clarity_min=0.5...
     POST /api/review  {"clip_id": "...", "decision": "accept"|"reject", "note": "...",
                        "fields": {"subject": "girl", "characters": ["Sintel"], ...}}
 
@@ -64,8 +65,10 @@ from pipeline.review import (
     check_decision,
     review_counts,
 )
+from stages.base import registered_scores
 from stages.captioning.parsing import ParseError, check_character_names, check_state_value
 from stages.quality import RejectConfig, quality_measures
+from stages.scores import filter_names, matches, passes, score_filter
 
 log = logging.getLogger(__name__)
 
@@ -233,9 +236,10 @@ class ReviewApp:
 
     def clips(self, query: dict[str, str]) -> dict:
         """GET /api/clips: a page of the clips passing the filters, with facets and counts."""
-        unknown = sorted(set(query) - set(FILTERS) - set(PAGING))
+        known = _filters()
+        unknown = sorted(set(query) - set(known) - set(PAGING))
         if unknown:
-            raise ReviewError(f"unknown filters {unknown} (filters: {', '.join(FILTERS)})")
+            raise ReviewError(f"unknown filters {unknown} (filters: {', '.join(known)})")
         snapshot = self.snapshot()
         if "film" in query and query["film"] not in snapshot.slugs:
             raise ReviewError(
@@ -243,7 +247,7 @@ class ReviewApp:
                 f"(films: {', '.join(snapshot.slugs)})"
             )
         offset, limit = _paging(query)
-        filters = {k: v for k, v in query.items() if k in FILTERS}
+        filters = {k: v for k, v in query.items() if k in known}
         match = _clip_filter(filters)  # checks every filter's value first
         listing = self._listing(snapshot)
         chosen = np.flatnonzero(_matching(snapshot, listing, filters, match))
@@ -427,12 +431,18 @@ def _ip_protagonists(name: str | None) -> list[str]:
     return [p.name for p in load_ip(name).protagonists]
 
 
+def _filters() -> list[str]:
+    """The filters GET /api/clips takes: the page's own and every declared score's."""
+    return [*FILTERS, *filter_names(registered_scores())]
+
+
 # What the page shows of a clip (besides its review): the light columns, read once per snapshot.
 _SHOWN_COLUMNS = (
     "clip_id film_name clip_index scene_index start_time end_time start_frame end_frame "
     "num_frames fps width height status error motion_scope motion_level caption_status "
     "instruction num_characters"
 ).split() + [*EDITABLE_FIELDS, *QUALITY_COLUMNS]
+_SHOWN_COLUMNS += [score.column for score in registered_scores()]
 # the measured values behind the automatic flags: shown beside their thresholds, not sent raw
 _MEASURED = ("quality_luma_mean", "quality_luma_peak", "quality_text_area")
 _SHOWN_COLUMNS += _MEASURED
@@ -454,6 +464,7 @@ def _clip_json(slug: str, row: dict, review: Review | None, thresholds: RejectCo
             "reject_reasons": auto_reasons,
             "measures": [{"reason": r, "text": t, "decided": d} for r, t, d in measures],
         },
+        "scores": [[s.label, s.shown(row.get(s.column))] for s in registered_scores()],
         "model": {name: row.get(name) for name in (review.fields if review else {})},
         "review": review.to_json() if review else None,
         "video": f"/media/{row['clip_id']}.mp4",
@@ -483,7 +494,16 @@ def _clip_filter(query: dict[str, str]):
             raise ReviewError(f"decision filter must be accept, reject or none, got {decision!r}")
         wanted_decision = None if decision == UNREVIEWED else decision
         checks.append(lambda c: c["review_decision"] == wanted_decision)
+    for score, kind, value in _score_conditions(query):
+        checks.append(lambda c, s=score, k=kind, v=value: passes(k, v, c.get(s.column)))
     return lambda clip: all(check(clip) for check in checks)
+
+
+def _score_conditions(query: dict[str, str]):
+    try:
+        return score_filter(registered_scores(), query)
+    except ValueError as exc:
+        raise ReviewError(str(exc)) from None
 
 
 def _boolean(text: str, name: str) -> bool:
@@ -525,6 +545,8 @@ def _matching(snapshot: _Snapshot, listing: _Listing, query: dict[str, str], mat
         keep &= _contains(_column(table, "characters"), query["character"])
     if "decision" in query:
         keep &= query["decision"] == UNREVIEWED  # what the rows nobody reviewed have
+    for score, kind, value in _score_conditions(query):
+        keep &= matches(kind, value, _column(table, score.column))
     for row, clip in listing.reviewed.items():
         keep[row] = match(clip)
     return keep
@@ -564,6 +586,7 @@ def _facets(snapshot: _Snapshot, reviewed: dict[int, dict]) -> dict:
         return set(pc.unique(column).to_pylist()) - {None}
 
     clips = reviewed.values()
+    scores = registered_scores()
     statuses = {c["caption_status"] or "pending" for c in clips}
     statuses |= set(pc.unique(_column(table, "caption_status").filter(mask)).to_pylist())
     return {
@@ -577,7 +600,24 @@ def _facets(snapshot: _Snapshot, reviewed: dict[int, dict]) -> dict:
             stored("characters", True) | {n for c in clips for n in c.get("characters") or []}
         ),
         "decision": [ACCEPT, REJECT, UNREVIEWED],
+        **{
+            s.column: sorted(stored(s.column) | {c.get(s.column) for c in clips} - {None})
+            for s in scores
+            if not s.is_number
+        },
+        "scores": [_score_facet(s, _column(table, s.column)) for s in scores],
     }
+
+
+def _score_facet(score, values: pa.ChunkedArray) -> dict:
+    """What the page builds a score's filter from: its name, its labels or its range."""
+    facet: dict[str, Any] = {"column": score.column, "label": score.label}
+    if not score.is_number:
+        return facet | {"labels": list(score.labels)}
+    if pa.types.is_null(values.type):
+        return facet | {"min": None, "max": None}
+    low_high = pc.min_max(values)
+    return facet | {"min": low_high["min"].as_py(), "max": low_high["max"].as_py()}
 
 
 def _shown_table(film: Film) -> pa.Table:

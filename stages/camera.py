@@ -138,7 +138,9 @@ def fit_pairs(
     params[simpler] = np.concatenate([shifts, np.zeros_like(shifts)], axis=1)[simpler]
     fits = np.maximum(fits, shift_fits)
     return [
-        PairMotion(*map(float, p), fit=float(f)) if n >= config.min_points else None
+        PairMotion(float(p[0]), float(p[1]), float(p[2]), float(p[3]), float(f))
+        if n >= config.min_points
+        else None
         for p, f, n in zip(params, fits, counts)
     ]
 

@@ -118,7 +118,7 @@ def score_filter(scores: list[Score], query: Mapping[str, str]) -> list[tuple[Sc
     """The score conditions among `query` (a page's or a notebook's filters), checked:
     (score, 'is' | 'min' | 'max', value). Names that are no score's filter are left to the
     caller; a bad value is a ValueError saying what is wrong."""
-    conditions = []
+    conditions: list[tuple[Score, str, Any]] = []
     for score in scores:
         if score.is_number:
             for suffix, kind in ((MIN_SUFFIX, "min"), (MAX_SUFFIX, "max")):
