@@ -195,9 +195,9 @@ def step(name: str, root: str) -> dict:
         write_dataset_summary(root, [])
     elif name == "report-corpus":
         from pipeline.explore import open_dataset
-        from pipeline.report_corpus import _corpus_section
+        from pipeline.report_corpus import corpus_section
 
-        _corpus_section(open_dataset(root))
+        corpus_section(open_dataset(root))
     elif name == "review-page":
         from pipeline.review_server import ReviewApp
 
