@@ -63,9 +63,12 @@ class CameraConfig(Settings):
     """Pans and tilts: the picture moves more than this many pixels per frame (480x720)."""
     static_zoom: float = 0.02
     """Zooms: the picture's scale changes by more than this share per second."""
-    min_fit: float = 0.5
+    min_fit: float = 0.3
     """A moving clip whose motion explains less than this share of its textured points is
     `complex`."""
+    simpler_margin: float = 0.1
+    """A simpler motion (none, then a translation, then a similarity) is kept when it explains
+    at most this share of the points fewer than the best."""
     min_agreement: float = 0.6
     """A moving clip is `complex` unless this share of its moving pairs moves as its label says."""
 
@@ -127,16 +130,31 @@ def fit_pairs(
     px = (xs + 0.5) * (UNIT_WIDTH / width) - UNIT_WIDTH / 2
     py = (ys + 0.5) * (UNIT_HEIGHT / height) - UNIT_HEIGHT / 2
     counts = np.maximum(textured.sum(axis=1), 1)
-    params, explained = _robust_similarity(px, py, u, v, textured)
-    fits = (explained & textured).sum(axis=1) / counts
-    # A layered picture (parallax, a 3D camera) can pull the similarity between its layers,
-    # where it explains none of them: the robust translation of the largest layer is kept
-    # instead when it explains more.
-    shifts = _robust_translation(u, v, textured)
-    shift_fits = (_explains(shifts[:, 0:1], shifts[:, 1:2], u, v) & textured).sum(axis=1) / counts
-    simpler = shift_fits >= fits
-    params[simpler] = np.concatenate([shifts, np.zeros_like(shifts)], axis=1)[simpler]
-    fits = np.maximum(fits, shift_fits)
+
+    def share(explained: np.ndarray) -> np.ndarray:
+        return (explained & textured).sum(axis=1) / counts
+
+    # Three motions, simplest first: none, a translation (robust: the largest layer of a
+    # layered picture), a similarity. The simplest that explains nearly as many points as the
+    # best is kept: a still background behind moving characters is a still camera, and a pan
+    # over parallax layers is a pan, not a similarity pulled between the layers.
+    similarity, explained = _robust_similarity(px, py, u, v, textured)
+    shift = _robust_translation(u, v, textured)
+    candidates = [
+        (np.zeros_like(similarity), share(_explains(0.0, 0.0, u, v))),
+        (
+            np.concatenate([shift, np.zeros_like(shift)], axis=1),
+            share(_explains(*shift.T[:, :, None], u, v)),
+        ),
+        (similarity, share(explained)),
+    ]
+    best = np.max([fit for _, fit in candidates], axis=0)
+    params, fits = similarity.copy(), best.copy()
+    chosen = np.zeros(len(u), bool)
+    for motion, fit in candidates:
+        take = ~chosen & (fit >= best - config.simpler_margin)
+        params[take], fits[take] = motion[take], fit[take]
+        chosen |= take
     return [
         PairMotion(float(p[0]), float(p[1]), float(p[2]), float(p[3]), float(f))
         if n >= config.min_points
