@@ -131,7 +131,7 @@ def test_every_synthetic_move_is_labelled_right(name, motion, camera):
 def test_every_moving_pair_moves_as_the_camera_does(name, motion):
     """Each pair's own fit, not just the clip's median: the direction of its translation or
     zoom, and held pairs (threes) left out as the motion stage leaves them out."""
-    settings, label = MOVES[name]
+    settings, _ = MOVES[name]
     frames = measured(camera_move(**settings), motion)
     flows = frames.memo[FLOW_MEMO]
     hold = settings.get("hold", 1)
