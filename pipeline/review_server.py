@@ -495,8 +495,12 @@ def _clip_filter(query: dict[str, str]):
         wanted_decision = None if decision == UNREVIEWED else decision
         checks.append(lambda c: c["review_decision"] == wanted_decision)
     for score, kind, value in _score_conditions(query):
-        checks.append(lambda c, s=score, k=kind, v=value: passes(k, v, c.get(s.column)))
+        checks.append(functools.partial(_passes, score.column, kind, value))
     return lambda clip: all(check(clip) for check in checks)
+
+
+def _passes(column: str, kind: str, value, clip: dict) -> bool:
+    return passes(kind, value, clip.get(column))
 
 
 def _score_conditions(query: dict[str, str]):

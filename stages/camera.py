@@ -144,7 +144,7 @@ def fit_pairs(
         (np.zeros_like(similarity), share(_explains(0.0, 0.0, u, v))),
         (
             np.concatenate([shift, np.zeros_like(shift)], axis=1),
-            share(_explains(*shift.T[:, :, None], u, v)),
+            share(_explains(shift[:, 0:1], shift[:, 1:2], u, v)),
         ),
         (similarity, share(explained)),
     ]
