@@ -13,10 +13,10 @@ import pytest
 
 from core.settings import ConfigError, Settings
 from pipeline.cli import main as cli_main
-from pipeline.explore import open_dataset
-from pipeline.quality import apply_quality
-from pipeline.report import build_report
-from pipeline.review_server import ReviewApp
+from pipeline.inspection.explore import open_dataset
+from pipeline.inspection.report import build_report
+from pipeline.inspection.review_app import ReviewApp
+from pipeline.passes.quality import apply_quality
 from stages.base import register_clip_stage, registered_scores, unregister_clip_stage
 from stages.camera import LABELS
 from stages.quality import RejectConfig, clip_reasons, quality_measures

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from pipeline import __version__
-from pipeline.explore import Dataset, Film
+from pipeline.inspection.explore import Dataset, Film
 
 NOT_AVAILABLE = "not available"
 

@@ -10,7 +10,7 @@ from collections import Counter
 import pandas as pd
 
 from core.vocabulary import REJECT_REASONS
-from pipeline.report_html import new_figure, not_available, plot_img
+from pipeline.inspection.report_html import new_figure, not_available, plot_img
 from stages.base import registered_scores
 from stages.scores import Score
 

@@ -27,7 +27,7 @@ from matplotlib.patches import Rectangle
 from core import storage
 from core.film import FilmSummary, OverlayRecord, WindowRecord
 from core.io import write_text_atomic
-from pipeline.explore import (
+from pipeline.inspection.explore import (
     Dataset,
     DatasetError,
     Film,
@@ -35,9 +35,12 @@ from pipeline.explore import (
     film_ip,
     open_dataset,
 )
-from pipeline.quality import film_thresholds
-from pipeline.report_corpus import corpus_section, distributions_section, overview_section
-from pipeline.report_data import (
+from pipeline.inspection.report_corpus import (
+    corpus_section,
+    distributions_section,
+    overview_section,
+)
+from pipeline.inspection.report_data import (
     clip_geometry,
     crop_box,
     crop_text,
@@ -50,7 +53,7 @@ from pipeline.report_data import (
     summary_drop_total,
     window_text,
 )
-from pipeline.report_html import (
+from pipeline.inspection.report_html import (
     NOT_AVAILABLE,
     anchor_slug,
     data_uri,
@@ -67,8 +70,9 @@ from pipeline.report_html import (
     review_text,
     table_of_contents,
 )
-from pipeline.report_options import ReportOptions
-from pipeline.report_scores import reason_meaning, score_facts
+from pipeline.inspection.report_options import ReportOptions
+from pipeline.inspection.report_scores import reason_meaning, score_facts
+from pipeline.passes.quality import film_thresholds
 from stages.quality import RejectConfig, quality_measures
 
 # Clips on the timeline (a rejected clip: by the quality stage or in review)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from core.film import CropRecord, FilmSummary, WindowRecord
 from core.video import rotate_frame
-from pipeline.explore import Dataset, Film
+from pipeline.inspection.explore import Dataset, Film
 
 
 def crop_box(summary: FilmSummary, manifest: pd.DataFrame) -> tuple[int, int, int, int] | None:

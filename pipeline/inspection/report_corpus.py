@@ -1,4 +1,4 @@
-"""The report's sections across the selected films (pipeline/report.py puts them first): the
+"""The report's sections across the selected films (pipeline/inspection/report.py puts them first): the
 corpus (the whole output folder's dataset.json), the films side by side, and the distributions
 of motion levels, caption values and drop reasons."""
 
@@ -12,8 +12,8 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator, NullLocator
 
 from core.record import CAPTION_PENDING
-from pipeline.explore import Dataset, film_ip
-from pipeline.report_html import (
+from pipeline.inspection.explore import Dataset, film_ip
+from pipeline.inspection.report_html import (
     NOT_AVAILABLE,
     film_anchor,
     format_duration,
@@ -23,7 +23,7 @@ from pipeline.report_html import (
     plot_img,
     review_text,
 )
-from pipeline.report_scores import score_plots
+from pipeline.inspection.report_scores import score_plots
 
 TOP_VALUES = 12  # bars per caption histogram: the long tail is read in the notebook
 
