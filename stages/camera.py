@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 
 from core.frames import ClipFrames
 from core.record import Clip
 from core.resources import Resources
+from core.schema import CLIP_SCHEMA
 from core.settings import ConfigError, Settings
 from stages.base import ClipStage, register_clip_stage
 from stages.motion import (
@@ -316,13 +316,10 @@ class CameraStage(ClipStage):
         return camera_motion(measured, frames.grey(measured.size), fps, self.config)
 
 
-CAMERA_COLUMNS = (
-    pa.field("camera_motion", pa.string()),
-    pa.field("camera_tx", pa.float32()),
-    pa.field("camera_ty", pa.float32()),
-    pa.field("camera_zoom", pa.float32()),
-    pa.field("camera_rotation", pa.float32()),
-    pa.field("camera_fit", pa.float32()),
+# The columns it fills, as the shard schema types them (core/schema.py has them typed once).
+CAMERA_COLUMNS = tuple(
+    CLIP_SCHEMA.field(f"camera_{name}")
+    for name in ("motion", "tx", "ty", "zoom", "rotation", "fit")
 )
 CAMERA_SCORES = (
     Score(

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
-import pyarrow as pa
 
 from core.record import Clip
 from core.resources import Resources
+from core.schema import CLIP_SCHEMA
 from core.settings import ConfigError, Settings
 from stages.base import ClipStage, register_clip_stage
 from stages.scores import Score
@@ -98,7 +98,7 @@ class ClarityStage(ClipStage):
         return clip
 
 
-CLARITY_COLUMNS = (pa.field("clarity", pa.float32()),)
+CLARITY_COLUMNS = (CLIP_SCHEMA.field("clarity"),)  # typed once, in core/schema.py
 CLARITY_SCORES = (
     Score(
         "clarity",
