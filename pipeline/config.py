@@ -29,6 +29,7 @@ from core.shards import ShardConfig
 from pipeline.executors import EXECUTORS
 from stages.base import registered_sections
 from stages.captioning.stage import CaptionConfig
+from stages.clip_scores import ClipScoreConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
 from stages.motion import MotionConfig
@@ -80,6 +81,7 @@ class PipelineConfig:
     quality: QualityConfig = field(default_factory=QualityConfig)
     reject: RejectConfig = field(default_factory=RejectConfig)
     caption: CaptionConfig = field(default_factory=CaptionConfig)
+    clip_scores: ClipScoreConfig = field(default_factory=ClipScoreConfig)
     shards: ShardConfig = field(default_factory=ShardConfig)
     run: RunConfig = field(default_factory=RunConfig)
     stage_sections: dict[str, Settings] = field(default_factory=lambda: _stage_sections())
@@ -106,6 +108,7 @@ class PipelineConfig:
                 content[name] = dataclasses.asdict(section)  # type: ignore[call-overload]
             else:
                 content |= {field: getattr(section, field) for field in declared}
+            content |= {f"{name}.{k}": v for k, v in section.optional_content().items()}
         return json.dumps(content, sort_keys=True, default=str)
 
 

@@ -55,6 +55,17 @@ def write_tiny_backbones(out_dir: str | Path, seed: int = 0) -> dict[str, str | 
     }
 
 
+# the vision tower of the tiny CLIP metric models (write_tiny_clip, the trainer's DreamSim tests)
+TINY_CLIP_VISION = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    image_size=32,
+    patch_size=8,
+)
+
+
 def _word_tokenizer(special: dict[str, str]):
     """A word-level fast tokenizer trained on the fly (the real ones need files we cannot fetch)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -74,6 +85,38 @@ def _word_tokenizer(special: dict[str, str]):
         [" ".join(corpus)], trainers.WordLevelTrainer(special_tokens=specials)
     )
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **special)
+
+
+def write_tiny_clip(path: Path, projection_dim: int = 16) -> Path:
+    """A random CLIPModel (vision and text, 32x32 images) with a word tokenizer, saved in
+    transformers format: what the pipeline's clip scores and the trainer's CLIP metrics load."""
+    import torch
+    from transformers import CLIPConfig, CLIPModel
+
+    torch.manual_seed(0)
+    tokenizer = _word_tokenizer(
+        {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "bos_token": "<s>"}
+    )
+    clip = CLIPModel(
+        CLIPConfig(
+            text_config=dict(
+                vocab_size=len(tokenizer),
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                max_position_embeddings=77,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+                bos_token_id=tokenizer.bos_token_id,
+            ),
+            vision_config=TINY_CLIP_VISION,
+            projection_dim=projection_dim,
+        )
+    )
+    clip.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
 
 
 def _write_clip(path: Path) -> None:
