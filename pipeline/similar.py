@@ -10,17 +10,19 @@ over the same footage in another episode. The pass only finds pairs; the folder'
 
 The search is exact. Cosines are first computed in bfloat16 (torch's matrix product, fast on
 the CPU), keeping every pair within `BF16_MARGIN` of the threshold: rounding unit vectors to
-bfloat16 moves their dot product by at most 2 * 2^-8 (each factor's relative error is at most
-2^-8, and the sum of |a_i b_i| is at most 1), under the margin; those candidates are then
-recomputed in float32 from the stored float16 values, and a pair is kept at `cos >= radius`.
+bfloat16 moves their dot product by at most 2^-7 (each factor's relative error is at most 2^-8,
+and the sum of |a_i b_i| is at most 1), the product's own rounding to bfloat16 by 2^-8 more,
+and the threshold's by 2^-8: under the margin. Those candidates are then recomputed in float32
+from the stored float16 values, and a pair is kept at `cos >= radius`.
 
-The index (OUT/similar_index/) holds one Parquet file per film folder (its clips' ids and
-embeddings, written when the film is first seen or has changed) and `pairs.parquet`: every pair
+The index (OUT/similar_index/) holds, per film folder, its clips' float16 embeddings (a .npy
+file, mapped from disk) and ids (.ids.json), written when the film is first seen or has changed,
+and `pairs.parquet`: every pair
 found at or above the index's radius (the smallest cosine it is complete to), with the stamp of
 each film (pipeline/duplicates.film_stamp) in its metadata. A pass reads the shards of new or
 changed films only, searches their clips against every other clip (n x N products over the
-other films' files, one at a time, so memory stays at one film's block), and rewrites the small
-pairs file; films gone or changed lose their pairs and file. Every file is written atomically.
+other films' files, GROUP_ROWS rows at a time, so memory stays at one group), and rewrites the
+small pairs file; films gone or changed lose their pairs and file. Every file is written atomically.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from core.film import SHARDS_DIR
-from core.io import write_table_atomic
+from core.io import publish, write_json_atomic, write_table_atomic
 from core.shards import shard_paths
 from pipeline.duplicates import category_codes, kept_copies
 
@@ -44,8 +46,9 @@ INDEX_DIR = "similar_index"
 PAIRS_FILE = "pairs.parquet"
 INDEX_VERSION = "1"
 EMBEDDING = "clip_embedding"  # stages/clip_scores.py's column
-BF16_MARGIN = 0.01  # above the 2 * 2^-8 that bfloat16 rounding can move a cosine
-ROW_BLOCK = 4096  # query rows per product: 4096 x 4096 float32 cosines are 64 MiB
+BF16_MARGIN = 0.02  # above the 2^-7 + 2^-8 that bfloat16 rounding can move a cosine
+ROW_BLOCK = 4096  # query rows per product
+GROUP_ROWS = 32768  # indexed rows per product: 4096 x 32768 float32 cosines are 512 MiB
 
 PAIRS_SCHEMA = pa.schema(
     [
@@ -84,7 +87,7 @@ def find_similar(
 ) -> SimilarPairs:
     """Every pair of clips of `films` (index key -> film folder) at `min_cosine` or more, from
     the index of `root` where a film's stamp is unchanged, searching only the others."""
-    index = _Index.load(Path(root), min_cosine)
+    index = SimilarIndex.load(Path(root), min_cosine)
     reused = {k for k, stamp in stamps.items() if stamp and index.stamps.get(k) == stamp}
     reused &= set(index.files)
     fresh = [read_block(key, films[key]) for key in sorted(set(films) - reused)]
@@ -157,8 +160,12 @@ def _search(fresh: list[Block], old: list[Block], radius: float) -> list[pa.Tabl
         return []
     new = _concat(fresh)
     found = [_pairs_within(new, radius)]
-    for block in old:
-        found.append(_pairs_between(new, block, radius))
+    group: list[Block] = []
+    for block in old:  # old films in groups: one product per GROUP_ROWS rows, not per film
+        group.append(block)
+        if sum(len(b.ids) for b in group) >= GROUP_ROWS or block is old[-1]:
+            found.append(_pairs_between(new, _concat(group), radius))
+            group = []
     return found
 
 
@@ -185,17 +192,17 @@ def _pairs_within(new, radius: float) -> pa.Table:
     return _pairs_table(ids, folders, ids, folders, firsts, seconds, cosines)
 
 
-def _pairs_between(new, block: Block, radius: float) -> pa.Table:
-    """Pairs of an old block's row (first) and a new row (second)."""
+def _pairs_between(new, old, radius: float) -> pa.Table:
+    """Pairs of an old row (first) and a new row (second)."""
     embeddings, ids, folders = new
+    old_embeddings, old_ids, old_folders = old
     firsts, seconds, cosines = [], [], []
     for start in range(0, len(ids), ROW_BLOCK):
-        i, j, cos = _close(embeddings[start : start + ROW_BLOCK], block.embeddings, radius)
+        i, j, cos = _close(embeddings[start : start + ROW_BLOCK], old_embeddings, radius)
         firsts.append(j)
         seconds.append(i + start)
         cosines.append(cos)
-    old_folders = [block.folder] * len(block.ids)
-    return _pairs_table(block.ids, old_folders, ids, folders, firsts, seconds, cosines)
+    return _pairs_table(old_ids, old_folders, ids, folders, firsts, seconds, cosines)
 
 
 def _close(queries: np.ndarray, rows: np.ndarray, radius: float):
@@ -210,7 +217,8 @@ def _close(queries: np.ndarray, rows: np.ndarray, radius: float):
     q = torch.from_numpy(np.require(queries, requirements=["C", "W"]))
     r = torch.from_numpy(np.require(rows, requirements=["C", "W"]))
     rough = q.to(torch.bfloat16) @ r.to(torch.bfloat16).T
-    rows_i, rows_j = torch.nonzero(rough.float() >= radius - BF16_MARGIN, as_tuple=True)
+    floor = torch.tensor(radius - BF16_MARGIN, dtype=torch.bfloat16)
+    rows_i, rows_j = torch.nonzero(rough >= floor, as_tuple=True)
     i, j = rows_i.numpy(), rows_j.numpy()
     exact = np.einsum(
         "nd,nd->n", queries[i].astype(np.float32), rows[j].astype(np.float32), dtype=np.float32
@@ -245,7 +253,7 @@ def _both_in(pairs: pa.Table, folders: set[str]) -> pa.ChunkedArray:
 # ----------------------------------------------------------------------------- the index
 
 
-class _Index:
+class SimilarIndex:
     """OUT/similar_index/ as last written (empty when missing, unreadable, of another version,
     or complete to a higher cosine than the pass needs)."""
 
@@ -257,7 +265,7 @@ class _Index:
         self.files: dict[str, str] = state.get("files", {})
 
     @classmethod
-    def load(cls, root: Path, min_cosine: float) -> _Index:
+    def load(cls, root: Path, min_cosine: float) -> SimilarIndex:
         folder = root / INDEX_DIR
         empty = cls(folder, {}, PAIRS_SCHEMA.empty_table())
         path = folder / PAIRS_FILE
@@ -275,17 +283,18 @@ class _Index:
         return cls(folder, state, pairs)
 
     def block(self, key: str) -> Block:
-        table = pq.read_table(self.folder / self.files[key])
-        column = table.column("embedding").combine_chunks()
-        embeddings = column.values.to_numpy().reshape(len(column), column.type.list_size)
-        return Block(key, table.column("clip_id").to_pylist(), embeddings)
+        """A film's stored block; its embeddings mapped from the file, read when used."""
+        name = self.files[key]
+        ids = json.loads((self.folder / f"{name}.ids.json").read_text())
+        return Block(key, ids, np.load(self.folder / f"{name}.npy", mmap_mode="r"))
 
     def save(self, root, fresh, reused, pairs, radius, stamps) -> None:
         files = {k: name for k, name in self.files.items() if k in reused}
         for block in fresh:
             files[block.folder] = _write_block(self.folder, block)
         for stale in set(self.files.values()) - set(files.values()):
-            (self.folder / stale).unlink(missing_ok=True)
+            for suffix in (".npy", ".ids.json"):
+                (self.folder / f"{stale}{suffix}").unlink(missing_ok=True)
         state = {
             "version": INDEX_VERSION,
             "radius": radius,
@@ -297,15 +306,13 @@ class _Index:
 
 
 def _write_block(folder: Path, block: Block) -> str:
+    """A film's block as two files: its float16 embeddings (.npy, mapped from disk by later
+    passes: no decoding) and its clip ids (.ids.json), each written aside and renamed."""
     folder.mkdir(parents=True, exist_ok=True)
-    name = hashlib.sha256(block.folder.encode()).hexdigest()[:24] + ".parquet"
-    dim = block.embeddings.shape[1]
-    values = pa.array(block.embeddings.reshape(-1), pa.float16())
-    table = pa.table(
-        {
-            "clip_id": pa.array(block.ids, pa.string()),
-            "embedding": pa.FixedSizeListArray.from_arrays(values, dim),
-        }
-    )
-    write_table_atomic(table, folder / name, compression="none")
+    name = hashlib.sha256(block.folder.encode()).hexdigest()[:24]
+    aside = folder / f"{name}.npy.tmp"
+    with open(aside, "wb") as out:
+        np.save(out, np.ascontiguousarray(block.embeddings, np.float16))
+    publish(aside, folder / f"{name}.npy")
+    write_json_atomic(block.ids, folder / f"{name}.ids.json")
     return name
