@@ -42,11 +42,12 @@ import torch
 
 from bench import flops
 from bench import gpu_models as models
+from bench.gpu_clip import clip_rows
 from core.device import resolve_device
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
-PARTS = ("memflow", "train_a", "train_b", "caption", "transnet")
+PARTS = ("memflow", "train_a", "train_b", "caption", "transnet", "clip")
 ENGINES = ("transformers", "lmdeploy-turbomind", "lmdeploy-pytorch")
 NO_CUDA = "bench.gpu: no CUDA device here (torch.cuda.is_available() is False); nothing measured."
 
@@ -754,6 +755,7 @@ MEASURES = {
     "train_a": train_a_rows,
     "train_b": train_b_rows,
     "caption": caption_rows,
+    "clip": clip_rows,
 }
 
 

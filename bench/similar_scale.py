@@ -146,12 +146,19 @@ def step(name: str, root: Path) -> dict:
     from pipeline.similar import find_similar
 
     films = films_of(root)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_before = before.ru_utime + before.ru_stime
     began = time.perf_counter()
     pairs = find_similar(root, films, stamps_of(films), THRESHOLD)
     seconds = time.perf_counter() - began
     found = {max(a, b): min(a, b) for a, b in zip(pairs.first, pairs.second)}
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    return {"seconds": round(seconds, 2), "peak_gib": round(peak, 2), "found": found}
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "seconds": round(seconds, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime - cpu_before, 1),  # every thread's
+        "peak_gib": round(usage.ru_maxrss / 2**20, 2),
+        "found": found,
+    }
 
 
 def measure(name: str, root: Path) -> dict:

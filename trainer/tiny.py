@@ -90,6 +90,13 @@ def _word_tokenizer(special: dict[str, str]):
 def write_tiny_clip(path: Path, projection_dim: int = 16) -> Path:
     """A random CLIPModel (vision and text, 32x32 images) with a word tokenizer, saved in
     transformers format: what the pipeline's clip scores and the trainer's CLIP metrics load."""
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+    return write_random_clip(path, projection_dim, TINY_CLIP_VISION, text)
+
+
+def write_random_clip(path: Path, projection_dim: int, vision: dict, text: dict) -> Path:
+    """A random CLIPModel of the given tower sizes, with the word tokenizer, saved in
+    transformers format (bench.gpu_clip writes ViT-L/14's size with it)."""
     import torch
     from transformers import CLIPConfig, CLIPModel
 
@@ -97,24 +104,13 @@ def write_tiny_clip(path: Path, projection_dim: int = 16) -> Path:
     tokenizer = _word_tokenizer(
         {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "bos_token": "<s>"}
     )
-    clip = CLIPModel(
-        CLIPConfig(
-            text_config=dict(
-                vocab_size=len(tokenizer),
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                max_position_embeddings=77,
-                eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id,
-                bos_token_id=tokenizer.bos_token_id,
-            ),
-            vision_config=TINY_CLIP_VISION,
-            projection_dim=projection_dim,
-        )
+    special = ("eos_token_id", "pad_token_id", "bos_token_id")
+    text_config = dict(text, vocab_size=len(tokenizer), max_position_embeddings=77)
+    text_config |= {name: getattr(tokenizer, name) for name in special}
+    config = CLIPConfig(
+        text_config=text_config, vision_config=vision, projection_dim=projection_dim
     )
-    clip.save_pretrained(path)
+    CLIPModel(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
