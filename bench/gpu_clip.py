@@ -29,7 +29,6 @@ def clip_rows(settings):
     """Rows of clips/s: per clip and in batches (the GPU's float16 path)."""
     import torch
 
-    from bench.gpu import synchronise
     from core.frames import ClipFrames
     from stages.clip_scores import ClipScoreConfig, ClipScores
 
@@ -54,11 +53,11 @@ def clip_rows(settings):
         calls = 2 if settings.tiny else max(2, 128 // batch)
         stage.process_batch(clips(batch))  # warm-up: kernels, allocator
         work = [clips(batch) for _ in range(calls)]
-        synchronise(settings.device)
+        _wait_for(settings.device)
         began = time.perf_counter()
         for group in work:
             stage.process_batch(group)
-        synchronise(settings.device)
+        _wait_for(settings.device)
         seconds = time.perf_counter() - began
         yield {
             "setting": f"{width}x{height}, {config.frames} frames a clip, {batch} clip(s) a call",
@@ -104,3 +103,12 @@ def write_checkpoint(folder: Path, tiny: bool) -> Path:
     if tiny:
         return write_tiny_clip(folder)
     return write_random_clip(folder, 768, VIT_L14, TEXT_L14)
+
+
+def _wait_for(device: str) -> None:
+    """Let queued CUDA work finish before a clock is read (bench.gpu imports this module, so
+    its own helper cannot be imported here)."""
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()

@@ -1,5 +1,6 @@
-"""`make bench-scale`, second part: the semantic duplicate pass (pipeline/similar.py) at franchise
-scale, on synthetic folders of CLIP embeddings (issue 36).
+"""`make bench-scale`, second part: the semantic duplicate pass at franchise scale.
+
+The pass (pipeline/passes/similar.py) on synthetic folders of CLIP embeddings (issue 36).
 
 Each folder holds films of 700 clips whose shards have the clip ids and a 768-value float16
 embedding per clip (ViT-L/14's size, the most the pass stores). Embeddings are random unit vectors
@@ -113,7 +114,7 @@ def films_of(root: Path) -> dict[str, Path]:
 
 
 def stamps_of(films: dict[str, Path]) -> dict[str, str | None]:
-    from pipeline.duplicates import film_stamp
+    from pipeline.passes.duplicates import film_stamp
 
     return {key: film_stamp(path) for key, path in films.items()}
 
@@ -122,7 +123,7 @@ def seed_index(root: Path, planted: dict[str, str], leave_out: str) -> None:
     """The index a full pass over every film but `leave_out` writes: each film's block and the
     planted pairs among them (the `full pass` step checks that these are all the pairs; their
     cosines are not recomputed here, and the pass only reads which pairs they are)."""
-    from pipeline.similar import PAIRS_SCHEMA, SimilarIndex, read_block
+    from pipeline.passes.similar import PAIRS_SCHEMA, SimilarIndex, read_block
 
     films = {k: p for k, p in films_of(root).items() if k != leave_out}
     index = SimilarIndex(root / "similar_index", {}, PAIRS_SCHEMA.empty_table())
@@ -143,7 +144,7 @@ def seed_index(root: Path, planted: dict[str, str], leave_out: str) -> None:
 
 def step(name: str, root: Path) -> dict:
     """One measured step, in this (child) process."""
-    from pipeline.similar import find_similar
+    from pipeline.passes.similar import find_similar
 
     films = films_of(root)
     before = resource.getrusage(resource.RUSAGE_SELF)
@@ -216,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         for clips in sizes:
             full = clips < 1_000_000 or args.full_million
             for label, result in run_size(clips, Path(work), full):
-                print(f"semantic duplicates, {clips:,} clips, {label}: {json.dumps(result)}")
+                print(
+                    f"semantic duplicates, {clips:,} clips, {label}: {json.dumps(result)}",
+                    flush=True,
+                )
     return 0
 
 

@@ -8,12 +8,12 @@ and CLIP-T use), and their unit embeddings averaged and scaled to unit length ag
   ViT-B). It is a shard column, not a sidecar file: it is written, renamed and resumed with the
   clip's own row (a sidecar would need its own commit rule on object storage), the manifest and
   `open_dataset` carry it for notebooks, and the folder's semantic duplicate pass
-  (pipeline/similar.py) reads that one column, cheaply, from Parquet;
+  (pipeline/passes/similar.py) reads that one column, cheaply, from Parquet;
 - `aesthetic_score`: the head of `clip_scores.aesthetic_head` (stages/aesthetic.py: LAION's
   linear and MLP heads) over that embedding; null without a head;
 - `caption_match`: filled by the caption pass once the clip is captioned
-  (pipeline/caption_films.py): the CLIP similarity of the embedding with the clip's instruction,
-  as the trainer's CLIP-T computes it.
+  (pipeline/passes/caption_films.py): the CLIP similarity of the embedding with the clip's
+  instruction, as the trainer's CLIP-T computes it.
 
 Without a checkpoint the stage is off and the three columns stay null (the run says so once); a
 wrong path is a ConfigError naming the setting, before any film is cut. Nothing is downloaded.

@@ -147,11 +147,11 @@ def test_a_wrong_checkpoint_is_an_error_naming_the_setting(tmp_path, tiny_clip, 
 def test_every_usable_clip_gets_an_embedding_an_aesthetic_score_and_a_caption_match(
     tmp_path, tiny_clip, head_file
 ):
+    from pipeline.ip import load_ip
     from transformers import AutoTokenizer, CLIPModel
 
-    from pipeline.caption_films import caption_film
-    from pipeline.ip import load_ip
-    from pipeline.runner import run_film
+    from pipeline.passes.caption_films import caption_film
+    from pipeline.running.runner import run_film
 
     config = local_config(clip_scores__model=tiny_clip, clip_scores__aesthetic_head=head_file[0])
     result = run_film(BIKES, tmp_path, config, load_ip(None))
@@ -238,7 +238,7 @@ def similar_of(root: Path) -> dict[str, tuple[str, list[str]]]:
 
 
 def test_planted_semantic_copies_are_found_across_films_and_kept_in_visiting_order(tmp_path):
-    from pipeline.quality import apply_quality
+    from pipeline.passes.quality import apply_quality
     from stages.quality import RejectConfig
 
     rng = np.random.default_rng(0)
@@ -282,7 +282,7 @@ def test_planted_semantic_copies_are_found_across_films_and_kept_in_visiting_ord
 
 
 def test_the_search_is_exact_at_the_threshold(tmp_path):
-    from pipeline.similar import find_similar
+    from pipeline.passes.similar import find_similar
 
     rng = np.random.default_rng(3)
     rows = unit_rows(rng, 40)

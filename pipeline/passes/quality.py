@@ -41,7 +41,8 @@ from core.shards import (
     shard_paths,
 )
 from core.vocabulary import DUPLICATE, SIMILAR
-from pipeline.duplicates import (
+from pipeline.data.manifest import write_manifest
+from pipeline.passes.duplicates import (
     CLIP_COLUMNS,
     INDEX_SCHEMA,
     PairIds,
@@ -51,10 +52,12 @@ from pipeline.duplicates import (
     near_pairs,
     stored_pairs,
 )
-from pipeline.manifest import write_manifest
 from stages.quality import RejectConfig, own_reasons, with_duplicate
 
 THRESHOLDS_FILE = "quality.json"
+# The label quality.json carries: the module's path when the label was first written, kept as it
+# was when the module moved into pipeline/passes/ so that the file stays byte-identical.
+WRITTEN_BY = "animegamer (pipeline/quality.py)"
 PASS_COLUMNS = [
     "clip_id",
     "film_id",
@@ -111,7 +114,7 @@ def film_thresholds(summary: FilmSummary | None) -> RejectConfig:
 
 def save_thresholds(location: Path, thresholds: RejectConfig) -> Path:
     return write_json_atomic(
-        {"thresholds": asdict(thresholds), "written_by": "animegamer (pipeline/quality.py)"},
+        {"thresholds": asdict(thresholds), "written_by": WRITTEN_BY},
         Path(location) / THRESHOLDS_FILE,
     )
 
@@ -119,7 +122,7 @@ def save_thresholds(location: Path, thresholds: RejectConfig) -> Path:
 def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
     """Decide every clip under `location` (a dataset or film folder) and rewrite what changed.
 
-    Films unchanged since the folder's index was written (pipeline/duplicates.py) come from the
+    Films unchanged since the folder's index was written (pipeline/passes/duplicates.py) come from the
     index, and only new or changed films are searched against the rest. With the index's own
     thresholds only films with a new or changed clip, or a changed duplicate, are read; new
     thresholds read every film. Films are read one at a time; the index is written last."""
@@ -178,7 +181,7 @@ def _similar_copies(root, films, key, stamps, clips, fit, taken, thresholds) -> 
     everywhere while `reject.similar_min_cosine` is off."""
     if thresholds.similar_min_cosine is None:
         return [None] * len(clips)
-    from pipeline.similar import find_similar, similar_copies
+    from pipeline.passes.similar import find_similar, similar_copies
 
     pairs = find_similar(root, {key[f]: f for f in films}, stamps, thresholds.similar_min_cosine)
     return similar_copies(clips, fit, taken, pairs, thresholds.duplicate_within_film)

@@ -2,11 +2,11 @@
 (stages/clip_scores.py, `clip_embedding`) are at least `reject.similar_min_cosine` alike, found
 incrementally, so that a folder of a million clips takes a new film in seconds.
 
-pHash (pipeline/duplicates.py) finds re-encodes of the same frames; an embedding also matches a
-recap that re-crops and re-times a scene, reused animation under new credits, and an opening sung
-over the same footage in another episode. The pass only finds pairs; the folder's quality pass
-(pipeline/quality.py) decides, with the pHash pass's kept-copy rule, and marks the later copy
-`similar` with `duplicate_of` (docs/scores.md).
+pHash (pipeline/passes/duplicates.py) finds re-encodes of the same frames; an embedding also
+matches a recap that re-crops and re-times a scene, reused animation under new credits, and an
+opening sung over the same footage in another episode. The pass only finds pairs; the folder's
+quality pass (pipeline/passes/quality.py) decides, with the pHash pass's kept-copy rule, and marks
+the later copy `similar` with `duplicate_of` (docs/scores.md).
 
 The search is exact. Cosines are first computed in bfloat16 (torch's matrix product, fast on
 the CPU), keeping every pair within `BF16_MARGIN` of the threshold: rounding unit vectors to
@@ -15,14 +15,14 @@ and the sum of |a_i b_i| is at most 1), the product's own rounding to bfloat16 b
 and the threshold's by 2^-8: under the margin. Those candidates are then recomputed in float32
 from the stored float16 values, and a pair is kept at `cos >= radius`.
 
-The index (OUT/similar_index/) holds, per film folder, its clips' float16 embeddings (a .npy
-file, mapped from disk) and ids (.ids.json), written when the film is first seen or has changed,
-and `pairs.parquet`: every pair
-found at or above the index's radius (the smallest cosine it is complete to), with the stamp of
-each film (pipeline/duplicates.film_stamp) in its metadata. A pass reads the shards of new or
-changed films only, searches their clips against every other clip (n x N products over the
-other films' files, GROUP_ROWS rows at a time, so memory stays at one group), and rewrites the
-small pairs file; films gone or changed lose their pairs and file. Every file is written atomically.
+The index (OUT/similar_index/) holds, per film folder, its clips' float16 embeddings (a .npy file,
+mapped from disk) and ids (.ids.json), written when the film is first seen or has changed, and
+`pairs.parquet`: every pair found at or above the index's radius (the smallest cosine it is
+complete to), with the stamp of each film (pipeline/passes/duplicates.py film_stamp) in its
+metadata. A pass reads the shards of new or changed films only, searches their clips against every
+other clip (n x N products over the other films' files, GROUP_ROWS rows at a time, so memory stays
+at one group), and rewrites the small pairs file; films gone or changed lose their pairs and file.
+Every file is written atomically.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from core.film import SHARDS_DIR
 from core.io import publish, write_json_atomic, write_table_atomic
 from core.shards import shard_paths
-from pipeline.duplicates import category_codes, kept_copies
+from pipeline.passes.duplicates import category_codes, kept_copies
 
 INDEX_DIR = "similar_index"
 PAIRS_FILE = "pairs.parquet"
