@@ -11,18 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-# openai/clip-vit-large-patch14's vision tower and projection (its config.json)
-VIT_L14 = dict(
-    hidden_size=1024,
-    intermediate_size=4096,
-    num_hidden_layers=24,
-    num_attention_heads=16,
-    image_size=224,
-    patch_size=14,
-)
-TEXT_L14 = dict(
-    hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12
-)
+from bench.gpu_models import CLIP_TEXT_L14, CLIP_VIT_L14
 
 
 def clip_rows(settings):
@@ -102,7 +91,7 @@ def write_checkpoint(folder: Path, tiny: bool) -> Path:
 
     if tiny:
         return write_tiny_clip(folder)
-    return write_random_clip(folder, 768, VIT_L14, TEXT_L14)
+    return write_random_clip(folder, 768, CLIP_VIT_L14, CLIP_TEXT_L14)
 
 
 def _wait_for(device: str) -> None:
