@@ -8,7 +8,7 @@ source frame rate, variable ones included. A window is emitted only once its las
 with no scene start inside it, so a clip never holds frames from both sides of a cut. Windows cut
 short (a scene's tail under 2 s, the end of a segment or film) are dropped and reported.
 
-Frames flagged `in_transition` (a fade or dissolve between shots, stages/scenes.py) form a scene of
+Frames flagged `in_transition` (a fade or dissolve between shots, stages/scenes/) form a scene of
 their own in which no window opens: the shot before ends where the transition starts, the shot
 after starts where it ends, and each transition is reported once as a `transition` drop.
 """

@@ -732,7 +732,7 @@ GAME_TURN = {
 @pytest.fixture(scope="session")
 def backbones(tmp_path_factory) -> dict:
     """Tiny random-weight CLIP, T5, CogVideoX and Mistral folders (trainer.tiny), once a run."""
-    from trainer.tiny import write_tiny_backbones
+    from trainer.shared.tiny import write_tiny_backbones
 
     return built_once(tmp_path_factory, "backbones", write_tiny_backbones)
 
@@ -762,7 +762,7 @@ def tiny_settings(backbones: dict) -> dict:
 
 def tiny_config(phase: str, backbones: dict, shards: Path, out: Path, **settings):
     """A phase config on tiny backbones; settings the phase does not have are skipped."""
-    from trainer.config import CONFIG_CLASSES, set_field
+    from trainer.shared.config import CONFIG_CLASSES, set_field
 
     config = CONFIG_CLASSES[phase]()
     values = {**tiny_settings(backbones), "shards": [str(shards)], "out_dir": str(out), **settings}

@@ -24,7 +24,7 @@ DIM = 16  # the tiny CLIP's projection
 
 @pytest.fixture(scope="module")
 def tiny_clip(tmp_path_factory) -> Path:
-    from trainer.tiny import write_tiny_clip
+    from trainer.shared.tiny import write_tiny_clip
 
     return write_tiny_clip(tmp_path_factory.mktemp("clip") / "clip", projection_dim=DIM)
 

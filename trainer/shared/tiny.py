@@ -66,7 +66,7 @@ TINY_CLIP_VISION = dict(
 )
 
 
-def _word_tokenizer(special: dict[str, str]):
+def word_tokenizer(special: dict[str, str]):
     """A word-level fast tokenizer trained on the fly (the real ones need files we cannot fetch)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -96,12 +96,12 @@ def write_tiny_clip(path: Path, projection_dim: int = 16) -> Path:
 
 def write_random_clip(path: Path, projection_dim: int, vision: dict, text: dict) -> Path:
     """A random CLIPModel of the given tower sizes, with the word tokenizer, saved in
-    transformers format (bench.gpu_clip writes ViT-L/14's size with it)."""
+    transformers format (bench.gpu.clip writes ViT-L/14's size with it)."""
     import torch
     from transformers import CLIPConfig, CLIPModel
 
     torch.manual_seed(0)
-    tokenizer = _word_tokenizer(
+    tokenizer = word_tokenizer(
         {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "bos_token": "<s>"}
     )
     special = ("eos_token_id", "pad_token_id", "bos_token_id")
@@ -133,7 +133,7 @@ def _write_clip(path: Path) -> None:
 def _write_t5(path: Path) -> None:
     from transformers import T5Config, T5EncoderModel
 
-    tokenizer = _word_tokenizer({"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"})
+    tokenizer = word_tokenizer({"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"})
     config = T5Config(
         vocab_size=len(tokenizer),
         d_model=TINY["t5_dim"],
@@ -192,7 +192,7 @@ def _write_cogvideox(path: Path) -> None:
 
 
 def mistral_tokenizer():
-    return _word_tokenizer(
+    return word_tokenizer(
         {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "</s>"}
     )
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.gpu_models import CLIP_TEXT_L14, CLIP_VIT_L14
+from bench.gpu.common import Settings, synchronise
+from bench.gpu.models import CLIP_TEXT_L14, CLIP_VIT_L14
 
 
-def clip_rows(settings):
+def clip_rows(settings: Settings):
     """Rows of clips/s: per clip and in batches (the GPU's float16 path)."""
     import torch
 
@@ -42,11 +43,11 @@ def clip_rows(settings):
         calls = 2 if settings.tiny else max(2, 128 // batch)
         stage.process_batch(clips(batch))  # warm-up: kernels, allocator
         work = [clips(batch) for _ in range(calls)]
-        _wait_for(settings.device)
+        synchronise(settings.device)
         began = time.perf_counter()
         for group in work:
             stage.process_batch(group)
-        _wait_for(settings.device)
+        synchronise(settings.device)
         seconds = time.perf_counter() - began
         yield {
             "setting": f"{width}x{height}, {config.frames} frames a clip, {batch} clip(s) a call",
@@ -87,17 +88,8 @@ def bench_clip(k: int, frames):
 
 def write_checkpoint(folder: Path, tiny: bool) -> Path:
     """A random CLIP of the real (or tiny) size, saved as the stage loads it."""
-    from trainer.tiny import write_random_clip, write_tiny_clip
+    from trainer.shared.tiny import write_random_clip, write_tiny_clip
 
     if tiny:
         return write_tiny_clip(folder)
     return write_random_clip(folder, 768, CLIP_VIT_L14, CLIP_TEXT_L14)
-
-
-def _wait_for(device: str) -> None:
-    """Let queued CUDA work finish before a clock is read (bench.gpu imports this module, so
-    its own helper cannot be imported here)."""
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
