@@ -109,6 +109,14 @@ class Clip:
     # overlays (stages/overlays.py; docs/quality.md "Overlays")
     overlay_subtitle_area: float | None = None  # share of the film's subtitle band that is text
     overlay_logo_share: float | None = None  # largest share of a film logo inside the window
+    # scores (docs/scores.md): camera motion (stages/camera.py) and clarity (stages/clarity.py)
+    camera_motion: str | None = None  # static, pan_left, ..., complex
+    camera_tx: float | None = None  # px per frame at 480x720, + when the picture slides right
+    camera_ty: float | None = None  # + when the picture slides down
+    camera_zoom: float | None = None  # scale change per second, + when the picture grows
+    camera_rotation: float | None = None  # radians per second
+    camera_fit: float | None = None  # share of textured points the camera's motion explains
+    clarity: float | None = None  # share of edge steepness a 9-px blur removes (0-1)
     # outcome
     status: str = STATUS_OK
     error: str | None = None

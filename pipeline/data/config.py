@@ -28,7 +28,9 @@ from core.settings import (
 from core.shards import ShardConfig
 from pipeline.executors import EXECUTORS
 from stages.base import registered_sections
+from stages.camera import CameraConfig
 from stages.captioning.stage import CaptionConfig
+from stages.clarity import ClarityConfig
 from stages.clip_scores import ClipScoreConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
@@ -78,6 +80,8 @@ class PipelineConfig:
     scenes: SceneConfig = field(default_factory=SceneConfig)
     clips: ClipConfig = field(default_factory=ClipConfig)
     motion: MotionConfig = field(default_factory=MotionConfig)
+    camera: CameraConfig = field(default_factory=CameraConfig)
+    clarity: ClarityConfig = field(default_factory=ClarityConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
     reject: RejectConfig = field(default_factory=RejectConfig)
     caption: CaptionConfig = field(default_factory=CaptionConfig)

@@ -27,7 +27,6 @@ from matplotlib.patches import Rectangle
 from core import storage
 from core.film import FilmSummary, OverlayRecord, WindowRecord
 from core.io import write_text_atomic
-from core.vocabulary import REJECT_REASONS
 from pipeline.inspection.explore import (
     Dataset,
     DatasetError,
@@ -72,6 +71,7 @@ from pipeline.inspection.report_html import (
     table_of_contents,
 )
 from pipeline.inspection.report_options import ReportOptions
+from pipeline.inspection.report_scores import reason_meaning, score_facts
 from pipeline.passes.quality import film_thresholds
 from stages.quality import RejectConfig, quality_measures
 
@@ -163,6 +163,7 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Film id", facts.film_id),
         ("Source file", facts.path),
         ("Source size", format_size(facts.width, facts.height)),
+        ("Pixel shape", _pixel_shape(facts)),
         ("Source frame rate", format_number(facts.fps, "{:.3f} fps")),
         ("Variable frame rate", facts.vfr),
         ("Rotation", facts.rotation),
@@ -179,6 +180,7 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Usable clips (quality)", _usable_text(manifest)),
         ("Clip geometry", clip_geometry(manifest)),
         ("Upscaled", _upscaled_text(summary)),
+        *score_facts(manifest),  # clarity beside the upscaling that softens it
         ("Captions (summary)", summary.captions),
         ("Windows dropped", len(drops) if len(drops) else summary_drop_total(summary)),
         ("Manual review", review_text(film.review_counts)),
@@ -187,6 +189,14 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
     return html_table(
         ["", ""], [(name, format_value(value)) for name, value in rows], show_header=False
     )
+
+
+def _pixel_shape(facts) -> str | None:
+    """`anamorphic 720x480 SAR 32:27, shown as 853x480`, `square`, or None where summary.json
+    predates the record of the sample aspect ratio."""
+    if facts.sar is None:
+        return None
+    return facts.shape_words() or "square"
 
 
 def _upscaled_text(summary) -> str:
@@ -301,6 +311,7 @@ def _shown_region(
     if window is not None and not {"x", "y", "w", "h"} & window.absent:
         return window.region
     try:
+        from core.pixels import pixel_aspect
         from stages.clips import ClipConfig, output_region
         from stages.crop import CropBox
 
@@ -308,7 +319,8 @@ def _shown_region(
         known = {f.name for f in fields(ClipConfig)}
         config = ClipConfig(**{k: v for k, v in settings.items() if k in known})
         x, y, w, h = box
-        return output_region(CropBox(x, y, w, h, source=""), config)
+        aspect = pixel_aspect(summary.film.sar, summary.film.rotation)
+        return output_region(CropBox(x, y, w, h, source=""), config, aspect)
     except (ImportError, TypeError, ValueError):
         return None
 
@@ -464,7 +476,7 @@ def _rejected_clips(
         ]
         parts.append(
             f'<h4 id="{_anchor_text(reason)}">{html.escape(reason)}: {len(group)} clips '
-            f"<small>{html.escape(REJECT_REASONS.get(reason, ''))}</small></h4>"
+            f"<small>{html.escape(reason_meaning(reason))}</small></h4>"
             f'<div class="grid">{"".join(cards)}</div>'
         )
     return "".join(parts)

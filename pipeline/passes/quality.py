@@ -52,6 +52,7 @@ from pipeline.passes.duplicates import (
     near_pairs,
     stored_pairs,
 )
+from stages.base import registered_scores
 from stages.quality import RejectConfig, own_reasons, with_duplicate
 
 THRESHOLDS_FILE = "quality.json"
@@ -77,7 +78,7 @@ PASS_COLUMNS = [
 ]
 DECISION_COLUMNS = ["usable", "reject_reasons", "duplicate_of", "caption_status"]
 # registered stages' measurements that reasons read, where a shard has them (clips cut before
-# the overlay stage existed have none: no measurement, no reason)
+# the overlay stage existed have none: no measurement, no reason); the scores' columns too
 OPTIONAL_COLUMNS = ["overlay_subtitle_area", "overlay_logo_share"]
 
 
@@ -251,7 +252,8 @@ def read_pass_table(film: Path) -> pa.Table:
     for path in shard_paths(film / SHARDS_DIR):
         schema = pq.read_schema(path)
         check_schema_version(schema, path)
-        optional = [name for name in OPTIONAL_COLUMNS if name in schema.names]
+        scores = [score.column for score in registered_scores()]
+        optional = [name for name in OPTIONAL_COLUMNS + scores if name in schema.names]
         tables.append(pq.read_table(path, columns=PASS_COLUMNS + optional))
     if not tables:
         return pa.schema([CLIP_SCHEMA.field(name) for name in PASS_COLUMNS]).empty_table()
