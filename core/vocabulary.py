@@ -86,6 +86,7 @@ SUBTITLE = "subtitle"
 LOGO = "logo"
 STATIC = "static"
 DUPLICATE = "duplicate"
+SIMILAR = "similar"
 REVIEW = "review"
 REJECT_REASONS: dict[str, str] = {
     ERROR: "a stage failed on the clip (see Failed clips)",
@@ -97,5 +98,7 @@ REJECT_REASONS: dict[str, str] = {
     LOGO: "a channel logo or watermark that stays on every shot is inside the clip's window",
     STATIC: "every frame pair is a held drawing",
     DUPLICATE: "a near-duplicate of a clip that is kept (same film or another)",
+    SIMILAR: "its CLIP embedding is almost that of a clip that is kept: a re-cropped or re-timed "
+    "copy (recap, reused animation, an opening under other credits)",
     REVIEW: "a person rejected it on the review page",
 }

@@ -133,6 +133,10 @@ class RejectConfig(Settings):
     duplicate_within_film: bool = True
     """Also look for duplicates inside one film (recaps, flashbacks, reused animation); clips of
     the same scene are never compared (a long still shot is not a duplicate of itself)."""
+    similar_min_cosine: float | None = None
+    """Two clips are semantic duplicates (`similar`) when the cosine of their CLIP embeddings
+    (clip_scores.model) is at least this. None: off (no CLIP reading has been checked on anime
+    yet; docs/scores.md). Same kept-copy rule and scene and film rules as `duplicate`."""
     scores: dict[str, Any] = field(default_factory=dict)
     """Reject clips by their scores (docs/scores.md), {column: limit}: a number score below its
     limit (or above, where it says so), e.g. {clarity: 0.45} rejects as `blurry`; a label score
@@ -491,9 +495,12 @@ def decide(values: Mapping, thresholds: RejectConfig) -> tuple[bool, list[str]]:
     return with_duplicate(clip_reasons(values, thresholds), values.get("duplicate_of"))
 
 
-def with_duplicate(reasons: list[str], duplicate_of: str | None) -> tuple[bool, list[str]]:
-    """(usable, reject_reasons) from a clip's own reasons and the kept copy it duplicates."""
-    reasons = [*reasons, DUPLICATE] if duplicate_of is not None else list(reasons)
+def with_duplicate(
+    reasons: list[str], duplicate_of: str | None, reason: str = DUPLICATE
+) -> tuple[bool, list[str]]:
+    """(usable, reject_reasons) from a clip's own reasons and the kept copy it duplicates
+    (`reason`: `duplicate` for the pHash pass, `similar` for the semantic one)."""
+    reasons = [*reasons, reason] if duplicate_of is not None else list(reasons)
     return not reasons, reasons
 
 

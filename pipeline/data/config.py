@@ -31,6 +31,7 @@ from stages.base import registered_sections
 from stages.camera import CameraConfig
 from stages.captioning.stage import CaptionConfig
 from stages.clarity import ClarityConfig
+from stages.clip_scores import ClipScoreConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
 from stages.motion import MotionConfig
@@ -84,6 +85,7 @@ class PipelineConfig:
     quality: QualityConfig = field(default_factory=QualityConfig)
     reject: RejectConfig = field(default_factory=RejectConfig)
     caption: CaptionConfig = field(default_factory=CaptionConfig)
+    clip_scores: ClipScoreConfig = field(default_factory=ClipScoreConfig)
     shards: ShardConfig = field(default_factory=ShardConfig)
     run: RunConfig = field(default_factory=RunConfig)
     stage_sections: dict[str, Settings] = field(default_factory=lambda: _stage_sections())
@@ -110,6 +112,7 @@ class PipelineConfig:
                 content[name] = dataclasses.asdict(section)  # type: ignore[call-overload]
             else:
                 content |= {field: getattr(section, field) for field in declared}
+            content |= {f"{name}.{k}": v for k, v in section.optional_content().items()}
         return json.dumps(content, sort_keys=True, default=str)
 
 
