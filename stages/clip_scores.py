@@ -37,6 +37,7 @@ from core.settings import ConfigError, Settings, check_choice
 from stages.aesthetic import ACTIVATIONS, AestheticHead, AestheticHeadError, load_head
 from stages.base import ClipStage, register_clip_stage
 from stages.clip_model import ClipCheckpointError, ClipScorer, checkpoint_folder
+from stages.scores import Score
 
 SECTION = "clip_scores"
 EMBEDDING, AESTHETIC, CAPTION_MATCH = "clip_embedding", "aesthetic_score", "caption_match"
@@ -210,7 +211,29 @@ def stored_embedding(value) -> np.ndarray | None:
     return None if value is None else np.asarray(value, np.float32)
 
 
-@register_clip_stage(SECTION, settings=ClipScoreConfig, columns=CLIP_SCORE_COLUMNS, order=70)
+# What the report, the review page's filters, the notebook API and reject.scores offer of them
+# (stages/scores.py); the embedding is no score: the semantic duplicate pass reads it.
+CLIP_SCORES = (
+    Score(
+        AESTHETIC,
+        "aesthetic score",
+        unit="the aesthetic head's rating (LAION: about 1 to 10)",
+        reason="unaesthetic",
+        meaning="the aesthetic head rates it below the folder's threshold (reject.scores)",
+    ),
+    Score(
+        CAPTION_MATCH,
+        "caption match",
+        unit="CLIP cosine of the clip's frames and its caption",
+        reason="caption_mismatch",
+        meaning="its caption matches its frames less than the folder's threshold (reject.scores)",
+    ),
+)
+
+
+@register_clip_stage(
+    SECTION, settings=ClipScoreConfig, columns=CLIP_SCORE_COLUMNS, scores=CLIP_SCORES, order=70
+)
 def clip_scores_stage(settings: ClipScoreConfig) -> ClipStage | None:
     """After the measurements, before encode releases the frames; off without a checkpoint."""
     return ClipScores(settings) if settings.model else None

@@ -147,9 +147,9 @@ def test_a_wrong_checkpoint_is_an_error_naming_the_setting(tmp_path, tiny_clip, 
 def test_every_usable_clip_gets_an_embedding_an_aesthetic_score_and_a_caption_match(
     tmp_path, tiny_clip, head_file
 ):
-    from pipeline.ip import load_ip
     from transformers import AutoTokenizer, CLIPModel
 
+    from pipeline.data.ip import load_ip
     from pipeline.passes.caption_films import caption_film
     from pipeline.running.runner import run_film
 
@@ -187,6 +187,21 @@ def test_every_usable_clip_gets_an_embedding_an_aesthetic_score_and_a_caption_ma
             np.linalg.norm(text)
         )
         assert clip.extra["caption_match"] == pytest.approx(expected, abs=1e-4)
+
+    # both are declared scores (stages/scores.py): reject.scores thresholds them, with reasons
+    from pipeline.passes.quality import apply_quality
+    from stages.quality import RejectConfig
+
+    aesthetic = float(np.median([c.extra["aesthetic_score"] for c in captioned]))
+    match = float(np.median([c.extra["caption_match"] for c in captioned]))
+    thresholds = RejectConfig(scores={"aesthetic_score": aesthetic, "caption_match": match})
+    apply_quality(result.film_dir, thresholds)
+    decided = [c for c in read_clips(result.film_dir / "shards") if c.caption_status == "ok"]
+    assert {c.clip_id for c in decided} == {c.clip_id for c in captioned}
+    for clip in decided:
+        reasons = set(clip.reject_reasons)
+        assert ("unaesthetic" in reasons) == (clip.extra["aesthetic_score"] < aesthetic)
+        assert ("caption_mismatch" in reasons) == (clip.extra["caption_match"] < match)
 
 
 # ---------------------------------------------------------------- semantic duplicates

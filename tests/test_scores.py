@@ -35,7 +35,7 @@ def sintel_copy(sintel_dataset, tmp_path) -> Path:
 
 def test_the_bundled_scores_are_declared_with_their_stages():
     scores = {score.column: score for score in registered_scores()}
-    assert {"camera_motion", "clarity"} <= set(scores)
+    assert {"camera_motion", "clarity", "aesthetic_score", "caption_match"} <= set(scores)
     assert scores["camera_motion"].labels == LABELS and scores["clarity"].is_number
     assert (scores["camera_motion"].reject_reason, scores["clarity"].reject_reason) == (
         "camera",
