@@ -117,7 +117,9 @@ def _ivtc(order: str) -> str:
     """Field matching, the frames it cannot mend deinterlaced, then decimation (our own:
     stages/field_restore.py)."""
     parity = "tff" if order == "top" else "bff"
-    return f"fieldmatch=order={parity}:combmatch=full,bwdif=deint=interlaced,decimate"
+    return (
+        f"fieldmatch=order={parity}:combmatch=full,bwdif=mode=send_frame:deint=interlaced,decimate"
+    )
 
 
 def _deinterlace(order: str) -> str:

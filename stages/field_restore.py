@@ -4,7 +4,7 @@ The field pass (stages/field_pass.py) names a filter chain in its `FieldRecord.r
 
 - telecined or hybrid: libavfilter's `fieldmatch` (each frame's field woven with the matching
   field of itself or a neighbour, so the frames that wove two pictures are whole again),
-  `bwdif` on the frames no match mends (fieldmatch flags them: the interlaced parts of a hybrid
+  `bwdif` (one picture per frame, `mode=send_frame`) on the frames no match mends (fieldmatch flags them: the interlaced parts of a hybrid
   film, the frames at an edit), then decimation;
 - interlaced: `bwdif`, one picture per frame, each frame deinterlaced.
 
@@ -25,7 +25,6 @@ clip frame indices are always source frame indices of kept pictures.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Iterator
 from fractions import Fraction
 
@@ -50,6 +49,7 @@ class FieldRestorer:
         self.time_base = Fraction(time_base)
         self.rate = Fraction(fps).limit_denominator(1001)
         self.dropped: set[int] = set()
+        self.unmatched = 0  # filtered pictures whose timestamp no source frame had
         self.seconds = 0.0
 
     def frames(
@@ -61,25 +61,35 @@ class FieldRestorer:
         yield from restored
 
     def _filtered(self, source):
-        graph, waiting = None, deque()
+        """Each filtered picture with the index of the source frame whose timestamp it carries
+        (the filters keep it, in their own time base); a picture with another timestamp is
+        counted in `unmatched` and left out."""
+        graph, waiting = None, {}
         for index, frame in source:
             began = time.thread_time()
             if graph is None:
                 graph = self._graph(frame)
-            waiting.append(index)
+            waiting[frame.pts] = index
             graph.push(frame)
             out = _pulled(graph)
             self.seconds += time.thread_time() - began
-            for picture in out:
-                yield waiting.popleft(), picture
+            yield from self._matched(out, waiting)
         if graph is None:
             return
         began = time.thread_time()
         graph.push(None)
         out = _pulled(graph)
         self.seconds += time.thread_time() - began
-        for picture in out:
-            yield waiting.popleft(), picture
+        yield from self._matched(out, waiting)
+
+    def _matched(self, pictures, waiting):
+        for picture in pictures:
+            pts = round(picture.pts * picture.time_base / self.time_base)
+            index = waiting.pop(pts, None)
+            if index is None:
+                self.unmatched += 1
+                continue
+            yield index, picture
 
     def _decimated(self, restored):
         cycle: list[tuple[int, av.VideoFrame, float]] = []
