@@ -18,7 +18,7 @@ matching), which brings telecined parts back to 23.976 pictures a second. A cycl
 What the indices mean after restoration: every restored picture keeps the index (and time) of
 the source frame it was made from (fieldmatch keeps the current frame's timestamp and replaces
 one field). A left-out frame is never shown: a clip sample that falls on it shows the kept frame
-before it and records that frame's index, as for a one-frame flash (pipeline/segments.py). So
+before it and records that frame's index, as for a one-frame flash (pipeline/running/segments.py). So
 clip frame indices are always source frame indices of kept pictures.
 """
 

@@ -157,8 +157,8 @@ def test_telecine_restored_to_its_film_pictures(telecined):
 
 
 def _cut(film, out: Path, **settings):
-    from pipeline.ip import load_ip
-    from pipeline.runner import run_film
+    from pipeline.data.ip import load_ip
+    from pipeline.running.runner import run_film
 
     result = run_film(film.path, out, local_config(**settings), load_ip(None))
     assert result.ok, result.message
