@@ -46,6 +46,7 @@ import numpy as np
 from bench.process_tree import ProcessTree
 from core.film import FilmSummary
 from pipeline.executors import EXECUTORS
+from stages.field_restore import pulled_frames
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sintel_trailer.mp4"
@@ -146,11 +147,7 @@ def make_telecined_film(minutes: float, path: Path) -> Path:
             for index, frame in enumerate(source.decode(stream)):
                 frame.pts, frame.time_base = index, Fraction(1001, 24000)
                 graph.push(frame.reformat(format="yuv420p"))
-                while True:
-                    try:
-                        woven = graph.pull()
-                    except (av.error.BlockingIOError, av.error.EOFError):
-                        break
+                for woven in pulled_frames(graph):
                     woven.pts, woven.time_base = count, Fraction(1001, 30000)
                     count += 1
                     for packet in target.encode(woven):

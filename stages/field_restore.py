@@ -71,14 +71,14 @@ class FieldRestorer:
                 graph = self._graph(frame)
             waiting[frame.pts] = index
             graph.push(frame)
-            out = _pulled(graph)
+            out = pulled_frames(graph)
             self.seconds += time.thread_time() - began
             yield from self._matched(out, waiting)
         if graph is None:
             return
         began = time.thread_time()
         graph.push(None)
-        out = _pulled(graph)
+        out = pulled_frames(graph)
         self.seconds += time.thread_time() - began
         yield from self._matched(out, waiting)
 
@@ -140,7 +140,8 @@ class FieldRestorer:
         return graph
 
 
-def _pulled(graph: av.filter.Graph) -> list:
+def pulled_frames(graph: av.filter.Graph) -> list:
+    """Every frame a filter graph has ready now (none when it waits for input or has ended)."""
     out = []
     while True:
         try:

@@ -29,6 +29,8 @@ import av
 import cv2
 import numpy as np
 
+from stages.field_restore import pulled_frames
+
 ROOT = Path(__file__).resolve().parent
 SOURCE = ROOT / "media" / "bigbuckbunny_5s.mp4"
 SIZE = (720, 480)  # w, h: a DVD frame (square pixels here: shapes are another issue's)
@@ -89,9 +91,9 @@ def telecined(pictures: np.ndarray) -> tuple[list[np.ndarray], list[tuple[int, i
         frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
         frame.pts, frame.time_base = index, Fraction(1001, 24000)
         graph.push(frame)
-        frames += _pulled(graph)
+        frames += pulled_frames(graph)
     graph.push(None)
-    frames += _pulled(graph)
+    frames += pulled_frames(graph)
     arrays = [frame.to_ndarray(format="rgb24") for frame in frames]
     return arrays, [_label(array, pictures, k * 4 // 5) for k, array in enumerate(arrays)]
 
@@ -178,15 +180,6 @@ def _encode(frames, path: Path, rate: Fraction, interlaced: bool, crf: int = 14)
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
-
-
-def _pulled(graph) -> list:
-    out = []
-    while True:
-        try:
-            out.append(graph.pull())
-        except (av.error.BlockingIOError, av.error.EOFError):
-            return out
 
 
 def _label(frame: np.ndarray, pictures: np.ndarray, near: int) -> tuple[int, int]:
