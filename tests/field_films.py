@@ -1,27 +1,21 @@
-"""Labelled field-structure films (issue 35), made from the bundled media with FFmpeg's own
-filters where it has them, and every frame labelled with the moments its two fields show.
+"""Field-coded H.264 films, written bit by bit: what a PAL broadcast capture in MPEG-TS holds.
 
-- `telecined_film`: the frames of bigbuckbunny_5s.mp4 taken as 23.976 film pictures, through
-  libavfilter's `telecine` (3:2, top field first) to 29.97 frames a second, stored with
-  progressive flags (the wrong flags many files carry: the pictures must decide).
-- `interlaced_film`: a pan over a still of the same film at 59.94 moments a second, woven two
-  moments to a frame (top field first; PyAV's FFmpeg has no `interlace` filter, so the weave is
-  done here: even rows from one moment, odd rows from the next), stored with x264's interlaced
-  flags.
-- `hybrid_film`: the telecined film's first pictures, then an interlaced pan (credits or effects
-  made on video): both in one 29.97 stream.
-- `fine_lines_film`: progressive 23.976, a pan over a picture full of fine horizontal line art
-  (hatching one pixel thick every four rows, thin hair-like strands, dark scan lines every third
-  row across the whole picture): nothing in it is combed.
+No encoder that PyAV bundles codes field pictures (x264's `--interlaced` codes MBAFF frames, one
+packet a frame), so this writes the stream itself. Each frame of a source film becomes two field
+pictures (its even rows, then its odd rows: top field first), each an I picture in its own NAL
+unit, its own MPEG-TS packet and its own timestamp at the field rate, as a broadcast capture
+carries them. Every macroblock is I_PCM (its samples stored raw, H.264 7.3.5), so the decoded
+frames equal the source frames exactly: frame k of the film is labelled by its own pixels.
 
-A label is (top, bottom): the index of the moment (a film picture, or a pan position) each
-field shows; a frame is whole when both are the same. `pictures` holds every moment as an
-RGB array at the film's size, so a test can tell which moment a clip frame shows.
+Syntax written (H.264 7.3.2.1 SPS, 7.3.2.2 PPS, 7.3.3 slice header): Main profile, CAVLC,
+frame_mbs_only_flag 0 without MBAFF, picture order count type 0, one reference frame; a VUI with
+the sample aspect ratio and a timing tick per field. A group of `gop` frames starts with an IDR
+top field; its other fields are non-IDR reference I fields.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -29,169 +23,202 @@ import av
 import cv2
 import numpy as np
 
-from stages.field_restore import pulled_frames
-
-ROOT = Path(__file__).resolve().parent
-SOURCE = ROOT / "media" / "bigbuckbunny_5s.mp4"
-SIZE = (720, 480)  # w, h: a DVD frame (square pixels here: shapes are another issue's)
-FILM_RATE = Fraction(24000, 1001)
-VIDEO_RATE = Fraction(30000, 1001)
+_START = b"\x00\x00\x00\x01"
 
 
-@dataclass
-class FieldFilm:
-    path: Path
-    labels: list[tuple[int, int]]  # per stored frame: the moments of its top and bottom field
-    pictures: np.ndarray  # every moment, N x H x W x 3 RGB
-    rate: Fraction
+class _BitWriter:
+    def __init__(self):
+        self.bits: list[int] = []
 
-    def combed_frames(self) -> list[int]:
-        return [i for i, (top, bottom) in enumerate(self.labels) if top != bottom]
+    def u(self, count: int, value: int) -> None:
+        self.bits += [(value >> (count - 1 - i)) & 1 for i in range(count)]
 
+    def ue(self, value: int) -> None:
+        value += 1
+        self.u(value.bit_length() - 1, 0)
+        self.u(value.bit_length(), value)
 
-def film_pictures(count: int | None = None) -> np.ndarray:
-    """The bundled film's frames at SIZE, RGB."""
-    out = []
-    with av.open(str(SOURCE)) as container:
-        for frame in container.decode(video=0):
-            out.append(
-                cv2.resize(frame.to_ndarray(format="rgb24"), SIZE, interpolation=cv2.INTER_AREA)
-            )
-            if count is not None and len(out) == count:
-                break
-    return np.stack(out)
+    def align(self) -> None:
+        self.bits += [0] * (-len(self.bits) % 8)
+
+    def rbsp(self) -> bytes:
+        """The bits with rbsp_trailing_bits."""
+        self.bits.append(1)
+        self.align()
+        return np.packbits(np.array(self.bits, np.uint8)).tobytes()
 
 
-def pan_pictures(count: int, speed: int = 6) -> np.ndarray:
-    """`count` moments of a pan across a still of the bundled film, `speed` pixels a moment."""
-    still = film_pictures(40)[-1]
-    wide = cv2.resize(still, (SIZE[0] * 2, SIZE[1]), interpolation=cv2.INTER_CUBIC)
-    return np.stack(
-        [wide[:, k * speed % SIZE[0] : k * speed % SIZE[0] + SIZE[0]] for k in range(count)]
+def _nal(ref_idc: int, kind: int, payload: bytes) -> bytes:
+    escaped = re.sub(b"\x00\x00([\x00-\x03])", b"\x00\x00\x03\\1", payload)
+    return _START + bytes([(ref_idc << 5) | kind]) + escaped
+
+
+def _sequence(width: int, height: int, sar: Fraction, fps: int) -> bytes:
+    bits = _BitWriter()
+    for count, value in ((8, 77), (8, 0), (8, 30)):  # Main profile, level 3
+        bits.u(count, value)
+    for value in (0, 0, 0, 4, 1):  # sps id, frame_num 4 bits, poc type 0 (8 bits), 1 reference
+        bits.ue(value)
+    bits.u(1, 0)  # no frame_num gaps
+    bits.ue(width // 16 - 1)
+    bits.ue(height // 32 - 1)  # map units are pairs of macroblock rows
+    for flag in (0, 0, 1, 0, 1):  # frame_mbs_only, mbaff, direct_8x8, cropping, VUI
+        bits.u(1, flag)
+    bits.u(1, 1)  # aspect ratio info: extended SAR
+    bits.u(8, 255)
+    bits.u(16, sar.numerator)
+    bits.u(16, sar.denominator)
+    bits.u(3, 0)  # no overscan, video signal or chroma location info
+    bits.u(1, 1)  # timing: a tick per field
+    bits.u(32, 1)
+    bits.u(32, 2 * fps)
+    bits.u(1, 1)
+    bits.u(4, 0)  # no HRD, no pic_struct, no bitstream restriction
+    return _nal(3, 7, bits.rbsp())
+
+
+def _picture_parameters() -> bytes:
+    bits = _BitWriter()
+    for value in (0, 0):
+        bits.ue(value)
+    bits.u(2, 0)  # CAVLC, no bottom field POC delta
+    for value in (0, 0, 0):  # slice groups, reference counts
+        bits.ue(value)
+    bits.u(3, 0)  # no weighted prediction
+    for value in (0, 0, 0):  # initial QP, QS and chroma offset, each se(0)
+        bits.ue(value)
+    bits.u(3, 0b100)  # deblocking control present, no constrained intra, no redundant count
+    return _nal(3, 8, bits.rbsp())
+
+
+def _field(planes, frame_num: int, bottom: bool, idr_id: int | None) -> bytes:
+    """One field picture: a slice of I_PCM macroblocks holding every other row of the frame."""
+    luma, cb, cr = (plane[int(bottom) :: 2] for plane in planes)
+    bits = _BitWriter()
+    for value in (0, 7, 0):  # first macroblock, I slices only, pps id
+        bits.ue(value)
+    bits.u(4, frame_num)
+    bits.u(1, 1)  # field_pic_flag
+    bits.u(1, int(bottom))
+    if idr_id is not None:
+        bits.ue(idr_id % 2)
+    bits.u(8, 2 * frame_num + int(bottom))  # picture order count
+    bits.u(2 if idr_id is not None else 1, 0)  # reference marking: defaults
+    bits.ue(0)  # slice_qp_delta se(0)
+    bits.ue(1)  # deblocking off
+    bits.ue(25)  # the first macroblock's type: I_PCM
+    bits.align()
+    header = np.packbits(np.array(bits.bits, np.uint8)).tobytes()
+    rows, cols = luma.shape[0] // 16, luma.shape[1] // 16
+
+    def blocks(plane, size):
+        return plane.reshape(rows, size, cols, size).transpose(0, 2, 1, 3).reshape(-1, size * size)
+
+    prefix = np.tile(np.uint8([0x0D, 0x00]), (rows * cols, 1))  # ue(25) and the alignment
+    macroblocks = np.concatenate([prefix, blocks(luma, 16), blocks(cb, 8), blocks(cr, 8)], axis=1)
+    payload = header + macroblocks.reshape(-1)[2:].tobytes() + b"\x80"
+    return _nal(1, 5 if idr_id is not None else 1, payload)
+
+
+def source_planes(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The Y, U, V planes a frame is stored with (limited range, so no byte is zero)."""
+    height, width = rgb.shape[:2]
+    i420 = np.clip(cv2.cvtColor(rgb, cv2.COLOR_RGB2YUV_I420), 16, 235).astype(np.uint8)
+    quarter = height // 4
+    chroma = (height // 2, width // 2)
+    return (
+        i420[:height],
+        i420[height : height + quarter].reshape(chroma),
+        i420[height + quarter :].reshape(chroma),
     )
 
 
-def telecined(pictures: np.ndarray) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
-    """libavfilter's `telecine` (pattern 23, top field first) over `pictures` taken at 23.976,
-    and each output frame's label, read back from its rows (the filter copies rows exactly)."""
-    graph = av.filter.Graph()
-    height, width = pictures.shape[1:3]
-    source = graph.add(
-        "buffer",
-        f"video_size={width}x{height}:pix_fmt=rgb24:time_base=1001/24000:frame_rate=24000/1001"
-        ":pixel_aspect=1/1",
-    )
-    telecine = graph.add("telecine", "first_field=top:pattern=23")
-    sink = graph.add("buffersink")
-    source.link_to(telecine)
-    telecine.link_to(sink)
-    graph.configure()
-    frames = []
-    for index, picture in enumerate(pictures):
-        frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
-        frame.pts, frame.time_base = index, Fraction(1001, 24000)
-        graph.push(frame)
-        frames += pulled_frames(graph)
-    graph.push(None)
-    frames += pulled_frames(graph)
-    arrays = [frame.to_ndarray(format="rgb24") for frame in frames]
-    return arrays, [_label(array, pictures, k * 4 // 5) for k, array in enumerate(arrays)]
-
-
-def woven(moments: np.ndarray) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
-    """Two moments to a frame, top field first: even rows from moment 2k, odd from 2k + 1."""
-    frames, labels = [], []
-    for k in range(len(moments) // 2):
-        frame = moments[2 * k].copy()
-        frame[1::2] = moments[2 * k + 1][1::2]
-        frames.append(frame)
-        labels.append((2 * k, 2 * k + 1))
-    return frames, labels
-
-
-def telecined_film(path: Path) -> FieldFilm:
-    pictures = film_pictures()
-    frames, labels = telecined(pictures)
-    _encode(frames, path, VIDEO_RATE, interlaced=False)
-    return FieldFilm(path, labels, pictures, VIDEO_RATE)
-
-
-def interlaced_film(path: Path, seconds: float = 4.5) -> FieldFilm:
-    moments = pan_pictures(int(seconds * 60) // 2 * 2)
-    frames, labels = woven(moments)
-    _encode(frames, path, VIDEO_RATE, interlaced=True)
-    return FieldFilm(path, labels, moments, VIDEO_RATE)
-
-
-def hybrid_film(path: Path) -> FieldFilm:
-    """Telecined film pictures (5 s), then an interlaced pan (3 s): moments are numbered
-    on, the pan's after the film's pictures."""
-    pictures = film_pictures(120)
-    film_frames, film_labels = telecined(pictures)
-    moments = pan_pictures(180)
-    pan_frames, pan_labels = woven(moments)
-    offset = len(pictures)
-    labels = film_labels + [(top + offset, bottom + offset) for top, bottom in pan_labels]
-    _encode(film_frames + pan_frames, path, VIDEO_RATE, interlaced=True)
-    return FieldFilm(path, labels, np.concatenate([pictures, moments]), VIDEO_RATE)
-
-
-def fine_lines_film(path: Path, count: int = 120) -> FieldFilm:
-    """A progressive pan over a picture drawn full of fine horizontal lines (see the module)."""
-    still = film_pictures(60)[-1]
-    wide = cv2.resize(still, (SIZE[0] * 2, SIZE[1]), interpolation=cv2.INTER_CUBIC)
-    _draw_line_art(wide)
-    frames = []
-    for k in range(count):
-        frame = wide[:, k * 3 : k * 3 + SIZE[0]].copy()
-        frame[::3] = (frame[::3] * 0.6).astype(np.uint8)  # scan lines, still on the screen
-        frames.append(frame)
-    _encode(frames, path, FILM_RATE, interlaced=False, crf=10)
-    return FieldFilm(path, [(k, k) for k in range(count)], np.stack(frames), FILM_RATE)
-
-
-def _draw_line_art(picture: np.ndarray) -> None:
-    """Hatching (1-pixel lines every 4 rows) in three patches, and hair: thin curved strands."""
-    height, width = picture.shape[:2]
-    for x0 in range(40, width - 300, width // 3):
-        for y in range(60, 260, 4):
-            picture[y, x0 : x0 + 220] = (20, 20, 30)
-    rng = np.random.default_rng(7)
-    for _ in range(60):
-        x0, y0 = int(rng.integers(0, width - 200)), int(rng.integers(280, height - 20))
-        xs = np.arange(x0, x0 + 200)
-        ys = (y0 + 6 * np.sin((xs - x0) / 40 + rng.uniform(0, 6))).astype(int)
-        picture[ys, xs] = (40, 25, 10)
-
-
-def _encode(frames, path: Path, rate: Fraction, interlaced: bool, crf: int = 14) -> None:
+def write_field_coded(
+    path: Path,
+    frames: list[np.ndarray],
+    fps: int = 25,
+    sar: Fraction = Fraction(1),
+    gop: int = 12,
+    skip_packets: int = 0,
+) -> Path:
+    """Write RGB frames (sizes multiples of 16 wide and 32 high) as field pictures in MPEG-TS,
+    a packet per field at `2 * fps` packets a second. `skip_packets` leaves out the first ones,
+    as a capture that starts in the middle of a group of pictures."""
     height, width = frames[0].shape[:2]
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=rate)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        options = {"crf": str(crf), "preset": "ultrafast", "bf": "0", "threads": "1"}
-        if interlaced:
-            options |= {"x264-params": "tff=1", "flags": "+ildct+ilme"}
-        stream.options = options
-        for index, array in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(array), format="rgb24")
-            frame.pts, frame.time_base = index, 1 / rate
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-
-
-def _label(frame: np.ndarray, pictures: np.ndarray, near: int) -> tuple[int, int]:
-    """Which pictures (of those within three of `near`) the frame's even and odd rows are."""
-    first = max(0, near - 3)
-    candidates = pictures[first : near + 4]
-    return tuple(
-        first
-        + int(
-            np.abs(candidates[:, parity::2, ::4].astype(np.int16) - frame[parity::2, ::4])
-            .mean(axis=(1, 2, 3))
-            .argmin()
+    packets = []
+    for index, rgb in enumerate(frames):
+        planes = source_planes(rgb)
+        number = index % gop
+        idr = index // gop if number == 0 else None
+        head = (
+            _sequence(width, height, sar, fps) + _picture_parameters() if idr is not None else b""
         )
-        for parity in (0, 1)
-    )
+        packets.append((head + _field(planes, number, False, idr), idr is not None))
+        packets.append((_field(planes, number, True, None), False))
+    with av.open(str(path), "w", format="mpegts") as out:
+        stream = out.add_stream("libx264", rate=fps)  # only its codec id and size are used
+        stream.width, stream.height = width, height
+        for index, (data, key) in enumerate(packets):
+            if index < skip_packets:
+                continue
+            packet = av.Packet(data)
+            packet.stream = stream
+            packet.time_base = Fraction(1, 2 * fps)
+            packet.pts = packet.dts = index + 2
+            packet.is_keyframe = key
+            out.mux(packet)
+    return path
+
+
+def write_soft_telecine(path: Path, frames: list[np.ndarray], gop: int = 12) -> Path:
+    """Write RGB frames as 23.976 fps MPEG-2 with soft 3:2 pulldown, in MPEG-TS, as NTSC DVDs
+    hold film: each coded frame is a whole progressive picture, and its repeat_first_field
+    flag shows it for three fields instead of two on every other frame (top_field_first
+    changing to keep the fields alternating), so 4 frames fill 10 fields of 29.97i. Each packet
+    is timed at the field its picture is first shown on.
+
+    FFmpeg's MPEG-2 encoder writes no repeat flags, so the flags are set in its output: the
+    sequence extension's progressive_sequence cleared (repeat flags are only read in an
+    interlaced sequence), and in each picture coding extension top_field_first,
+    repeat_first_field and progressive_frame (ISO 13818-2 6.2.2.3 and 6.2.3.1)."""
+    height, width = frames[0].shape[:2]
+    encoder = av.CodecContext.create("mpeg2video", "w")
+    encoder.width, encoder.height, encoder.pix_fmt = width, height, "yuv420p"
+    encoder.time_base, encoder.framerate = Fraction(1001, 24000), Fraction(24000, 1001)
+    encoder.options = {"qscale": "3", "g": str(gop), "bf": "0"}
+    coded = []
+    for index, rgb in enumerate(frames):
+        picture = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+        picture.pts = index
+        coded += [bytes(packet) for packet in encoder.encode(picture)]
+    coded += [bytes(packet) for packet in encoder.encode(None)]
+    field = 10  # the field each coded frame is first shown on (a start past zero, as captures)
+    with av.open(str(path), "w", format="mpegts") as out:
+        stream = out.add_stream("mpeg2video", rate=Fraction(30000, 1001))
+        stream.width, stream.height = width, height
+        for index, data in enumerate(coded):
+            packet = av.Packet(_pulldown_flags(data, index))
+            packet.stream = stream
+            packet.time_base = Fraction(1001, 60000)  # one field
+            packet.pts = packet.dts = field
+            packet.is_keyframe = index % gop == 0
+            out.mux(packet)
+            field += 3 if index % 2 == 0 else 2
+    return path
+
+
+def _pulldown_flags(data: bytes, index: int) -> bytes:
+    """Frame `index` of a 3:2 cadence: A (top first, 3 fields), B (bottom first, 2), C (bottom
+    first, 3), D (top first, 2)."""
+    out = bytearray(data)
+    at = out.find(b"\x00\x00\x01\xb5")
+    while at >= 0:
+        kind = out[at + 4] >> 4
+        if kind == 1:  # sequence extension: progressive_sequence off
+            out[at + 5] &= ~0x08 & 0xFF
+        elif kind == 8:  # picture coding extension
+            top_first, repeat = index % 4 in (0, 3), index % 2 == 0
+            out[at + 7] = (out[at + 7] & ~0x82 & 0xFF) | (0x80 * top_first) | (0x02 * repeat)
+            out[at + 8] |= 0x80  # progressive_frame
+        at = out.find(b"\x00\x00\x01\xb5", at + 4)
+    return bytes(out)

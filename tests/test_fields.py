@@ -1,5 +1,5 @@
 """Field structure (issue 35): the comb rule, the field pass's decision, restoration and the
-`combed` reason, on labelled films made from the bundled media (tests/field_films.py)."""
+`combed` reason, on labelled films made from the bundled media (tests/pulldown_films.py)."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ WHOLE_ERROR = 6.0  # grey levels: a clip frame within this of one moment in ever
 
 
 def _film(tmp_path_factory, name: str):
-    import field_films
+    import pulldown_films
 
-    make = getattr(field_films, name)
+    make = getattr(pulldown_films, name)
     data = built_once(tmp_path_factory, name, lambda folder: _saved(make(folder / f"{name}.mp4")))
-    film = field_films.FieldFilm(
+    film = pulldown_films.FieldFilm(
         Path(data["path"]), [tuple(x) for x in data["labels"]], None, data["rate"]
     )
     return film, make
@@ -70,9 +70,9 @@ def fine_lines(tmp_path_factory):
 
 
 def test_teeth_found_in_a_weave_of_two_moments_and_not_in_fine_lines():
-    import field_films
+    import pulldown_films
 
-    moments = field_films.pan_pictures(2, speed=8).mean(axis=3).astype(np.uint8)
+    moments = pulldown_films.pan_pictures(2, speed=8).mean(axis=3).astype(np.uint8)
     woven = moments[0].copy()
     woven[1::2] = moments[1][1::2]
     assert comb_share(woven) > 10 * LIMIT

@@ -103,7 +103,7 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
     limit_threads(job.config.run.task_threads)
     crop, overlay_record, fields, seconds = _film_pictures(film, job.config)
     seconds = {"probe": probe_seconds, **seconds}
-    window = place_window(crop, job.config.clips, overlay_record)
+    window = place_window(crop, job.config.clips, overlay_record, film.pixel_aspect)
     segments = plan_segments(film, job.config.run.segment_seconds)
     if storage.is_remote(job.path):
         film.path = str(job.path)  # every task fetches the film by its URL (once per node)
