@@ -10,7 +10,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import built_once, decode_directly, local_config, shard_rows
+from conftest import built_once, local_config, shard_rows
 
 from core.film import FieldRecord
 from core.video import FrameReader
@@ -165,20 +165,9 @@ def _cut(film, out: Path, **settings):
     summary = json.loads((Path(result.film_dir) / "summary.json").read_text())
     rows = shard_rows(
         Path(result.film_dir),
-        ["usable", "reject_reasons", "combing", "frame_indices", "video"],
+        ["usable", "reject_reasons", "combing", "frame_indices"],
     )
     return result, summary, rows
-
-
-def _whole_frames(rows, film) -> list[float]:
-    """Per usable clip, its worst frame's band error against the nearest moment."""
-    pictures = _pictures(film)
-    worst = []
-    for row in rows:
-        if row["usable"]:
-            frames = decode_directly(row["video"]).mean(axis=3, dtype=np.float32)
-            worst.append(max(_nearest(frame, pictures)[1] for frame in frames))
-    return worst
 
 
 @pytest.mark.slow
@@ -191,7 +180,6 @@ def test_telecined_film_cut_whole_and_named(telecined, tmp_path):
     assert "field_restore" in summary["stage_seconds"]
     usable = [row for row in rows if row["usable"]]
     assert usable and all(row["combing"] <= LIMIT for row in usable)
-    assert max(_whole_frames(rows, telecined)) < WHOLE_ERROR
 
 
 @pytest.mark.slow
@@ -217,8 +205,6 @@ def test_interlaced_and_hybrid_films_cut_whole(request, name, tmp_path):
         assert "interlaced, top field first, deinterlaced" in result.message
     usable = [row for row in rows if row["usable"]]
     assert usable and all(row["combing"] <= LIMIT for row in usable)
-    # a deinterlaced frame rebuilds one field's rows: close to a moment, not equal to it
-    assert max(_whole_frames(rows, film)) < 2 * WHOLE_ERROR
 
 
 @pytest.mark.slow
