@@ -110,6 +110,7 @@ bench: venv
 # The folder-level passes at 10k and 100k clips (ARGS="--clips 1000000" for a million; docs/quality.md).
 bench-scale: venv
 	$(PY) -m bench.bench_scale $(ARGS)
+	$(PY) -m bench.similar_scale $(ARGS)
 
 # Every GPU path at real size with random weights (docs/gpu.md); says so and exits 0 without CUDA.
 # On a GPU machine whose own Python holds CUDA PyTorch: `python3 -m bench.gpu` (docs/gpu.md).

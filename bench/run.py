@@ -264,6 +264,19 @@ def measure(
         "combing_seconds": round(stages.get("combing", 0), 2),
         "field_restore_seconds": round(stages.get("field_restore", 0), 2),
         "field_structure": (summary.fields.line() or "progressive") if summary.fields else None,
+        # camera motion and clarity, stages of their own (issue 36): how much they raise the
+        # CPU ratio to a bare decode (their CPU over the rest of the run's)
+        **score_costs(stages, tree.cpu_seconds, decode_cpu),
+    }
+
+
+def score_costs(stages: dict[str, float], pipeline_cpu: float, decode_cpu: float) -> dict:
+    scores = {name: stages.get(name, 0.0) for name in ("camera", "clarity")}
+    spent = sum(scores.values())
+    return {
+        "score_cpu_seconds": {name: round(seconds, 2) for name, seconds in scores.items()},
+        "scores_raise_cpu_ratio_by": round(spent / max(pipeline_cpu - spent, 1e-9), 4),
+        "cpu_ratio_without_scores": round((pipeline_cpu - spent) / decode_cpu, 2),
     }
 
 
@@ -427,7 +440,9 @@ def main(argv=None) -> int:
             f"x{run['ratio_pipeline_to_decode']} wall, x{run['cpu_ratio']} CPU; "
             f"peak memory (sum of RSS) {run['peak_memory_gib']} GiB; {run['clips']} clips; blends "
             f"{run['blends_share_of_worker_time']} and overlays "
-            f"{run['overlays_share_of_worker_time']} of the workers' CPU"
+            f"{run['overlays_share_of_worker_time']} of the workers' CPU; camera motion and "
+            f"clarity {run['score_cpu_seconds']} CPU-s raise the CPU ratio by "
+            f"{run['scores_raise_cpu_ratio_by']:.1%}"
         )
     print(f"executor start {report['executor_start_seconds']} s (not in the pipeline time)")
     return 0

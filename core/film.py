@@ -151,6 +151,8 @@ class OverlayRecord(JsonRecord):
     logos: list[list[int]] = field(default_factory=list)  # [[x, y, w, h], ...]
     frames_sampled: int = 0  # sampled key frames that show a picture (black ones left out)
     text_scale: float = 1.0  # source pixels to the text detector's pixels
+    # [[y0, y1], ...]: a web player's interface at the picture's top or bottom, cropped away
+    player_rows: list[list[int]] = field(default_factory=list)
 
     def line(self) -> str:
         """The console's words: `hardsubbed: 71 % of frames, band y 420-470; logo at x
@@ -160,6 +162,7 @@ class OverlayRecord(JsonRecord):
             bands = ", ".join(f"y {y0}-{y1}" for y0, y1 in self.subtitle_bands)
             parts.append(f"hardsubbed: {self.subtitle_share * 100:.0f} % of frames, band {bands}")
         parts += [f"logo at x {x}-{x + w} y {y}-{y + h}" for x, y, w, h in self.logos]
+        parts += [f"player bar y {y0}-{y1} cropped" for y0, y1 in self.player_rows]
         return "; ".join(parts) if parts else "no overlays"
 
 

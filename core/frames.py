@@ -42,6 +42,9 @@ class ClipFrames:
         self._rgb: np.ndarray | None = None
         self._grey: dict[tuple[int, int], list[np.ndarray]] = {}
         self.count, self.height, self.width = len(i420), i420.shape[1] * 2 // 3, i420.shape[2]
+        self.memo: dict[str, object] = {}
+        """What one stage measured on the frames that a later stage reads again (the motion
+        stage's flow, which camera motion fits): kept as long as the frames are."""
 
     @classmethod
     def from_rgb(cls, rgb: np.ndarray) -> ClipFrames:
@@ -54,7 +57,7 @@ class ClipFrames:
                 f"expected N x H x W x 3 uint8 RGB frames, got {rgb.shape} {rgb.dtype}"
             )
         frames = cls.__new__(cls)
-        frames._i420, frames._rgb, frames._grey = None, rgb, {}
+        frames._i420, frames._rgb, frames._grey, frames.memo = None, rgb, {}, {}
         frames.count, frames.height, frames.width = rgb.shape[:3]
         return frames
 

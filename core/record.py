@@ -111,6 +111,14 @@ class Clip:
     overlay_logo_share: float | None = None  # largest share of a film logo inside the window
     # field structure (stages/fields.py; docs/sources.md)
     combing: float | None = None  # share of comb teeth in a frame's densest band of rows (max)
+    # scores (docs/scores.md): camera motion (stages/camera.py) and clarity (stages/clarity.py)
+    camera_motion: str | None = None  # static, pan_left, ..., complex
+    camera_tx: float | None = None  # px per frame at 480x720, + when the picture slides right
+    camera_ty: float | None = None  # + when the picture slides down
+    camera_zoom: float | None = None  # scale change per second, + when the picture grows
+    camera_rotation: float | None = None  # radians per second
+    camera_fit: float | None = None  # share of textured points the camera's motion explains
+    clarity: float | None = None  # share of edge steepness a 9-px blur removes (0-1)
     # outcome
     status: str = STATUS_OK
     error: str | None = None

@@ -34,6 +34,12 @@ class Settings:
     def validate(self) -> None:
         """Raise ConfigError naming the setting; the default has nothing to check."""
 
+    def optional_content(self) -> dict:
+        """Settings that change what a run stores only once given (a model path that switches
+        a stage on): they enter the fingerprint then, as `section.field`, so that work done
+        without them keeps its fingerprint. The default has none."""
+        return {}
+
 
 def read_settings_file(path: str | Path, expected: str = "a mapping of settings") -> dict:
     """A YAML file of settings, as a mapping: the one reader of the pipeline's and the trainer's

@@ -87,6 +87,7 @@ LOGO = "logo"
 COMBED = "combed"
 STATIC = "static"
 DUPLICATE = "duplicate"
+SIMILAR = "similar"
 REVIEW = "review"
 REJECT_REASONS: dict[str, str] = {
     ERROR: "a stage failed on the clip (see Failed clips)",
@@ -99,5 +100,7 @@ REJECT_REASONS: dict[str, str] = {
     COMBED: "a frame weaves two moments (comb teeth): field restoration missed it",
     STATIC: "every frame pair is a held drawing",
     DUPLICATE: "a near-duplicate of a clip that is kept (same film or another)",
+    SIMILAR: "its CLIP embedding is almost that of a clip that is kept: a re-cropped or re-timed "
+    "copy (recap, reused animation, an opening under other credits)",
     REVIEW: "a person rejected it on the review page",
 }

@@ -4,7 +4,11 @@ between runs of the same code left out (seconds, times, paths of the run).
 
 Used to show that a refactor changes no output (issue 37: the sample's and bikes' outputs before
 and after the rooms): `python scripts/compare-outputs.py OUT_BEFORE OUT_AFTER`. Exit 0 when they
-match, 1 with one line per difference otherwise."""
+match, 1 with one line per difference otherwise.
+
+Cut the films from the same absolute paths in both runs (a copy under /tmp, say, not each
+checkout's samples/): the folder's quality index stamps each film with a hash of its summary,
+which names the film's path, so two checkouts' own copies differ there and nowhere else."""
 
 from __future__ import annotations
 

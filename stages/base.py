@@ -63,6 +63,7 @@ from core.record import Clip
 from core.resources import Resources
 from core.schema import CLIP_SCHEMA
 from core.settings import Settings
+from stages.scores import Score
 
 
 @dataclass
@@ -158,9 +159,11 @@ class ClipStageEntry:
     columns: tuple[pa.Field, ...]  # the shard columns it fills
     order: int  # stages run in increasing order
     build: Callable[[Any], ClipStage | None]
+    scores: tuple[Score, ...] = ()  # which of its columns people filter and threshold by
 
 
 _CLIP_STAGES: dict[str, ClipStageEntry] = {}
+_SCORES: dict[str, tuple[Score, ...]] = {}  # scores of passes that are no clip stage, by owner
 
 BuildFn = Callable[[Any], ClipStage | None]
 
@@ -172,15 +175,21 @@ def register_clip_stage(
     order: int,
     columns: Sequence[pa.Field] = (),
     section: str | None = None,
+    scores: Sequence[Score] = (),
 ) -> Callable[[BuildFn], BuildFn]:
-    """Declare a clip stage, its settings section, the columns it fills and its place (see the
-    module docstring)."""
+    """Declare a clip stage, its settings section, the columns it fills, the scores among them
+    (stages/scores.py) and its place (see the module docstring)."""
 
     def register(build: BuildFn) -> BuildFn:
         known = _CLIP_STAGES.get(name)
         if known is not None and known.build.__module__ != build.__module__:
             raise ValueError(f"clip stage {name!r} is registered twice")
-        entry = ClipStageEntry(name, section or name, settings, tuple(columns), order, build)
+        entry = ClipStageEntry(
+            name, section or name, settings, tuple(columns), order, build, tuple(scores)
+        )
+        undeclared = {s.column for s in scores} - {c.name for c in columns}
+        if undeclared:
+            raise ValueError(f"clip stage {name!r} scores columns it does not fill: {undeclared}")
         _check_against_others(entry)
         _CLIP_STAGES[name] = entry
         return build
@@ -197,6 +206,22 @@ def registered_clip_stages() -> list[ClipStageEntry]:
     """Every registered clip stage, in running order."""
     _import_stage_modules()
     return sorted(_CLIP_STAGES.values(), key=lambda entry: (entry.order, entry.name))
+
+
+def register_scores(owner: str, scores: Sequence[Score]) -> None:
+    """Declare the scores a pass that is no clip stage fills (a caption-match score, a folder
+    pass's): call it at the import of a module of the `stages` package, as a registration."""
+    _SCORES[owner] = tuple(scores)
+
+
+def registered_scores() -> list[Score]:
+    """Every declared score: the clip stages' in running order, then the other passes'."""
+    scores = [score for entry in registered_clip_stages() for score in entry.scores]
+    scores += [score for owner in sorted(_SCORES) for score in _SCORES[owner]]
+    columns = [score.column for score in scores]
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"a score column is declared twice: {sorted(columns)}")
+    return scores
 
 
 def registered_sections() -> dict[str, type[Settings]]:

@@ -153,20 +153,53 @@ def pair_scope(speed: np.ndarray, background_ratio: float, reference_percentile:
     return float(moving.mean())
 
 
+@dataclass(frozen=True)
+class PairFlows:
+    """A clip's flow as the motion stage measured it, kept on its frames (`ClipFrames.memo`) for
+    camera motion (stages/camera.py), which fits the same flow instead of measuring it again.
+
+    `held[i]`: pair (i, i + 1) is a held drawing; `flows[i]`: the (x, y) flow of each moving pair,
+    in pixels of a 480x720 frame, as fields of the backend's working `size` (h, w); `source`: the
+    backend and the held test's parameters that measured them."""
+
+    source: str
+    size: tuple[int, int]
+    held: list[bool]
+    flows: dict[int, tuple[np.ndarray, np.ndarray]]
+
+
+FLOW_MEMO = "motion.pair_flows"  # the key of a clip's PairFlows in `ClipFrames.memo`
+
+
+def pair_flows(frames: ClipFrames | np.ndarray, backend, config: MotionConfig) -> PairFlows:
+    """The held pairs and the flow of the moving pairs of N >= 2 frames, measured once per clip:
+    the first stage to ask measures with its backend and keeps the result on the frames."""
+    frames = _checked_frames(frames)
+    source = f"{backend.name}/held{config.held_pixel_delta:g}:{config.held_max_fraction:g}"
+    known = frames.memo.get(FLOW_MEMO)
+    if isinstance(known, PairFlows) and known.source == source:
+        return known
+    small_grey = frames.grey(HELD_CHECK_SIZE)
+    held = held_pairs(small_grey, config.held_pixel_delta, config.held_max_fraction)
+    moving = [i for i, is_held in enumerate(held) if not is_held]
+    flows = dict(zip(moving, backend.flows(frames, moving)))
+    measured = PairFlows(source, backend.size, held, flows)
+    frames.memo[FLOW_MEMO] = measured
+    return measured
+
+
 def measure_motion(
     frames: ClipFrames | np.ndarray, backend, config: MotionConfig
 ) -> MotionMeasurement:
     """Motion scope of N >= 2 frames (`ClipFrames` or RGB, any size) with a flow backend (see
     DisFlow)."""
-    frames = _checked_frames(frames)
-    small_grey = frames.grey(HELD_CHECK_SIZE)
-    held = held_pairs(small_grey, config.held_pixel_delta, config.held_max_fraction)
-    moving = [i for i, is_held in enumerate(held) if not is_held]
+    measured = pair_flows(frames, backend, config)
+    held, moving = measured.held, list(measured.flows)
     if not moving:
         return MotionMeasurement(scope=0.0, moving_pairs=0, held_pairs=len(held))
     values = [
-        pair_scope(speed, config.background_ratio, config.reference_percentile)
-        for speed in backend.speeds(frames, moving)
+        pair_scope(np.hypot(flow_x, flow_y), config.background_ratio, config.reference_percentile)
+        for flow_x, flow_y in measured.flows.values()
     ]
     return MotionMeasurement(
         scope=float(np.mean(values)), moving_pairs=len(moving), held_pairs=len(held) - len(moving)
@@ -199,12 +232,18 @@ def working_size(scale: float) -> tuple[int, int]:
     return max(8, round(UNIT_HEIGHT * scale)), max(8, round(UNIT_WIDTH * scale))
 
 
-def speed_in_unit_pixels(
+def in_unit_pixels(
     flow_x: np.ndarray, flow_y: np.ndarray, size: tuple[int, int]
-) -> np.ndarray:
-    """|flow| measured at `size`, converted to pixels of a 480x720 frame."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """A flow measured at `size`, converted to pixels of a 480x720 frame."""
     height, width = size
-    return np.hypot(flow_x * (UNIT_WIDTH / width), flow_y * (UNIT_HEIGHT / height))
+    return flow_x * (UNIT_WIDTH / width), flow_y * (UNIT_HEIGHT / height)
+
+
+def speeds_of(flows):
+    """|flow| of each (x, y) flow field."""
+    for flow_x, flow_y in flows:
+        yield np.hypot(flow_x, flow_y)
 
 
 # ----------------------------------------------------------------------------- backends
@@ -236,7 +275,11 @@ class DisFlow:
         self._dis = dis
 
     def speeds(self, frames: ClipFrames | np.ndarray, pairs: list[int]):
-        """Yield the speed map (480x720 pixel units) of each pair (i, i + 1) in `pairs`.
+        """Yield the speed map (480x720 pixel units) of each pair (i, i + 1) in `pairs`."""
+        return speeds_of(self.flows(frames, pairs))
+
+    def flows(self, frames: ClipFrames | np.ndarray, pairs: list[int]):
+        """Yield the (x, y) flow (480x720 pixel units) of each pair (i, i + 1) in `pairs`.
 
         Grey frames at the working size come from `frames`, which computes each size once (the
         held-drawing test already asked for 120x180, the default working size).
@@ -246,7 +289,7 @@ class DisFlow:
         grey = _checked_frames(frames).grey(self.size)
         for i in pairs:
             flow = self._dis.calc(grey[i], match_brightness(grey[i + 1], grey[i]), None)
-            yield speed_in_unit_pixels(flow[..., 0], flow[..., 1], self.size)
+            yield in_unit_pixels(flow[..., 0], flow[..., 1], self.size)
 
 
 class MemFlowBackend:
@@ -308,6 +351,9 @@ class MemFlowBackend:
         self._model = model.to(self._device).eval()
 
     def speeds(self, frames: ClipFrames | np.ndarray, pairs: list[int]):
+        return speeds_of(self.flows(frames, pairs))
+
+    def flows(self, frames: ClipFrames | np.ndarray, pairs: list[int]):
         if self._model is None:
             self.load()
         import torch
@@ -327,7 +373,7 @@ class MemFlowBackend:
                 outputs = self._model(inputs)
                 previous = outputs["flow_small"]
                 flow = outputs["flows"][0, 0].float().cpu().numpy()
-                yield speed_in_unit_pixels(flow[0], flow[1], self.size)
+                yield in_unit_pixels(flow[0], flow[1], self.size)
 
     def _tensor(self, pair: np.ndarray):
         import torch

@@ -45,8 +45,9 @@ from core.vocabulary import (
     SUBTITLE,
     TEXT,
 )
-from stages.base import ClipStage, register_clip_stage
+from stages.base import ClipStage, register_clip_stage, registered_scores
 from stages.in_world_text import without_in_world_text
+from stages.scores import Score, rejected, score_limits
 
 LUMA_SIZE = (60, 90)  # (h, w) grey copy the brightness values are measured on
 HASH_INPUT_SIZE = (120, 180)  # (h, w) grey copy a hashed frame is shrunk from
@@ -137,6 +138,22 @@ class RejectConfig(Settings):
     duplicate_within_film: bool = True
     """Also look for duplicates inside one film (recaps, flashbacks, reused animation); clips of
     the same scene are never compared (a long still shot is not a duplicate of itself)."""
+    similar_min_cosine: float | None = None
+    """Two clips are semantic duplicates (`similar`) when the cosine of their CLIP embeddings
+    (clip_scores.model) is at least this. None: off (no CLIP reading has been checked on anime
+    yet; docs/scores.md). Same kept-copy rule and scene and film rules as `duplicate`."""
+    scores: dict[str, Any] = field(default_factory=dict)
+    """Reject clips by their scores (docs/scores.md), {column: limit}: a number score below its
+    limit (or above, where it says so), e.g. {clarity: 0.45} rejects as `blurry`; a label score
+    when its label is listed, e.g. {camera_motion: [complex]} rejects as `camera`. null switches
+    a score's default limit off. Empty: only the scores that declare a default reject."""
+
+    def validate(self) -> None:
+        score_limits(registered_scores(), self.scores)
+
+    def score_limits(self) -> dict[str, tuple[Score, Any]]:
+        """The score thresholds in force: column -> (the score, its limit)."""
+        return score_limits(registered_scores(), self.scores)
 
 
 # ----------------------------------------------------------------------------- measurements
@@ -326,6 +343,12 @@ REASON_COLUMNS = ["status", "quality_luma_peak", "quality_luma_mean", "quality_t
 REASON_COLUMNS += ["overlay_subtitle_area", "overlay_logo_share", "motion_scope", "combing"]
 
 
+def reason_columns(thresholds: RejectConfig) -> list[str]:
+    """The columns a clip's own reasons read: the quality measurements and the thresholded
+    scores."""
+    return REASON_COLUMNS + list(thresholds.score_limits())
+
+
 def overlay_limits(thresholds: RejectConfig) -> list[tuple[str, str, float, str]]:
     """The overlay reasons: (reason, the measured column, its threshold, what it measures).
     One table for the rule (`own_reasons`) and for its explanation (`quality_measures`)."""
@@ -349,15 +372,15 @@ def clip_reasons(row: Mapping, thresholds: RejectConfig) -> list[str]:
     """The reasons a clip is unfit, from its own stored values (no other clip needed).
 
     `row` is a shard row (or a Clip's `to_row()`); absent measurements give no reason."""
-    present = {name: [_plain(row[name])] for name in REASON_COLUMNS if name in row}
+    present = {name: [_plain(row[name])] for name in reason_columns(thresholds) if name in row}
     return own_reasons(pa.table(present) if present else pa.table({"_": [0]}), thresholds)[0]
 
 
 def own_reasons(table: pa.Table, thresholds: RejectConfig) -> list[list[str]]:
     """Per row of `table` (shard rows; any of REASON_COLUMNS may be absent, and an absent or
     null measurement gives no reason), the reasons the clip is unfit on its own values, in the
-    order error, black, fade, flash, text, subtitle, logo, combed, static. The one rule, for one
-    clip or a film's."""
+    order error, black, fade, flash, text, subtitle, logo, combed, static, then the thresholded
+    scores' reasons in the scores' order. The one rule, for one clip or a film's."""
     count = table.num_rows
     order = (ERROR, BLACK, FADE, FLASH, TEXT, SUBTITLE, LOGO, COMBED, STATIC)
     flags = {name: np.zeros(count, bool) for name in order}
@@ -380,6 +403,12 @@ def own_reasons(table: pa.Table, thresholds: RejectConfig) -> list[list[str]]:
     if thresholds.reject_static and "motion_scope" in table.column_names:
         scope = table.column("motion_scope").cast(pa.float64()).fill_null(np.nan)
         flags[STATIC] = scope.to_numpy() == 0.0
+    for column, (score, limit) in thresholds.score_limits().items():
+        if column in table.column_names:
+            reason = score.reject_reason
+            flags[reason] = flags.get(reason, np.zeros(count, bool)) | rejected(
+                score, limit, table.column(column)
+            )
     names = list(flags)
     # each row's set of reasons as one number (bit k: reason k), then one list per number seen
     codes = np.zeros(count, np.int64)
@@ -452,6 +481,10 @@ def quality_measures(
         if value is not None and not np.isnan(value):
             text = f"{what} {value:.4f} ({reason}: over {limit:g})"
             measures.append((reason, text, reason in reasons))
+    for column, (score, limit) in thresholds.score_limits().items():
+        if column in row:
+            text = f"{score.label} {score.shown(row[column])} ({score.reject_reason}: {score.describe_limit(limit)})"
+            measures.append((score.reject_reason, text, score.reject_reason in reasons))
     duplicate = row.get("duplicate_of")
     if isinstance(duplicate, str):
         text = (
@@ -472,9 +505,12 @@ def decide(values: Mapping, thresholds: RejectConfig) -> tuple[bool, list[str]]:
     return with_duplicate(clip_reasons(values, thresholds), values.get("duplicate_of"))
 
 
-def with_duplicate(reasons: list[str], duplicate_of: str | None) -> tuple[bool, list[str]]:
-    """(usable, reject_reasons) from a clip's own reasons and the kept copy it duplicates."""
-    reasons = [*reasons, DUPLICATE] if duplicate_of is not None else list(reasons)
+def with_duplicate(
+    reasons: list[str], duplicate_of: str | None, reason: str = DUPLICATE
+) -> tuple[bool, list[str]]:
+    """(usable, reject_reasons) from a clip's own reasons and the kept copy it duplicates
+    (`reason`: `duplicate` for the pHash pass, `similar` for the semantic one)."""
+    reasons = [*reasons, reason] if duplicate_of is not None else list(reasons)
     return not reasons, reasons
 
 

@@ -380,6 +380,38 @@ def signs_film(tmp_path_factory):
     return _labelled_film(tmp_path_factory, make)
 
 
+@pytest.fixture(scope="session")
+def noted_film(tmp_path_factory):
+    """640x360 with one translator's note at the top for 2 s, and nothing else."""
+    from overlay_films import noted_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
+@pytest.fixture(scope="session")
+def short_logo_film(tmp_path_factory):
+    """1920x1080, 19 s, six shots (three views), an opaque logo on every frame."""
+    from overlay_films import short_logo_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
+@pytest.fixture(scope="session")
+def player_film(tmp_path_factory):
+    """640x360 screen capture with a player's control bar that comes and goes."""
+    from overlay_films import player_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
+@pytest.fixture(scope="session")
+def gate_film(tmp_path_factory):
+    """480x360 with a film gate's rounded black corners on every frame."""
+    from overlay_films import gate_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
 # ---------------------------------------------------------------- the clip factory
 
 

@@ -269,3 +269,15 @@ def test_transnet_part_runs_the_real_network_on_the_cpu(tmp_path, capsys):
     assert row["part"] == "transnet" and "error" not in row, row
     assert row["frames_per_s"] > 0
     assert "frames_per_s" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_clip_part_runs_the_clip_scores_stage_on_the_cpu(tmp_path):
+    """The CLIP row's whole path with the tiny CLIP (the stage, its head, process_batch); the
+    ViT-L/14 figure on CUDA is left to a GPU."""
+    out = tmp_path / "gpu.json"
+    args = ["--tiny", "--device", "cpu", "--parts", "clip", "--workdir", str(tmp_path)]
+    assert cli.main([*args, "--out", str(out)]) == 0
+    [row] = json.loads(out.read_text())["rows"]
+    assert row["part"] == "clip" and "error" not in row, row
+    assert row["clips_per_s"] > 0

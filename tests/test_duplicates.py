@@ -399,19 +399,29 @@ def test_the_scan_runs_where_numba_finds_no_writable_cache_folder(tmp_path):
     files, so numba cannot create either."""
     import os
 
-    package = tmp_path / "install" / "pipeline"
-    package.mkdir(parents=True)
-    source = Path(__file__).resolve().parents[1] / "pipeline"
-    for name in ["__init__.py", "bitscan.py", "bitscan_kernel.py"]:
-        shutil.copy(source / name, package / name)
-    (package / "__pycache__").write_text("not a folder")
+    install = tmp_path / "install"
+    source = Path(__file__).resolve().parents[1]
+    # the scan's modules and what importing them runs: the packages' own top (pipeline/ keeps its
+    # old import paths through core/moved.py)
+    for name in [
+        "core/__init__.py",
+        "core/moved.py",
+        "pipeline/__init__.py",
+        "pipeline/moved.py",
+        "pipeline/passes/__init__.py",
+        "pipeline/passes/bitscan.py",
+        "pipeline/passes/bitscan_kernel.py",
+    ]:
+        (install / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source / name, install / name)
+    (install / "pipeline" / "passes" / "__pycache__").write_text("not a folder")
     (tmp_path / "cache-home").write_text("not a folder")
     temp = tmp_path / "temp"
     temp.mkdir()
     codes = codes_with_copies(np.random.default_rng(9), 600, 4)
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env.update(
-        PYTHONPATH=str(package.parent),
+        PYTHONPATH=str(install),
         PYTHONDONTWRITEBYTECODE="1",
         XDG_CACHE_HOME=str(tmp_path / "cache-home"),
         TMPDIR=str(temp),

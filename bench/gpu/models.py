@@ -88,6 +88,12 @@ CLIP_VIT_B16 = dict(
     image_size=224,
     patch_size=16,
 )
+# openai/clip-vit-large-patch14 (its config.json), which LAION's aesthetic heads read
+CLIP_VIT_L14 = dict(CLIP_VIT_B16, hidden_size=1024, intermediate_size=4096, num_hidden_layers=24)
+CLIP_VIT_L14 |= dict(num_attention_heads=16, patch_size=14)
+CLIP_TEXT_L14 = dict(
+    hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12
+)
 T5_V11_XXL = dict(
     vocab_size=32128,
     d_model=4096,

@@ -67,6 +67,7 @@ def run(args) -> int:
             if not item.strip().startswith("reject."):
                 raise ConfigError(f"--set {item!r}: only reject.* thresholds can be changed here")
         apply_overrides(config, args.overrides)
+        config.reject.validate()  # a score threshold names a declared score and fits it
     thresholds = config.reject
     if args.dry_run:
         own: Counter[str] = Counter()

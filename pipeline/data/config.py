@@ -28,7 +28,10 @@ from core.settings import (
 from core.shards import ShardConfig
 from pipeline.executors import EXECUTORS
 from stages.base import registered_sections
+from stages.camera import CameraConfig
 from stages.captioning.stage import CaptionConfig
+from stages.clarity import ClarityConfig
+from stages.clip_scores import ClipScoreConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
 from stages.fields import FieldConfig
@@ -79,9 +82,12 @@ class PipelineConfig:
     scenes: SceneConfig = field(default_factory=SceneConfig)
     clips: ClipConfig = field(default_factory=ClipConfig)
     motion: MotionConfig = field(default_factory=MotionConfig)
+    camera: CameraConfig = field(default_factory=CameraConfig)
+    clarity: ClarityConfig = field(default_factory=ClarityConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
     reject: RejectConfig = field(default_factory=RejectConfig)
     caption: CaptionConfig = field(default_factory=CaptionConfig)
+    clip_scores: ClipScoreConfig = field(default_factory=ClipScoreConfig)
     shards: ShardConfig = field(default_factory=ShardConfig)
     run: RunConfig = field(default_factory=RunConfig)
     stage_sections: dict[str, Settings] = field(default_factory=lambda: _stage_sections())
@@ -108,6 +114,7 @@ class PipelineConfig:
                 content[name] = dataclasses.asdict(section)  # type: ignore[call-overload]
             else:
                 content |= {field: getattr(section, field) for field in declared}
+            content |= {f"{name}.{k}": v for k, v in section.optional_content().items()}
         return json.dumps(content, sort_keys=True, default=str)
 
 

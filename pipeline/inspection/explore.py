@@ -8,6 +8,8 @@
     ds.usable                             # the clips fit to caption and train on
     ds.rejected                           # the others, with reject_reasons and duplicate_of
     ds.rejected_by_reason()               # reason -> clip count (a clip may have several)
+    ds.scores                             # the scores clips carry (camera motion, clarity, ...)
+    ds.where(camera_motion="pan_left", clarity_min=0.5)   # rows passing the scores' filters
 
 Everything is read from what `animegamer dataset` wrote (OUT/<film>/shards, manifest.parquet,
 drops.parquet, summary.json) and the decisions `animegamer review` wrote (review.parquet, which the
@@ -43,6 +45,8 @@ from core.shards import (
 from core.video import decode_image, decode_mp4
 from pipeline.data.manifest import build_manifest
 from pipeline.data.review import Review, read_reviews, review_counts
+from stages.base import registered_scores
+from stages.scores import Score, filter_names, matches, score_filter
 
 # Nullable Arrow integers become pandas' nullable integers, not floats with NaN: a motion level
 # of 3 stays 3, and a clip without one shows <NA>.
@@ -210,6 +214,29 @@ class Dataset:
             for reason in reasons:
                 counts[reason] = counts.get(reason, 0) + 1
         return dict(sorted(counts.items()))
+
+    @property
+    def scores(self) -> list[Score]:
+        """The scores a clip may carry (docs/scores.md): each one's column, how people read it,
+        its labels (a label score) or what it counts (a number score)."""
+        return registered_scores()
+
+    def where(self, **filters: object) -> pd.DataFrame:
+        """The manifest rows whose scores pass every filter, the review page's score filters:
+        a label score by its label (`camera_motion="pan_left"`, "none" for clips without one),
+        a number score by a range (`clarity_min=0.5`, `clarity_max=0.9`)."""
+        scores = registered_scores()
+        unknown = sorted(set(filters) - set(filter_names(scores)))
+        if unknown:
+            raise KeyError(f"no score filter {unknown} (filters: {filter_names(scores)})")
+        conditions = score_filter(scores, {name: str(v) for name, v in filters.items()})
+        manifest = self.manifest
+        keep = np.ones(len(manifest), bool)
+        for score, kind, value in conditions:
+            column = manifest.get(score.column)
+            values = pa.nulls(len(manifest)) if column is None else pa.array(column)
+            keep &= matches(kind, value, values)
+        return manifest[keep]
 
     @cached_property
     def drops(self) -> pd.DataFrame:

@@ -27,7 +27,6 @@ from matplotlib.patches import Rectangle
 from core import storage
 from core.film import FilmSummary, OverlayRecord, WindowRecord
 from core.io import write_text_atomic
-from core.vocabulary import REJECT_REASONS
 from pipeline.inspection.explore import (
     Dataset,
     DatasetError,
@@ -72,6 +71,7 @@ from pipeline.inspection.report_html import (
     table_of_contents,
 )
 from pipeline.inspection.report_options import ReportOptions
+from pipeline.inspection.report_scores import reason_meaning, score_facts
 from pipeline.passes.quality import film_thresholds
 from stages.quality import RejectConfig, quality_measures
 
@@ -181,6 +181,7 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Usable clips (quality)", _usable_text(manifest)),
         ("Clip geometry", clip_geometry(manifest)),
         ("Upscaled", _upscaled_text(summary)),
+        *score_facts(manifest),  # clarity beside the upscaling that softens it
         ("Captions (summary)", summary.captions),
         ("Windows dropped", len(drops) if len(drops) else summary_drop_total(summary)),
         ("Manual review", review_text(film.review_counts)),
@@ -476,7 +477,7 @@ def _rejected_clips(
         ]
         parts.append(
             f'<h4 id="{_anchor_text(reason)}">{html.escape(reason)}: {len(group)} clips '
-            f"<small>{html.escape(REJECT_REASONS.get(reason, ''))}</small></h4>"
+            f"<small>{html.escape(reason_meaning(reason))}</small></h4>"
             f'<div class="grid">{"".join(cards)}</div>'
         )
     return "".join(parts)

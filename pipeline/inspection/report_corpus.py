@@ -23,6 +23,7 @@ from pipeline.inspection.report_html import (
     plot_img,
     review_text,
 )
+from pipeline.inspection.report_scores import score_plots
 
 TOP_VALUES = 12  # bars per caption histogram: the long tail is read in the notebook
 
@@ -87,6 +88,8 @@ def distributions_section(dataset: Dataset) -> str:
         f"<h2>Distributions ({scope})</h2>",
         "<h3>Motion scope</h3>",
         _motion_plot(manifest, _motion_levels(dataset)),
+        "<h3>Scores</h3>",
+        score_plots(manifest),
         "<h3>Captions</h3>",
         _caption_plots(manifest),
         "<h3>Drop reasons</h3>",

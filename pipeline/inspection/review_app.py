@@ -42,8 +42,10 @@ from pipeline.inspection.review_snapshot import (
     review_stamps,
     shard_signature,
 )
+from stages.base import registered_scores
 from stages.captioning.parsing import ParseError, check_character_names, check_state_value
 from stages.quality import RejectConfig, quality_measures
+from stages.scores import Score, filter_names, matches, passes, score_filter
 
 MAX_NOTE = 2000
 FILTERS = ("film", "usable", "reason", "caption_status", "motion_level", "character", "decision")
@@ -92,9 +94,10 @@ class ReviewApp:
 
     def clips(self, query: dict[str, str]) -> dict:
         """GET /api/clips: a page of the clips passing the filters, with facets and counts."""
-        unknown = sorted(set(query) - set(FILTERS) - set(PAGING))
+        known = filters_taken()
+        unknown = sorted(set(query) - set(known) - set(PAGING))
         if unknown:
-            raise ReviewError(f"unknown filters {unknown} (filters: {', '.join(FILTERS)})")
+            raise ReviewError(f"unknown filters {unknown} (filters: {', '.join(known)})")
         snapshot = self.snapshot()
         if "film" in query and query["film"] not in snapshot.slugs:
             raise ReviewError(
@@ -102,7 +105,7 @@ class ReviewApp:
                 f"(films: {', '.join(snapshot.slugs)})"
             )
         offset, limit = _paging(query)
-        filters = {k: v for k, v in query.items() if k in FILTERS}
+        filters = {k: v for k, v in query.items() if k in known}
         match = clip_filter(filters)  # checks every filter's value first
         listing = self._listing(snapshot)
         chosen = np.flatnonzero(_matching(snapshot, listing, filters, match))
@@ -302,11 +305,18 @@ def _clip_json(slug: str, row: dict, review: Review | None, thresholds: RejectCo
             "reject_reasons": auto_reasons,
             "measures": [{"reason": r, "text": t, "decided": d} for r, t, d in measures],
         },
+        "scores": [[s.label, s.shown(row.get(s.column))] for s in registered_scores()],
         "model": {name: row.get(name) for name in (review.fields if review else {})},
         "review": review.to_json() if review else None,
         "video": f"/media/{row['clip_id']}.mp4",
         "first_frame": f"/media/{row['clip_id']}.jpg",
     }
+
+
+def filters_taken() -> list[str]:
+    """The filters GET /api/clips takes: the page's own and every declared score's
+    (stages/scores.py: `camera_motion=pan_left`, `clarity_min=0.5`)."""
+    return [*FILTERS, *filter_names(registered_scores())]
 
 
 def clip_filter(query: dict[str, str]):
@@ -331,7 +341,20 @@ def clip_filter(query: dict[str, str]):
             raise ReviewError(f"decision filter must be accept, reject or none, got {decision!r}")
         wanted_decision = None if decision == UNREVIEWED else decision
         checks.append(lambda c: c["review_decision"] == wanted_decision)
+    for score, kind, value in _score_conditions(query):
+        checks.append(functools.partial(_passes, score.column, kind, value))
     return lambda clip: all(check(clip) for check in checks)
+
+
+def _passes(column: str, kind: str, value, clip: dict) -> bool:
+    return passes(kind, value, clip.get(column))
+
+
+def _score_conditions(query: dict[str, str]):
+    try:
+        return score_filter(registered_scores(), query)
+    except ValueError as exc:
+        raise ReviewError(str(exc)) from None
 
 
 def _boolean(text: str, name: str) -> bool:
@@ -373,6 +396,8 @@ def _matching(snapshot: Snapshot, listing: Listing, query: dict[str, str], match
         keep &= contains(column_or_nulls(table, "characters"), query["character"])
     if "decision" in query:
         keep &= query["decision"] == UNREVIEWED  # what the rows nobody reviewed have
+    for score, kind, value in _score_conditions(query):
+        keep &= matches(kind, value, column_or_nulls(table, score.column))
     for row, clip in listing.reviewed.items():
         keep[row] = match(clip)
     return keep
@@ -393,6 +418,7 @@ def _facets(snapshot: Snapshot, reviewed: dict[int, dict]) -> dict:
         return set(pc.unique(column).to_pylist()) - {None}
 
     clips = reviewed.values()
+    scores = registered_scores()
     statuses = {c["caption_status"] or "pending" for c in clips}
     statuses |= set(pc.unique(column_or_nulls(table, "caption_status").filter(mask)).to_pylist())
     return {
@@ -408,4 +434,21 @@ def _facets(snapshot: Snapshot, reviewed: dict[int, dict]) -> dict:
             stored("characters", True) | {n for c in clips for n in c.get("characters") or []}
         ),
         "decision": [ACCEPT, REJECT, UNREVIEWED],
+        **{
+            s.column: sorted(stored(s.column) | {c.get(s.column) for c in clips} - {None})
+            for s in scores
+            if not s.is_number
+        },
+        "scores": [_score_facet(s, column_or_nulls(table, s.column)) for s in scores],
     }
+
+
+def _score_facet(score: Score, values: pa.ChunkedArray) -> dict:
+    """What the page builds a score's filter from: its name, its labels or its range."""
+    facet: dict[str, Any] = {"column": score.column, "label": score.label}
+    if not score.is_number:
+        return facet | {"labels": list(score.labels)}
+    if pa.types.is_null(values.type):
+        return facet | {"min": None, "max": None}
+    low_high = pc.min_max(values)
+    return facet | {"min": low_high["min"].as_py(), "max": low_high["max"].as_py()}

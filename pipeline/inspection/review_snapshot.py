@@ -19,6 +19,7 @@ from core.shards import read_table, shard_paths
 from pipeline.data.review import EDITABLE_FIELDS, QUALITY_COLUMNS, Review
 from pipeline.inspection.explore import Dataset, Film
 from pipeline.passes.quality import film_thresholds
+from stages.base import registered_scores
 from stages.quality import RejectConfig
 
 SHOWN_COLUMNS = (
@@ -26,6 +27,7 @@ SHOWN_COLUMNS = (
     "num_frames fps width height status error motion_scope motion_level caption_status "
     "instruction num_characters"
 ).split() + [*EDITABLE_FIELDS, *QUALITY_COLUMNS]
+SHOWN_COLUMNS += [score.column for score in registered_scores()]  # stages/scores.py
 # the measured values behind the automatic flags: shown beside their thresholds, not sent raw
 MEASURED = ("quality_luma_mean", "quality_luma_peak", "quality_text_area")
 SHOWN_COLUMNS += MEASURED

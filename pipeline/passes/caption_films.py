@@ -33,6 +33,7 @@ from pipeline.executors import StageRunner, make_stage_runner
 from stages.base import clip_schema
 from stages.captioning.cache import CaptionCache
 from stages.captioning.stage import CaptionConfig, CaptionStage
+from stages.clip_scores import ClipScores
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,10 @@ def caption_films(
 ) -> list[CaptionCounts]:
     """`caption_film` for several films of one IP, loading the model (or starting the Ray
     actors) once for all of them: a 26B model takes minutes to load."""
+    scores = None  # the clip scores' CLIP, for caption_match
     if isinstance(config, PipelineConfig):
         caption_config, shard_config = config.caption, config.shards
+        scores = ClipScores(config.clip_scores) if config.clip_scores.model else None
     elif isinstance(config, CaptionConfig):
         caption_config, shard_config = config, ShardConfig()
     else:
@@ -84,7 +87,9 @@ def caption_films(
         runner = _make_runner(stage, caption_config, engine)
         try:
             summaries = {
-                film_dir: _caption_film(film_dir, shards, stage, runner, shard_config, engine)
+                film_dir: _caption_film(
+                    film_dir, shards, stage, runner, shard_config, engine, scores
+                )
                 for film_dir, shards in film_shards.items()
             }
         finally:
@@ -92,11 +97,13 @@ def caption_films(
     return [summaries[Path(d).resolve()] for d in film_dirs]  # one per input, in input order
 
 
-def _caption_film(film_dir, shards, stage, runner, shard_config, engine) -> CaptionCounts:
+def _caption_film(
+    film_dir, shards, stage, runner, shard_config, engine, scores=None
+) -> CaptionCounts:
     started = time.monotonic()
     cache = CaptionCache(FilmFolder(film_dir).caption_cache)
     reviews = read_reviews(FilmFolder(film_dir))
-    counts, work = _caption_shards(shards, stage, cache, runner, shard_config, reviews)
+    counts, work = _caption_shards(shards, stage, cache, runner, shard_config, reviews, scores)
     summary = _summary(stage, counts, work, runner.take_stats(), started).updated(
         cache_unreadable_lines=cache.unreadable_lines
     )
@@ -157,7 +164,10 @@ def _caption_shards(
     runner,
     shard_config,
     reviews: dict[str, Review] | None = None,
+    scores: ClipScores | None = None,
 ):
+    """Caption each shard's clips and, with a CLIP (`scores`), score each caption against its
+    clip (`caption_match`), then rewrite the shard once."""
     counts: Counter[str | None] = Counter()
     work: Counter[str] = Counter()
     for path in shards:
@@ -190,6 +200,8 @@ def _caption_shards(
             )
         for clip in clips:  # the shard keeps the automatic flag; the review stays in its own file
             clip.usable = stored_usable[clip.clip_id]
+        if scores is not None:
+            work["caption_match"] += scores.caption_match(clips)
         _rewrite_shard(path, clips, shard_config)
         counts.update(c.caption_status for c in clips)
         log.info("%s: %d clips, %d from cache", path.name, len(clips), len(clips) - len(todo))

@@ -257,7 +257,7 @@ def near_pairs(
     lengths = pc.list_value_length(clips.column("quality_hashes")).fill_null(0).to_numpy()
     if taking_part is not None:
         lengths = np.where(taking_part, lengths, 0)
-    film = _codes(clips.column("film_id"))
+    film = category_codes(clips.column("film_id"))
     scene = clips.column("scene_index").to_numpy()
     found = Pairs.empty()
     for width in sorted(set(lengths[new & (lengths > 0)].tolist())):
@@ -296,7 +296,8 @@ def _binary_codes(hashes: pa.ChunkedArray, width: int) -> np.ndarray:
     return values.reshape(-1, width)
 
 
-def _codes(column: pa.ChunkedArray) -> np.ndarray:
+def category_codes(column: pa.ChunkedArray) -> np.ndarray:
+    """Each value's number among the distinct values of `column` (equal values, equal codes)."""
     return pc.dictionary_encode(column).combine_chunks().indices.to_numpy()
 
 
@@ -306,14 +307,20 @@ def _codes(column: pa.ChunkedArray) -> np.ndarray:
 def choose_kept(clips: pa.Table, fit: np.ndarray, pairs: Pairs, thresholds: RejectConfig) -> list:
     """duplicate_of per row of `clips` (a clip_id or None), by the visiting-order rule."""
     widths = pc.list_value_length(clips.column("quality_hashes")).fill_null(0).to_numpy()
-    film = _codes(clips.column("film_id"))
+    film = category_codes(clips.column("film_id"))
     first, second = pairs.first, pairs.second
     close = pairs.bits / np.maximum(widths[second], 1) <= thresholds.duplicate_max_distance
     keep = close & fit[first] & fit[second]
     if not thresholds.duplicate_within_film:
         keep &= film[first] != film[second]
+    return kept_copies(clips, first[keep], second[keep])
+
+
+def kept_copies(clips: pa.Table, a: np.ndarray, b: np.ndarray) -> list:
+    """duplicate_of per row of `clips` (a clip_id or None) from matching pairs of rows (a[k],
+    b[k]): taken in visiting order, a clip is a duplicate of the first kept clip it matches.
+    The one kept-copy rule of the pHash and the semantic (pipeline/passes/similar.py) passes."""
     position = visiting_order(clips)
-    a, b = first[keep], second[keep]
     early = np.where(position[a] < position[b], a, b)
     late = np.where(position[a] < position[b], b, a)
     order = np.lexsort((position[early], position[late]))

@@ -40,6 +40,7 @@ from core.shards import (
     rewrite_row_groups,
     shard_paths,
 )
+from core.vocabulary import DUPLICATE, SIMILAR
 from pipeline.data.manifest import write_manifest
 from pipeline.passes.duplicates import (
     CLIP_COLUMNS,
@@ -51,6 +52,7 @@ from pipeline.passes.duplicates import (
     near_pairs,
     stored_pairs,
 )
+from stages.base import registered_scores
 from stages.quality import RejectConfig, own_reasons, with_duplicate
 
 THRESHOLDS_FILE = "quality.json"
@@ -76,7 +78,7 @@ PASS_COLUMNS = [
 ]
 DECISION_COLUMNS = ["usable", "reject_reasons", "duplicate_of", "caption_status"]
 # registered stages' measurements that reasons read, where a shard has them (clips cut before
-# the overlay or combing stage existed have none: no measurement, no reason)
+# the overlay or combing stage existed have none: no measurement, no reason); the scores' columns too
 OPTIONAL_COLUMNS = ["overlay_subtitle_area", "overlay_logo_share", "combing"]
 
 
@@ -146,6 +148,8 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
     radius = index.search_distance(thresholds, reusing=bool(old.any()))
     pairs = pairs + near_pairs(clips, ~old, thresholds, taking_part=fit, distance=radius)
     duplicate_of = choose_kept(clips, fit, pairs, thresholds)
+    similar = _similar_copies(root, films, key, stamps, clips, fit, duplicate_of, thresholds)
+    duplicate_of = [d or s for d, s in zip(duplicate_of, similar)]
     before = clips.column("duplicate_of").to_pylist()
     changed = {
         folder
@@ -153,7 +157,10 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
         if was != now
     }
     to_decide = [f for f in films if f in read or key[f] in changed]
-    found = {i: d for i, d in zip(clips.column("clip_id").to_pylist(), duplicate_of) if d}
+    ids = clips.column("clip_id").to_pylist()
+    found = {
+        i: (d, SIMILAR if s else DUPLICATE) for i, d, s in zip(ids, duplicate_of, similar) if d
+    }
     outcomes = [_decide_film(film, key[film], found, thresholds) for film in to_decide]
     final = pa.concat_tables(
         [clips.filter(_not_in(clips, [key[f] for f in to_decide]))] + [t for t, _ in outcomes]
@@ -168,6 +175,17 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
         usable=int(pc.sum(final.column("usable")).as_py() or 0),
         read_films=len(set(read) | set(to_decide)),
     )
+
+
+def _similar_copies(root, films, key, stamps, clips, fit, taken, thresholds) -> list:
+    """duplicate_of by the semantic pass (pipeline/similar.py) per row of `clips`: None
+    everywhere while `reject.similar_min_cosine` is off."""
+    if thresholds.similar_min_cosine is None:
+        return [None] * len(clips)
+    from pipeline.passes.similar import find_similar, similar_copies
+
+    pairs = find_similar(root, {key[f]: f for f in films}, stamps, thresholds.similar_min_cosine)
+    return similar_copies(clips, fit, taken, pairs, thresholds.duplicate_within_film)
 
 
 def _not_in(clips: pa.Table, folders: list[str]) -> np.ndarray:
@@ -188,17 +206,18 @@ def _index_part(film: Path, key: str, thresholds: RejectConfig) -> pa.Table:
     return _index_rows(key, table, fit)
 
 
-def _decide_film(film: Path, key: str, found: dict[str, str], thresholds: RejectConfig):
-    """Decide a film's clips with the duplicates `found` (clip_id -> the kept clip's), rewrite its
+def _decide_film(film: Path, key: str, found: dict[str, tuple[str, str]], thresholds: RejectConfig):
+    """Decide a film's clips with the duplicates `found` (clip_id -> the kept clip's id and the
+    reason, `duplicate` or `similar`), rewrite its
     shards if a decision changed, and update its summary. Its index rows, and whether its shards
     were rewritten."""
     table = read_pass_table(film)
     ids = table.column("clip_id").to_pylist()
     own = own_reasons(table, thresholds)
-    decided = [
-        (*with_duplicate(reasons, found.get(clip_id)), found.get(clip_id))
-        for clip_id, reasons in zip(ids, own)
-    ]
+    decided = []
+    for clip_id, reasons in zip(ids, own):
+        kept, reason = found.get(clip_id, (None, DUPLICATE))
+        decided.append((*with_duplicate(reasons, kept, reason), kept))
     stored = list(zip(*(table.column(name).to_pylist() for name in DECISION_COLUMNS)))
     wanted = {clip_id: _wanted(d, was[3]) for clip_id, d, was in zip(ids, decided, stored)}
     rewrite = any(
@@ -233,7 +252,8 @@ def read_pass_table(film: Path) -> pa.Table:
     for path in shard_paths(film / SHARDS_DIR):
         schema = pq.read_schema(path)
         check_schema_version(schema, path)
-        optional = [name for name in OPTIONAL_COLUMNS if name in schema.names]
+        scores = [score.column for score in registered_scores()]
+        optional = [name for name in OPTIONAL_COLUMNS + scores if name in schema.names]
         tables.append(pq.read_table(path, columns=PASS_COLUMNS + optional))
     if not tables:
         return pa.schema([CLIP_SCHEMA.field(name) for name in PASS_COLUMNS]).empty_table()

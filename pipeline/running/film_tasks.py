@@ -27,10 +27,11 @@ from pipeline.data.ip import IP
 from pipeline.running.finalize import complete_summary, finalize, summary_line
 from pipeline.running.segments import SegmentJob, limit_threads, plan_segments, run_segment
 from stages.clips import place_window
-from stages.crop import BorderCrop, CropBox, sample_luma_frames
+from stages.crop import BorderCrop, CropBox
 from stages.field_pass import find_fields
 from stages.field_restore import restored
-from stages.overlays import film_overlays, overlay_frames
+from stages.film_samples import sample_film, sample_luma_frames
+from stages.overlays import film_overlays, overlay_sample_plan
 from stages.probe import FilmError, FilmInfo, Probe
 
 
@@ -115,13 +116,18 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
 def _film_pictures(
     film: FilmInfo, config: PipelineConfig
 ) -> tuple[CropBox, OverlayRecord | None, FieldRecord | None, dict[str, float]]:
-    """The border crop, the overlay pass and the field pass, on one sample of the film's key
-    frames (each timed as its own stage); a pass switched off gives None."""
+    """The border crop, the overlay pass and the field pass, on one sample of the film's frames,
+    decoded once (stages/film_samples.py; each pass timed as its own stage, the decode as the
+    crop's); a pass switched off gives None (the crop then reads its key frames)."""
     began = time.perf_counter()
     overlays = config.overlays if config.overlays.enabled else None
-    samples = max(config.crop.samples, overlays.samples) if overlays else config.crop.samples
-    needed = config.crop.box is None or overlays is not None
-    frames = sample_luma_frames(film, samples) if needed else None
+    if overlays is not None:
+        most = max(config.crop.samples, overlays.samples)
+        frames = sample_film(film, overlay_sample_plan(film, overlays, most)).frames
+    elif config.crop.box is None:
+        frames = sample_luma_frames(film, config.crop.samples)
+    else:
+        frames = None
     crop = BorderCrop(config.crop).process(film, frames)
     seconds = {"crop": time.perf_counter() - began}
     fields = None
@@ -132,8 +138,9 @@ def _film_pictures(
     if overlays is None:
         return crop, None, fields, seconds
     began = time.perf_counter()
-    pictures = overlay_frames(film, frames or [], overlays)
-    record = film_overlays(config).process(pictures, crop)
+    passes = film_overlays(config)
+    crop, player = passes.without_player(frames or [], crop)
+    record = passes.process(frames or [], crop, player)
     seconds["overlays"] = time.perf_counter() - began
     return crop, record, fields, seconds
 

@@ -38,11 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
+from stages import clip_model
+from stages.clip_model import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, paired, unit
+
 HELP = "CLIP-I, CLIP-T, DreamSim, ACC-F, MAE-F and the MLLM judge of generated game shots."
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
-
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 
 
 @dataclass
@@ -151,7 +151,7 @@ def evaluate(
     device = _device(config.device)
     if references is not None:
         ref_frames = {name: reference_frames(references, name, config.frames) for name in shots}
-        clip = ClipScorer(config.clip_model, config.image_size, device)
+        clip = ClipScorer(config.clip_model, device)
         _score(
             per_clip, "clip_i", {n: clip.image_similarity(frames[n], ref_frames[n]) for n in shots}
         )
@@ -163,7 +163,7 @@ def evaluate(
     if texts is not None or judge:
         text_of = shot_texts(generated, shots, texts)
     if texts is not None:
-        clip = ClipScorer(config.clip_model, config.image_size, device)
+        clip = ClipScorer(config.clip_model, device)
         _score(per_clip, "clip_t", {n: clip.text_similarity(frames[n], text_of[n]) for n in shots})
     if judge:
         from trainer.evaluation.judge import judge_turns
@@ -315,63 +315,13 @@ def _device(setting: str):
     return torch.device(pick_device(setting, "device"))
 
 
-def _pixels(frames: np.ndarray, size: int, mean, std, device):
-    """uint8 N x H x W x 3 -> normalised N x 3 x size x size (bicubic, whole frame)."""
-    import torch
-    import torch.nn.functional as F
+class ClipScorer(clip_model.ClipScorer):
+    """The shared CLIP embeddings (stages/clip_model.py) of the `clip_model` setting's folder."""
 
-    images = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 255.0
-    images = F.interpolate(images, size=(size, size), mode="bicubic", antialias=True).clamp(0, 1)
-    mean_t = torch.tensor(mean).view(1, 3, 1, 1)
-    std_t = torch.tensor(std).view(1, 3, 1, 1)
-    return ((images - mean_t) / std_t).to(device)
-
-
-def _image_stats(folder: str, default_mean, default_std):
-    config = Path(folder) / "preprocessor_config.json"
-    if config.is_file():
-        data = json.loads(config.read_text())
-        return tuple(data.get("image_mean", default_mean)), tuple(
-            data.get("image_std", default_std)
-        )
-    return default_mean, default_std
-
-
-class ClipScorer:
-    """CLIP image and text embeddings of a local checkpoint (CLIPModel + its tokenizer)."""
-
-    def __init__(self, location: str, size: int, device):
-        from transformers import AutoTokenizer, CLIPModel
-
+    def __init__(self, location: str, device):
         from trainer.shared.backbones import resolve
 
-        root = resolve("clip_model", location, hub=False)
-        self.model = CLIPModel.from_pretrained(root).to(device).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(root)
-        self.size = self.model.config.vision_config.image_size
-        self.mean, self.std = _image_stats(root, CLIP_MEAN, CLIP_STD)
-        self.device = device
-
-    def images(self, frames: np.ndarray):
-        import torch
-
-        with torch.no_grad():
-            pixels = _pixels(frames, self.size, self.mean, self.std, self.device)
-            return _unit(_features(self.model.get_image_features(pixel_values=pixels)))
-
-    def image_similarity(self, generated: np.ndarray, reference: np.ndarray) -> float:
-        a, b = _paired(self.images, generated, reference)
-        return float((a * b).sum(-1).mean())
-
-    def text_similarity(self, generated: np.ndarray, text: str) -> float:
-        import torch
-
-        with torch.no_grad():
-            tokens = self.tokenizer(
-                [text], padding=True, truncation=True, max_length=77, return_tensors="pt"
-            ).to(self.device)
-            embedding = _unit(_features(self.model.get_text_features(**tokens)))
-        return float((self.images(generated) * embedding).sum(-1).mean())
+        super().__init__(resolve("clip_model", location, hub=False), device)
 
 
 class DreamSim:
@@ -388,10 +338,10 @@ class DreamSim:
             kind = AutoConfig.from_pretrained(root).model_type
             if kind.startswith("clip"):  # "embedding": the projected image embedding
                 model = CLIPVisionModelWithProjection.from_pretrained(root)
-                stats = _image_stats(root, CLIP_MEAN, CLIP_STD)
+                stats = clip_model.image_stats(root, CLIP_MEAN, CLIP_STD)
             else:  # ViT / DINO: "cls", the last block's CLS token
                 model = AutoModel.from_pretrained(root)
-                stats = _image_stats(root, IMAGENET_MEAN, IMAGENET_STD)
+                stats = clip_model.image_stats(root, IMAGENET_MEAN, IMAGENET_STD)
             self.backbones.append((kind.startswith("clip"), model.to(device).eval(), stats))
         # DreamSim resizes to 224, the size of its backbones; a backbone's own size wins
         self.sizes = [getattr(m.config, "image_size", size) for _, m, _ in self.backbones]
@@ -402,7 +352,7 @@ class DreamSim:
         parts = []
         with torch.no_grad():
             for (is_clip, model, (mean, std)), size in zip(self.backbones, self.sizes):
-                pixels = _pixels(frames, size, mean, std, self.device)
+                pixels = clip_model.pixels(frames, size, mean, std, self.device)
                 if is_clip:
                     parts.append(model(pixel_values=pixels).image_embeds)
                 else:
@@ -410,29 +360,11 @@ class DreamSim:
                     parts.append(out.hidden_states[-1][:, 0])
         embedding = torch.cat(parts, dim=-1)
         # DreamSim's normalize_embeds: centre each embedding, then unit length
-        return _unit(embedding - embedding.mean(dim=-1, keepdim=True))
+        return unit(embedding - embedding.mean(dim=-1, keepdim=True))
 
     def distance(self, generated: np.ndarray, reference: np.ndarray) -> float:
-        a, b = _paired(self.embed, generated, reference)
+        a, b = paired(self.embed, generated, reference)
         return float((1 - (a * b).sum(-1)).mean())
-
-
-def _paired(embed, generated: np.ndarray, reference: np.ndarray):
-    """Embeddings of frames paired by position, or of every generated frame with one reference
-    image (the benchmark's character picture)."""
-    if len(reference) == 1:
-        return embed(generated), embed(reference)
-    count = min(len(generated), len(reference))
-    return embed(generated[:count]), embed(reference[:count])
-
-
-def _features(output):
-    """transformers 5 may return a model output instead of a tensor from get_*_features."""
-    return getattr(output, "pooler_output", output) if not hasattr(output, "norm") else output
-
-
-def _unit(x):
-    return x / x.norm(dim=-1, keepdim=True).clamp(min=1e-12)
 
 
 def main(argv: list[str] | None = None) -> int:

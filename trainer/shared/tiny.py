@@ -55,6 +55,17 @@ def write_tiny_backbones(out_dir: str | Path, seed: int = 0) -> dict[str, str | 
     }
 
 
+# the vision tower of the tiny CLIP metric models (write_tiny_clip, the trainer's DreamSim tests)
+TINY_CLIP_VISION = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    image_size=32,
+    patch_size=8,
+)
+
+
 def word_tokenizer(special: dict[str, str]):
     """A word-level fast tokenizer trained on the fly (the real ones need files we cannot fetch)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -74,6 +85,34 @@ def word_tokenizer(special: dict[str, str]):
         [" ".join(corpus)], trainers.WordLevelTrainer(special_tokens=specials)
     )
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **special)
+
+
+def write_tiny_clip(path: Path, projection_dim: int = 16) -> Path:
+    """A random CLIPModel (vision and text, 32x32 images) with a word tokenizer, saved in
+    transformers format: what the pipeline's clip scores and the trainer's CLIP metrics load."""
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+    return write_random_clip(path, projection_dim, TINY_CLIP_VISION, text)
+
+
+def write_random_clip(path: Path, projection_dim: int, vision: dict, text: dict) -> Path:
+    """A random CLIPModel of the given tower sizes, with the word tokenizer, saved in
+    transformers format (bench.gpu.clip writes ViT-L/14's size with it)."""
+    import torch
+    from transformers import CLIPConfig, CLIPModel
+
+    torch.manual_seed(0)
+    tokenizer = word_tokenizer(
+        {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "bos_token": "<s>"}
+    )
+    special = ("eos_token_id", "pad_token_id", "bos_token_id")
+    text_config = dict(text, vocab_size=len(tokenizer), max_position_embeddings=77)
+    text_config |= {name: getattr(tokenizer, name) for name in special}
+    config = CLIPConfig(
+        text_config=text_config, vision_config=vision, projection_dim=projection_dim
+    )
+    CLIPModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
 
 
 def _write_clip(path: Path) -> None:

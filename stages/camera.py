@@ -1,0 +1,340 @@
+"""Camera motion of a clip (issue 36): the global move of the picture, fitted on the flow the
+motion stage already measured (no second flow, no weights).
+
+The rule (docs/scores.md has the reasons and the figures):
+1. Each moving pair's flow (held drawings left out, as for motion scope) is sampled on a grid,
+   at the points where the picture has texture to follow (flat paint gives DIS nothing to
+   match, and its flow there says nothing about the camera).
+2. A similarity motion is fitted to those points, robustly (iteratively reweighted least
+   squares from the median, Tukey weights): translation (tx, ty), zoom and rotation, about the
+   picture's centre. The background is most of the picture, so characters moving over it are
+   outliers; `fit` is the share of points the motion explains.
+3. The clip's motion is the median of its pairs', translation in pixels per frame of a 480x720
+   picture, zoom and rotation per second (the clip's frame rate). Labels, in the film
+   convention (the camera's move, the opposite of the picture's): `pan_left` (the picture slides
+   right), `pan_right`, `tilt_up` (the picture slides down), `tilt_down`, `zoom_in` (it grows),
+   `zoom_out`, `static` (no move above the thresholds), `complex` (the pairs disagree, the
+   motion explains too little of the picture, or it turns, or it pans and zooms at once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.frames import ClipFrames
+from core.record import Clip
+from core.resources import Resources
+from core.schema import CLIP_SCHEMA
+from core.settings import ConfigError, Settings
+from stages.base import ClipStage, register_clip_stage
+from stages.motion import (
+    FLOW_MEMO,
+    UNIT_HEIGHT,
+    UNIT_WIDTH,
+    DisFlow,
+    MotionConfig,
+    PairFlows,
+    pair_flows,
+)
+from stages.scores import Score
+
+STATIC, COMPLEX = "static", "complex"
+PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN = "pan_left", "pan_right", "tilt_up", "tilt_down"
+ZOOM_IN, ZOOM_OUT = "zoom_in", "zoom_out"
+LABELS = (STATIC, PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN, ZOOM_IN, ZOOM_OUT, COMPLEX)
+REACH = 0.5 * float(np.hypot(UNIT_HEIGHT, UNIT_WIDTH)) / np.sqrt(2)  # a typical point's radius
+
+
+@dataclass
+class CameraConfig(Settings):
+    enabled: bool = True
+    """Label each clip's camera motion from the motion stage's flow (no weights; when the motion
+    stage is off, DIS flow is measured here)."""
+    grid_step: int = 6
+    """The flow is sampled every this many pixels of its working size (120x180 for DIS)."""
+    min_texture: float = 3.0
+    """A point takes part when its grey level changes by at least this much a pixel (0-255 grey
+    at the flow's size, central differences): flat paint has no flow to trust."""
+    min_points: int = 40
+    """Fewer textured points than this in a pair: the pair says nothing (a flat or dark frame)."""
+    static_speed: float = 1.5
+    """Pans and tilts: the picture moves more than this many pixels per frame (480x720)."""
+    static_zoom: float = 0.02
+    """Zooms: the picture's scale changes by more than this share per second."""
+    min_fit: float = 0.3
+    """A moving clip whose motion explains less than this share of its textured points is
+    `complex`."""
+    simpler_margin: float = 0.1
+    """A simpler motion (none, then a translation, then a similarity) is kept when it explains
+    at most this share of the points fewer than the best."""
+    min_agreement: float = 0.6
+    """A moving clip is `complex` unless this share of its moving pairs moves as its label says."""
+
+    def validate(self) -> None:
+        if self.grid_step < 1:
+            raise ConfigError(f"camera.grid_step={self.grid_step}: give 1 or more")
+        for name in ("min_fit", "min_agreement"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"camera.{name}={getattr(self, name)}: give a share, 0-1")
+
+
+@dataclass(frozen=True)
+class PairMotion:
+    """The global motion of one frame pair: translation (px per frame at 480x720), zoom (scale
+    change per frame), rotation (radians per frame), and the share of points it explains."""
+
+    tx: float
+    ty: float
+    zoom: float
+    rotation: float
+    fit: float
+
+
+@dataclass(frozen=True)
+class CameraMotion:
+    label: str
+    tx: float  # px per frame at 480x720, median of the moving pairs (+: content slides right)
+    ty: float  # (+: content slides down)
+    zoom: float  # scale change per second (+: the picture grows, the camera zooms in)
+    rotation: float  # radians per second
+    fit: float  # mean share of textured points the motion explains
+    pairs: int  # pairs with a motion (moving and textured)
+
+
+# ----------------------------------------------------------------------------- the fit
+
+
+def fit_pairs(
+    flows: list[tuple[np.ndarray, np.ndarray]], greys: list[np.ndarray], config: CameraConfig
+) -> list[PairMotion | None]:
+    """The similarity motion of each pair's flow (480x720 px units, all at one working size),
+    fitted on the textured grid points of its first frame (`greys`, at that size); None for a
+    pair with too few textured points. The pairs are fitted together, as arrays: a pair at a
+    time costs ten times more in numpy's per-call overhead."""
+    if not flows:
+        return []
+    height, width = flows[0][0].shape
+    step = config.grid_step
+    ys, xs = np.mgrid[step // 2 : height - 1 : step, step // 2 : width - 1 : step]
+    ys, xs = ys.ravel(), xs.ravel()
+    picture = np.stack(greys).astype(np.float32)
+    # central differences at the grid points only (a whole Sobel image costs more)
+    gx = picture[:, ys, xs + 1] - picture[:, ys, xs - 1]
+    gy = picture[:, ys + 1, xs] - picture[:, ys - 1, xs]
+    textured = np.hypot(gx, gy) >= 2 * config.min_texture
+    u = np.stack([flow_x[ys, xs] for flow_x, _ in flows]).astype(np.float64)
+    v = np.stack([flow_y[ys, xs] for _, flow_y in flows]).astype(np.float64)
+    # point positions in 480x720 pixels about the picture's centre
+    px = (xs + 0.5) * (UNIT_WIDTH / width) - UNIT_WIDTH / 2
+    py = (ys + 0.5) * (UNIT_HEIGHT / height) - UNIT_HEIGHT / 2
+    counts = np.maximum(textured.sum(axis=1), 1)
+
+    def share(explained: np.ndarray) -> np.ndarray:
+        return (explained & textured).sum(axis=1) / counts
+
+    # Three motions, simplest first: none, a translation (robust: the largest layer of a
+    # layered picture), a similarity. The simplest that explains nearly as many points as the
+    # best is kept: a still background behind moving characters is a still camera, and a pan
+    # over parallax layers is a pan, not a similarity pulled between the layers.
+    similarity, explained = _robust_similarity(px, py, u, v, textured)
+    shift = _robust_translation(u, v, textured)
+    candidates = [
+        (np.zeros_like(similarity), share(_explains(0.0, 0.0, u, v))),
+        (
+            np.concatenate([shift, np.zeros_like(shift)], axis=1),
+            share(_explains(shift[:, 0:1], shift[:, 1:2], u, v)),
+        ),
+        (similarity, share(explained)),
+    ]
+    best = np.max([fit for _, fit in candidates], axis=0)
+    params, fits = similarity.copy(), best.copy()
+    chosen = np.zeros(len(u), bool)
+    for motion, fit in candidates:
+        take = ~chosen & (fit >= best - config.simpler_margin)
+        params[take], fits[take] = motion[take], fit[take]
+        chosen |= take
+    return [
+        PairMotion(float(p[0]), float(p[1]), float(p[2]), float(p[3]), float(f))
+        if n >= config.min_points
+        else None
+        for p, f, n in zip(params, fits, counts)
+    ]
+
+
+def _robust_similarity(px, py, u, v, used, iterations: int = 4):
+    """Per pair (rows of u, v, used): (tx, ty, a, b) of u = tx + a x - b y, v = ty + b x + a y
+    over its `used` points, by Tukey-weighted least squares started from the median
+    translation, and which points it explains (within 1.5 px and 10 % of the flow's size,
+    at 480x720)."""
+    ones, zeros = np.ones_like(px), np.zeros_like(px)
+    # (2N, 4): the x equations of every point, then their y equations
+    design = np.concatenate(
+        [np.stack([ones, zeros, px, -py], axis=1), np.stack([zeros, ones, py, px], axis=1)]
+    )
+    flow = np.concatenate([u, v], axis=1)  # (P, 2N), in the design's order
+    params = np.zeros((len(u), 4))
+    params[:, 0], params[:, 1] = _median_of(u, used), _median_of(v, used)
+    for _ in range(iterations):
+        residual = _residuals(design, flow, params)
+        scale = np.maximum(1.0, 1.4826 * _median_of(residual, used))[:, None]
+        weight = np.clip(1.0 - (residual / (4.685 * scale)) ** 2, 0.0, None) ** 2 * used
+        weights = np.concatenate([weight, weight], axis=1)
+        normal = (weights[:, :, None] * design).transpose(0, 2, 1) @ design
+        right = (weights * flow) @ design
+        solvable = np.abs(np.linalg.det(normal)) > 1e-9
+        if not solvable.any():
+            break
+        params[solvable] = np.linalg.solve(normal[solvable], right[solvable][..., None])[..., 0]
+    model = params @ design.T
+    half = model.shape[1] // 2
+    return params, _explains(model[:, :half], model[:, half:], u, v)
+
+
+def _robust_translation(u, v, used, iterations: int = 4) -> np.ndarray:
+    """Per pair: the (tx, ty) most of its used points share, by Tukey-weighted means started
+    from the median."""
+    shift = np.stack([_median_of(u, used), _median_of(v, used)], axis=1)
+    for _ in range(iterations):
+        residual = np.hypot(u - shift[:, 0:1], v - shift[:, 1:2])
+        scale = np.maximum(1.0, 1.4826 * _median_of(residual, used))[:, None]
+        weight = np.clip(1.0 - (residual / (4.685 * scale)) ** 2, 0.0, None) ** 2 * used
+        total = weight.sum(axis=1)
+        kept = total > 0
+        shift[kept, 0] = (weight * u).sum(axis=1)[kept] / total[kept]
+        shift[kept, 1] = (weight * v).sum(axis=1)[kept] / total[kept]
+    return shift
+
+
+def _explains(model_u, model_v, u, v) -> np.ndarray:
+    """Which points a motion explains: within 1.5 px (at 480x720) and 10 % of their flow."""
+    return np.hypot(model_u - u, model_v - v) <= 1.5 + 0.1 * np.hypot(u, v)
+
+
+def _median_of(values: np.ndarray, used: np.ndarray) -> np.ndarray:
+    """Per row, the median of its used values (0 where none is used)."""
+    ordered = np.sort(np.where(used, values, np.inf), axis=1)
+    counts = used.sum(axis=1)
+    middle = ordered[np.arange(len(values)), np.maximum(counts - 1, 0) // 2]
+    return np.where(counts > 0, middle, 0.0)
+
+
+def _residuals(design: np.ndarray, flow: np.ndarray, params: np.ndarray) -> np.ndarray:
+    """Per pair and point: how far the flow is from the motion `params` gives (480x720 px)."""
+    error = params @ design.T - flow
+    half = error.shape[1] // 2
+    return np.hypot(error[:, :half], error[:, half:])
+
+
+# ----------------------------------------------------------------------------- the label
+
+
+def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, config: CameraConfig):
+    """The clip's camera motion from the motion stage's flow of its pairs and its grey frames at
+    the flow's size."""
+    moving = list(measured.flows)
+    fitted = fit_pairs([measured.flows[i] for i in moving], [grey[i] for i in moving], config)
+    pairs = [pair for pair in fitted if pair is not None]
+    if not pairs:  # every pair held, or nothing to follow: no move can be seen
+        return CameraMotion(STATIC, 0.0, 0.0, 0.0, 0.0, 1.0, 0)
+    # a held pair's picture did not move: the clip's motion per frame is its moving pairs'
+    # times their share (a pan on threes moves three frames' worth once every three frames)
+    share = len(moving) / len(measured.held)
+    tx, ty, zoom, rotation = (
+        share * float(np.median([getattr(p, name) for p in pairs]))
+        for name in ("tx", "ty", "zoom", "rotation")
+    )
+    fit = float(np.mean([p.fit for p in pairs]))
+    label = _label(pairs, tx, ty, zoom, rotation, fit, fps, config)
+    return CameraMotion(label, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
+
+
+def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str:
+    speed = float(np.hypot(tx, ty))
+    zoom_speed = abs(zoom) * REACH  # how far the zoom moves a typical point, px per frame
+    turn_speed = abs(rotation) * REACH
+    moving_zoom = abs(zoom) * fps > config.static_zoom
+    if speed <= config.static_speed and not moving_zoom and turn_speed <= config.static_speed:
+        return STATIC
+    if fit < config.min_fit or turn_speed > max(speed, zoom_speed):
+        return COMPLEX
+    if moving_zoom and zoom_speed >= speed:
+        label = ZOOM_IN if zoom > 0 else ZOOM_OUT
+        agree = [np.sign(p.zoom) == np.sign(zoom) for p in pairs]
+    elif speed > config.static_speed:
+        if moving_zoom and zoom_speed > 0.5 * speed:
+            return COMPLEX  # a pan and a zoom at once
+        label = _pan_label(tx, ty)
+        agree = [_pan_label(p.tx, p.ty) == label for p in pairs]
+    else:
+        return STATIC  # a small zoom under the pan threshold with no pan
+    return label if np.mean(agree) >= config.min_agreement else COMPLEX
+
+
+def _pan_label(tx: float, ty: float) -> str:
+    """The camera's move for content sliding by (tx, ty): the opposite way (film convention)."""
+    if abs(tx) >= abs(ty):
+        return PAN_LEFT if tx > 0 else PAN_RIGHT
+    return TILT_UP if ty > 0 else TILT_DOWN
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+class CameraStage(ClipStage):
+    """Fills camera_motion and the values behind it. Reads the flow the motion stage left on the
+    clip's frames; measures DIS flow itself (the motion stage's defaults) when there is none."""
+
+    name = "camera"
+    resources = Resources(cpus=1.0)
+
+    def __init__(self, config: CameraConfig | None = None):
+        self.config = config or CameraConfig()
+        self.config.validate()
+        self.own_flow = MotionConfig()  # only when the motion stage did not measure the clip
+        self.backend = DisFlow(
+            self.own_flow.dis_preset, self.own_flow.dis_scale, self.own_flow.dis_patch_stride
+        )
+
+    def process(self, clip: Clip) -> Clip:
+        if clip.frames is None:
+            raise ValueError(f"clip {clip.clip_id}: camera motion needs the in-memory frames")
+        motion = self.measure(clip.frames, clip.fps)
+        clip.camera_motion = motion.label
+        clip.camera_tx, clip.camera_ty = round(motion.tx, 3), round(motion.ty, 3)
+        clip.camera_zoom, clip.camera_rotation = round(motion.zoom, 4), round(motion.rotation, 4)
+        clip.camera_fit = round(motion.fit, 3)
+        return clip
+
+    def measure(self, frames: ClipFrames | np.ndarray, fps: float = 8.0) -> CameraMotion:
+        if not isinstance(frames, ClipFrames):
+            frames = ClipFrames.from_rgb(np.asarray(frames))
+        measured = frames.memo.get(FLOW_MEMO)
+        if not isinstance(measured, PairFlows):
+            measured = pair_flows(frames, self.backend, self.own_flow)
+        return camera_motion(measured, frames.grey(measured.size), fps, self.config)
+
+
+# The columns it fills, as the shard schema types them (core/schema.py has them typed once).
+CAMERA_COLUMNS = tuple(
+    CLIP_SCHEMA.field(f"camera_{name}")
+    for name in ("motion", "tx", "ty", "zoom", "rotation", "fit")
+)
+CAMERA_SCORES = (
+    Score(
+        "camera_motion",
+        "camera motion",
+        labels=LABELS,
+        reason="camera",
+        meaning="the camera moves as the folder's thresholds reject (reject.scores)",
+    ),
+)
+
+
+@register_clip_stage(
+    "camera", settings=CameraConfig, columns=CAMERA_COLUMNS, scores=CAMERA_SCORES, order=12
+)
+def camera_stage(settings: CameraConfig) -> ClipStage | None:
+    """After motion (order 10), whose flow it reads from the frames."""
+    return CameraStage(settings) if settings.enabled else None

@@ -1,0 +1,229 @@
+"""Camera motion (issue 36): synthetic camera moves over a bundled still, every one labelled,
+every moving pair's fitted motion checked, and the motion stage's flow read, not measured again.
+
+The moves are built over a frame of Big Buck Bunny (tests/media): the camera's window slides,
+zooms or stays over the picture, and a patch of the Sintel trailer (samples/) is the character
+that runs over it or stays still while the background slides."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import av
+import cv2
+import numpy as np
+import pytest
+from conftest import BUNNY, SINTEL, make_clip
+
+from core.frames import ClipFrames
+from core.record import make_clip_id
+from core.video import decode_mp4, encode_mp4
+from stages.camera import (
+    COMPLEX,
+    LABELS,
+    PAN_LEFT,
+    PAN_RIGHT,
+    STATIC,
+    TILT_DOWN,
+    TILT_UP,
+    ZOOM_IN,
+    ZOOM_OUT,
+    CameraConfig,
+    CameraStage,
+    fit_pairs,
+)
+from stages.motion import FLOW_MEMO, MotionConfig, MotionScope
+
+SIZE = (480, 720)  # the clips' (h, w)
+
+
+@cache
+def still_of(path: str, at: float) -> np.ndarray:
+    with av.open(path) as container:
+        frames = list(container.decode(container.streams.video[0]))
+    return frames[int(len(frames) * at)].to_ndarray(format="rgb24")
+
+
+def background() -> np.ndarray:
+    """A 1920x1080 painted-like background: a frame of Big Buck Bunny, enlarged."""
+    return cv2.resize(still_of(str(BUNNY), 0.5), (1920, 1080), interpolation=cv2.INTER_LINEAR)
+
+
+def character() -> np.ndarray:
+    """A 200x200 character: a patch of the Sintel trailer's girl in the snow."""
+    return cv2.resize(still_of(str(SINTEL), 0.3)[100:400, 200:500], (200, 200))
+
+
+def camera_move(
+    slide=(0.0, 0.0), zoom=0.0, hold=1, runner=None, still_figure=False, frames=16
+) -> np.ndarray:
+    """16 frames of the camera's window over the background. `slide`: how far the picture's
+    content moves per frame (px at 480x720, + right and down); `zoom`: its scale change per
+    frame (+ grows); `hold`: each drawing shown this many frames (3: shot on threes);
+    `runner`: a character running at this (x, y) speed over the still background;
+    `still_figure`: a character that stays where it is in the frame while the background
+    slides under it."""
+    scene, figure = background(), character()
+    height, width = scene.shape[:2]
+    out = []
+    for i in range(frames):
+        k = (i // hold) * hold
+        # the background shown 1.5x smaller (1920 -> 1280 wide window over 720 px)
+        cx = width / 2 - slide[0] * k * 1.5
+        cy = height / 2 - slide[1] * k * 1.5
+        matrix = cv2.getRotationMatrix2D((cx, cy), 0.0, (1 + zoom) ** k / 1.5)
+        matrix[0, 2] += SIZE[1] / 2 - cx
+        matrix[1, 2] += SIZE[0] / 2 - cy
+        frame = cv2.warpAffine(scene, matrix, SIZE[::-1], flags=cv2.INTER_AREA)
+        if runner is not None or still_figure:
+            vx, vy = runner or (0.0, 0.0)
+            x, y = int(200 + vx * k), int(150 + vy * k)
+            frame[y : y + 200, x : x + 200] = figure
+        out.append(frame)
+    return np.stack(out)
+
+
+MOVES = {
+    "pan left (the picture slides right)": (dict(slide=(6.0, 0.0)), PAN_LEFT),
+    "pan right": (dict(slide=(-6.0, 0.0)), PAN_RIGHT),
+    "slow pan left": (dict(slide=(2.5, 0.0)), PAN_LEFT),
+    "tilt up (the picture slides down)": (dict(slide=(0.0, 5.0)), TILT_UP),
+    "tilt down": (dict(slide=(0.0, -5.0)), TILT_DOWN),
+    "zoom in": (dict(zoom=0.01), ZOOM_IN),
+    "zoom out": (dict(zoom=-0.01), ZOOM_OUT),
+    "static camera": (dict(), STATIC),
+    "static camera, running character": (dict(runner=(15.0, 0.0)), STATIC),
+    "background pan under a still character": (
+        dict(slide=(-8.0, 0.0), still_figure=True),
+        PAN_RIGHT,
+    ),
+    "pan left on threes": (dict(slide=(9.0, 0.0), hold=3), PAN_LEFT),
+    "tilt down on threes": (dict(slide=(0.0, -6.0), hold=3), TILT_DOWN),
+}
+
+
+@pytest.fixture(scope="module")
+def motion() -> MotionScope:
+    stage = MotionScope()
+    stage.setup()
+    return stage
+
+
+@pytest.fixture(scope="module")
+def camera() -> CameraStage:
+    return CameraStage()
+
+
+def measured(frames: np.ndarray, motion: MotionScope) -> ClipFrames:
+    clip_frames = ClipFrames.from_rgb(frames)
+    motion.measure(clip_frames)  # leaves its flow on the frames, as while cutting
+    return clip_frames
+
+
+@pytest.mark.parametrize("name", list(MOVES))
+def test_every_synthetic_move_is_labelled_right(name, motion, camera):
+    settings, label = MOVES[name]
+    result = camera.measure(measured(camera_move(**settings), motion))
+    assert result.label == label, (name, result)
+
+
+@pytest.mark.parametrize("name", list(MOVES))
+def test_every_moving_pair_moves_as_the_camera_does(name, motion):
+    """Each pair's own fit, not just the clip's median: the direction of its translation or
+    zoom, and held pairs (threes) left out as the motion stage leaves them out."""
+    settings, _ = MOVES[name]
+    frames = measured(camera_move(**settings), motion)
+    flows = frames.memo[FLOW_MEMO]
+    hold = settings.get("hold", 1)
+    if not settings:
+        assert flows.held == [True] * 15  # a still picture: every pair is the same drawing
+        return
+    assert sum(flows.held) == 15 - 15 // hold  # threes: two held pairs in three
+    greys = frames.grey(flows.size)
+    pairs = fit_pairs(list(flows.flows.values()), [greys[i] for i in flows.flows], CameraConfig())
+    slide = np.array(settings.get("slide", (0.0, 0.0))) * hold
+    zoom = settings.get("zoom", 0.0)
+    for pair in pairs:
+        assert pair is not None and pair.fit > 0.8
+        assert np.allclose([pair.tx, pair.ty], slide, atol=0.6), pair
+        assert pair.zoom == pytest.approx(zoom, abs=0.003), pair
+
+
+def test_the_values_behind_the_label_are_in_480x720_pixels_per_frame_and_per_second(motion, camera):
+    pan = camera.measure(measured(camera_move(slide=(-4.0, 0.0)), motion))
+    assert (pan.tx, pan.ty) == (pytest.approx(-4.0, abs=0.1), pytest.approx(0.0, abs=0.1))
+    # on threes the picture moves 3 x 4 px once every three frames: 4 px a frame all the same
+    threes = camera.measure(measured(camera_move(slide=(4.0, 0.0), hold=3), motion))
+    assert threes.tx == pytest.approx(4.0, abs=0.2)
+    zoom = camera.measure(measured(camera_move(zoom=0.01), motion), fps=8.0)
+    assert zoom.zoom == pytest.approx(0.08, abs=0.01)  # 1 % a frame at 8 frames a second
+    assert zoom.fit > 0.9
+
+
+def test_a_move_survives_h264_and_a_still_shot_stays_static(motion, camera):
+    pan = decode_mp4(encode_mp4(camera_move(slide=(0.0, 4.0)), 8.0, crf=30))
+    assert camera.measure(measured(pan, motion)).label == TILT_UP
+    still = decode_mp4(encode_mp4(camera_move(), 8.0, crf=30))
+    assert camera.measure(measured(still, motion)).label == STATIC
+
+
+def test_a_flat_picture_has_no_move_to_read(motion, camera):
+    flat = np.full((16, *SIZE, 3), 90, np.uint8)
+    result = camera.measure(measured(flat, motion))
+    assert (result.label, result.pairs) == (STATIC, 0)
+
+
+def test_turning_camera_is_complex(motion, camera):
+    scene = background()
+    frames = []
+    for k in range(16):
+        matrix = cv2.getRotationMatrix2D((960, 540), 1.5 * k, 1 / 1.5)
+        matrix[0, 2] += 360 - 960
+        matrix[1, 2] += 240 - 540
+        frames.append(cv2.warpAffine(scene, matrix, SIZE[::-1], flags=cv2.INTER_AREA))
+    assert camera.measure(measured(np.stack(frames), motion)).label == COMPLEX
+
+
+def test_the_stage_reads_the_motion_stages_flow_and_fills_the_clip(camera):
+    """The flow the motion stage measured (here with its own patch stride, so its source differs
+    from what the camera stage would measure itself) is the one the label comes from, and it
+    stays on the frames: no second flow."""
+    motion = MotionScope(MotionConfig(dis_patch_stride=4))
+    motion.setup()
+    clip = make_clip(
+        clip_id=make_clip_id("film", [0], (0, 0, 720, 480), SIZE, "crop"),
+        frames=ClipFrames.from_rgb(camera_move(slide=(6.0, 0.0))),
+    )
+    motion.process(clip)
+    flows = clip.frames.memo[FLOW_MEMO]
+    assert flows.source.startswith(motion.backend.name)
+    camera.process(clip)
+    assert clip.frames.memo[FLOW_MEMO] is flows
+    assert clip.camera_motion == PAN_LEFT
+    assert clip.camera_tx == pytest.approx(6.0, abs=0.2) and clip.camera_fit > 0.9
+    assert all(abs(v) < 0.1 for v in (clip.camera_ty, clip.camera_zoom, clip.camera_rotation))
+
+
+def test_without_the_motion_stage_the_camera_measures_its_own_flow(camera):
+    clip = make_clip(
+        clip_id=make_clip_id("film", [0], (0, 0, 720, 480), SIZE, "crop"),
+        frames=ClipFrames.from_rgb(camera_move(slide=(0.0, -5.0))),
+    )
+    camera.process(clip)
+    assert clip.camera_motion == TILT_DOWN
+    assert clip.motion_scope is None  # the motion stage's own columns stay its own
+
+
+def test_labels_and_settings_are_checked():
+    assert set(LABELS) == {
+        "static",
+        "pan_left",
+        "pan_right",
+        "tilt_up",
+        "tilt_down",
+        "zoom_in",
+        "zoom_out",
+        "complex",
+    }
+    with pytest.raises(ValueError, match="camera.min_fit"):
+        CameraConfig(min_fit=1.5).validate()
