@@ -1,6 +1,7 @@
 """`make bench`: the pipeline (no captioning) against a bare decode of the same film, same run.
 
-Films, made here from the bundled sample and kept in bench/out/:
+Films, made here from the bundled sample and kept in bench/out/ (the telecined one at
+--telecined-minutes, issue 35: the restoration's cost is its `field_restore` row):
     sintel at half of --minutes and at --minutes: the 854x480 trailer repeated back to back
         (packets remuxed, not re-encoded), so memory can be seen to stay flat as a film grows
         (the shorter one also runs with the quality stage off and then on again, in the same
@@ -45,6 +46,7 @@ import numpy as np
 from bench.process_tree import ProcessTree
 from core.film import FilmSummary
 from pipeline.executors import EXECUTORS
+from stages.field_restore import pulled_frames
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sintel_trailer.mp4"
@@ -111,6 +113,49 @@ def make_hd_sample(path: Path) -> Path:
             out.mux(packet)
     tmp.rename(path)
     return path
+
+
+def make_telecined_film(minutes: float, path: Path) -> Path:
+    """The sample film taken as 23.976 pictures, through libavfilter's `telecine` (3:2, top field
+    first) to 29.97 frames a second, repeated to `minutes` (issue 35: restoration's cost)."""
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    once = path.with_name(path.stem + ".once.mp4")
+    if not once.exists():
+        tmp = once.with_suffix(".tmp.mp4")
+        with av.open(str(SAMPLE)) as source, av.open(str(tmp), "w") as out:
+            stream = source.streams.video[0]
+            width, height = stream.codec_context.width, stream.codec_context.height
+            graph = av.filter.Graph()
+            buffer = graph.add(
+                "buffer",
+                f"video_size={width}x{height}:pix_fmt=yuv420p:time_base=1001/24000"
+                ":frame_rate=24000/1001:pixel_aspect=1/1",
+            )
+            telecine, sink = (
+                graph.add("telecine", "first_field=top:pattern=23"),
+                graph.add("buffersink"),
+            )
+            buffer.link_to(telecine)
+            telecine.link_to(sink)
+            graph.configure()
+            target = out.add_stream("libx264", rate=Fraction(30000, 1001))
+            target.width, target.height, target.pix_fmt = width, height, "yuv420p"
+            target.options = {"crf": "18", "preset": "veryfast", "x264-params": "tff=1"}
+            count = 0
+            for index, frame in enumerate(source.decode(stream)):
+                frame.pts, frame.time_base = index, Fraction(1001, 24000)
+                graph.push(frame.reformat(format="yuv420p"))
+                for woven in pulled_frames(graph):
+                    woven.pts, woven.time_base = count, Fraction(1001, 30000)
+                    count += 1
+                    for packet in target.encode(woven):
+                        out.mux(packet)
+            for packet in target.encode():
+                out.mux(packet)
+        tmp.rename(once)
+    return make_long_film(minutes, path, once)
 
 
 def _planes(frame: av.VideoFrame) -> list[np.ndarray]:
@@ -213,6 +258,12 @@ def measure(
             sum(stages.get(k, 0) for k in ("boundaries", "blends", "transitions")) / busy, 3
         ),
         "blends_share_of_worker_time": round(stages.get("blends", 0) / busy, 3),
+        # issue 35: the field pass (prepare step), the combing measure (a clip stage) and
+        # restoration (segments; only where the film is not progressive), in CPU seconds
+        "fields_seconds": round(stages.get("fields", 0), 2),
+        "combing_seconds": round(stages.get("combing", 0), 2),
+        "field_restore_seconds": round(stages.get("field_restore", 0), 2),
+        "field_structure": (summary.fields.line() or "progressive") if summary.fields else None,
         # camera motion and clarity, stages of their own (issue 36): how much they raise the
         # CPU ratio to a bare decode (their CPU over the rest of the run's)
         **score_costs(stages, tree.cpu_seconds, decode_cpu),
@@ -304,6 +355,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--hd-minutes", type=float, default=5.0, help="0 leaves the 1080p film out")
+    parser.add_argument(
+        "--telecined-minutes",
+        type=float,
+        default=2.0,
+        help="the sample telecined (3:2) for restoration's cost; 0 leaves it out",
+    )
     parser.add_argument("--executor", default="auto", choices=EXECUTORS)
     parser.add_argument("--profile", action="store_true", help="py-spy the half-length film")
     parser.add_argument(
@@ -340,6 +397,14 @@ def main(argv=None) -> int:
                 make_long_film(
                     args.hd_minutes, OUT / f"sintel_1080p_x{args.hd_minutes:g}min.mp4", hd
                 ),
+            )
+        )
+    if args.telecined_minutes:
+        minutes = args.telecined_minutes
+        films.append(
+            (
+                f"telecined-{minutes:g}min",
+                make_telecined_film(minutes, OUT / f"sintel_telecined_x{minutes:g}min.mp4"),
             )
         )
     if args.profile:

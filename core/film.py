@@ -167,6 +167,50 @@ class OverlayRecord(JsonRecord):
 
 
 @dataclass
+class FieldRecord(JsonRecord):
+    """summary.json's `fields`: the film's field structure (stages/field_pass.py) and what was
+    done about it. `structure` is progressive, telecined, interlaced or hybrid; `parts` are the
+    probed runs of frames, [start, stop, kind] (kind: progressive, telecined, interlaced or
+    still); `restored_frames` and `restored_fps` are filled once the film is cut: the frames
+    the segments kept and their rate (decimation drops one telecine duplicate in five)."""
+
+    structure: str = "progressive"
+    field_order: str | None = None  # "top" or "bottom" first, for what is not progressive
+    cadence: str | None = None  # "3:2", "2:3:3:2" or "broken", for telecined parts
+    stream_field_order: str | None = None  # what the stream's flags say (often wrong)
+    key_frames_combed: int = 0  # of key_frames_seen, with comb teeth
+    key_frames_seen: int = 0
+    parts: list[list[Any]] = field(default_factory=list)
+    restoration: str | None = None  # the filter chain the segments ran, None: none
+    restored_frames: int | None = None
+    restored_fps: float | None = None
+
+    def line(self) -> str:
+        """The console's words: `telecined 3:2, restored to 23.976 fps`, `interlaced, top
+        field first, deinterlaced`; empty for a progressive film."""
+        order = f"{self.field_order} field first"
+        rate = f"{self.restored_fps:.3f} fps" if self.restored_fps else "its film rate"
+        if self.structure == "telecined":
+            return f"telecined {self.cadence or '3:2'}, restored to {rate}"
+        if self.structure == "interlaced":
+            return f"interlaced, {order}, deinterlaced"
+        if self.structure == "hybrid":
+            return (
+                f"hybrid: telecined {self.cadence or '3:2'} and interlaced ({order}) parts, "
+                f"restored per frame to {rate}"
+            )
+        return ""
+
+    def worded(self) -> str:
+        """The report's words: the console's, or what made the film progressive."""
+        if self.line():
+            return self.line()
+        probed = f"; {len(self.parts)} probed runs" if self.parts else ""
+        combed = f"{self.key_frames_combed} of {self.key_frames_seen} key frames combed"
+        return f"progressive ({combed}{probed})"
+
+
+@dataclass
 class SourceScale(JsonRecord):
     """How much a film's clips enlarge its picture: the clip region of the crop (the source
     pixels a clip shows, the film's window, in square pixels as shown: 640x426 for a 720x426
@@ -278,6 +322,7 @@ class FilmSummary(JsonRecord):
         "quality": QualityCounts,
         "caption": CaptionCounts,
         "window": WindowRecord,
+        "fields": FieldRecord,
     }
 
     schema_version: str | None = None
@@ -286,6 +331,7 @@ class FilmSummary(JsonRecord):
     ip: str | None = None
     crop: CropRecord | None = None
     overlays: OverlayRecord | None = None  # None: overlays.enabled was off
+    fields: FieldRecord | None = None  # None: fields.enabled was off
     upscaled: SourceScale | None = None  # the clips enlarge the picture (None: they do not)
     segments: int = 0
     segments_reused: int = 0
@@ -352,6 +398,7 @@ class SegmentStats(JsonRecord):
     unmatched_frames: int = 0
     late_cuts: int = 0
     black_frames: int = 0
+    fields_dropped: int = 0  # telecine duplicates decimation left out (stages/field_restore.py)
     drop_list: list[Drop] = field(default_factory=list)
     scenes: list[list[int]] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)

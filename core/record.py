@@ -109,6 +109,8 @@ class Clip:
     # overlays (stages/overlays.py; docs/quality.md "Overlays")
     overlay_subtitle_area: float | None = None  # share of the film's subtitle band that is text
     overlay_logo_share: float | None = None  # largest share of a film logo inside the window
+    # field structure (stages/fields.py; docs/sources.md)
+    combing: float | None = None  # share of comb teeth in a frame's densest band of rows (max)
     # scores (docs/scores.md): camera motion (stages/camera.py) and clarity (stages/clarity.py)
     camera_motion: str | None = None  # static, pan_left, ..., complex
     camera_tx: float | None = None  # px per frame at 480x720, + when the picture slides right

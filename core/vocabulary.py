@@ -84,6 +84,7 @@ FLASH = "flash"
 TEXT = "text"
 SUBTITLE = "subtitle"
 LOGO = "logo"
+COMBED = "combed"
 STATIC = "static"
 DUPLICATE = "duplicate"
 SIMILAR = "similar"
@@ -96,6 +97,7 @@ REJECT_REASONS: dict[str, str] = {
     TEXT: "a title card, credits or subtitles: the text detector marks part of a frame",
     SUBTITLE: "burned-in subtitles: overlay text inside the film's subtitle band",
     LOGO: "a channel logo or watermark that stays on every shot is inside the clip's window",
+    COMBED: "a frame weaves two moments (comb teeth): field restoration missed it",
     STATIC: "every frame pair is a held drawing",
     DUPLICATE: "a near-duplicate of a clip that is kept (same film or another)",
     SIMILAR: "its CLIP embedding is almost that of a clip that is kept: a re-cropped or re-timed "

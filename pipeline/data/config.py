@@ -34,6 +34,7 @@ from stages.clarity import ClarityConfig
 from stages.clip_scores import ClipScoreConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
+from stages.fields import FieldConfig
 from stages.motion import MotionConfig
 from stages.overlays import OverlayConfig
 from stages.quality import QualityConfig, RejectConfig
@@ -77,6 +78,7 @@ class RunConfig(Settings):
 class PipelineConfig:
     crop: CropConfig = field(default_factory=CropConfig)
     overlays: OverlayConfig = field(default_factory=OverlayConfig)
+    fields: FieldConfig = field(default_factory=FieldConfig)
     scenes: SceneConfig = field(default_factory=SceneConfig)
     clips: ClipConfig = field(default_factory=ClipConfig)
     motion: MotionConfig = field(default_factory=MotionConfig)

@@ -173,6 +173,7 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Crop box (x, y, w, h)", crop_text(summary.crop)),
         ("Clip window (x, y, w, h)", window_text(summary.window)),
         ("Overlays", summary.overlays.line() if summary.overlays is not None else None),
+        ("Field structure", summary.fields.worded() if summary.fields is not None else None),
         ("Scenes", len(summary.scenes) if summary.scenes is not None else None),
         ("Clips written (summary)", summary.clips_written),
         ("Clips failed (summary)", summary.clips_failed),

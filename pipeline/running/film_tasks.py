@@ -14,6 +14,7 @@ from core.film import (
     DONE_FILE,
     SUMMARY_FILE,
     WORK_DIR,
+    FieldRecord,
     FilmFolder,
     FilmSummary,
     OverlayRecord,
@@ -27,6 +28,8 @@ from pipeline.running.finalize import complete_summary, finalize, summary_line
 from pipeline.running.segments import SegmentJob, limit_threads, plan_segments, run_segment
 from stages.clips import place_window
 from stages.crop import BorderCrop, CropBox
+from stages.field_pass import find_fields
+from stages.field_restore import restored
 from stages.film_samples import sample_film, sample_luma_frames
 from stages.overlays import film_overlays, overlay_sample_plan
 from stages.probe import FilmError, FilmInfo, Probe
@@ -65,6 +68,7 @@ class FilmPlan:
     seconds: dict[str, float]
     overlays: OverlayRecord | None = None  # None: overlays.enabled is off
     window: WindowRecord = field(kw_only=True)  # what every clip shows: place_window's answer
+    fields: FieldRecord | None = field(default=None, kw_only=True)  # None: fields.enabled off
 
 
 @dataclass
@@ -98,21 +102,23 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
         )
     probe_seconds = time.perf_counter() - began
     limit_threads(job.config.run.task_threads)
-    crop, overlay_record, seconds = _film_pictures(film, job.config)
+    crop, overlay_record, fields, seconds = _film_pictures(film, job.config)
     seconds = {"probe": probe_seconds, **seconds}
     window = place_window(crop, job.config.clips, overlay_record, film.pixel_aspect)
     segments = plan_segments(film, job.config.run.segment_seconds)
     if storage.is_remote(job.path):
         film.path = str(job.path)  # every task fetches the film by its URL (once per node)
-    return FilmPlan(film, crop, film_dir, segments, seconds, overlay_record, window=window)
+    return FilmPlan(
+        film, crop, film_dir, segments, seconds, overlay_record, window=window, fields=fields
+    )
 
 
 def _film_pictures(
     film: FilmInfo, config: PipelineConfig
-) -> tuple[CropBox, OverlayRecord | None, dict[str, float]]:
-    """The border crop and the overlay pass, on one sample of the film's frames, decoded once
-    (stages/film_samples.py; each pass timed as its own stage, the decode as the crop's); the
-    overlay pass is None when `overlays.enabled` is off (the crop then reads its key frames)."""
+) -> tuple[CropBox, OverlayRecord | None, FieldRecord | None, dict[str, float]]:
+    """The border crop, the overlay pass and the field pass, on one sample of the film's frames,
+    decoded once (stages/film_samples.py; each pass timed as its own stage, the decode as the
+    crop's); a pass switched off gives None (the crop then reads its key frames)."""
     began = time.perf_counter()
     overlays = config.overlays if config.overlays.enabled else None
     if overlays is not None:
@@ -124,14 +130,19 @@ def _film_pictures(
         frames = None
     crop = BorderCrop(config.crop).process(film, frames)
     seconds = {"crop": time.perf_counter() - began}
+    fields = None
+    if config.fields.enabled:
+        began = time.perf_counter()
+        fields = find_fields(film, frames, config.fields)
+        seconds["fields"] = time.perf_counter() - began
     if overlays is None:
-        return crop, None, seconds
+        return crop, None, fields, seconds
     began = time.perf_counter()
     passes = film_overlays(config)
     crop, player = passes.without_player(frames or [], crop)
     record = passes.process(frames or [], crop, player)
     seconds["overlays"] = time.perf_counter() - began
-    return crop, record, seconds
+    return crop, record, fields, seconds
 
 
 def fetched_film(path: str | Path) -> Path:
@@ -161,6 +172,7 @@ def segment_job(plan: FilmPlan, config: PipelineConfig, ip: IP, segment: Segment
         store,
         plan.overlays,
         window=plan.window,
+        fields=plan.fields,
     )
 
 
@@ -203,7 +215,7 @@ def finalize_film(job: FinalizeJob, report=None) -> FilmResult:
         job.segment_results,
         plan.seconds,
         plan.overlays,
-    ).updated(window=plan.window)
+    ).updated(window=plan.window, fields=restored(plan.fields, job.segment_results, plan.film.fps))
     seconds = dict(summary.stage_seconds or {})
     seconds["finalize"] = round(time.perf_counter() - began, 3)
     summary = summary.updated(

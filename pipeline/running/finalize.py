@@ -210,6 +210,7 @@ def summary_line(film: FilmInfo, summary: FilmSummary) -> str:
         f"{film.film_name}: {state}: {summary.clips_written} clips "
         f"({summary.clips_failed} failed), {len(summary.scenes or [])} scenes, drops: {drops}; "
         f"{film.duration:.1f} s of film in {summary.wall_seconds or 0:.1f} s{reused}"
+        + (f"; {summary.fields.line()}" if summary.fields and summary.fields.line() else "")
         + (f"; {summary.film.shape_words()}" if summary.film.shape_words() else "")
         + (f"; {summary.upscaled.note}" if summary.upscaled else "")
         + (f"; {summary.overlays.line()}" if summary.overlays is not None else "")

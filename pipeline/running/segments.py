@@ -32,7 +32,15 @@ import av
 import cv2
 
 from core import storage
-from core.film import Drop, FilmFolder, OverlayRecord, SegmentSpan, SegmentStats, WindowRecord
+from core.film import (
+    Drop,
+    FieldRecord,
+    FilmFolder,
+    OverlayRecord,
+    SegmentSpan,
+    SegmentStats,
+    WindowRecord,
+)
 from core.frames import PlaneSource
 from core.record import STATUS_OK, Clip
 from core.resources import Resources
@@ -42,6 +50,7 @@ from pipeline.data.config import PipelineConfig
 from stages.base import ClipStage, FilmContext, Frame, build_clip_stages, clip_schema
 from stages.clips import ClipSplitter
 from stages.crop import CropBox
+from stages.field_restore import FieldRestorer
 from stages.probe import FilmInfo
 from stages.scenes import BlackRuns, BlendSpans, SceneConfig, SceneCuts
 from stages.transnet import GatedTransNet, TransNetSpans
@@ -61,6 +70,7 @@ class SegmentJob:
     store: str | None = None  # the film folder's URL when the outputs live in object storage
     overlays: OverlayRecord | None = None  # the film's (stages/overlays.py), None when off
     window: WindowRecord = field(kw_only=True)  # what every clip shows (stages/clips.py)
+    fields: FieldRecord | None = field(default=None, kw_only=True)  # the film's field structure
 
     @property
     def directory(self) -> Path:
@@ -156,6 +166,12 @@ class _SegmentRun:
         self.frames_decoded = 0
         self.settled = job.segment.start - 1  # the last frame handed to the clip splitter
         self.late_cuts = 0
+        self.restorer = (
+            FieldRestorer(job.fields, film.time_base, film.fps)
+            if job.fields is not None and job.fields.restoration is not None
+            else None
+        )
+        self.shown: Frame | None = None  # the last frame settled, stand-in for a left-out one
 
     def run(self) -> SegmentStats:
         cv2.setNumThreads(1)  # one CPU per segment task (see the module's docstring)
@@ -199,9 +215,12 @@ class _SegmentRun:
         waiting: deque[tuple[int, Frame]] = deque()
         last = seg.start
         frames = reader.frames(max(0, seg.start - warmup), min(film.num_frames, seg.stop + lag))
+        frames = self._timed_iter("decode", frames)
+        if self.restorer is not None:  # the restored pictures, as the film pass decided
+            frames = self.restorer.frames(frames)
         # A frame waits until `lag` more frames were decoded after it (counted in frames
         # decoded, so a gap in the indices cannot shorten the wait).
-        for decoded, (index, picture) in enumerate(self._timed_iter("decode", frames)):
+        for decoded, (index, picture) in enumerate(frames):
             last = index
             frame = self._frame(index, picture)
             for cut in _timed(self.seconds, "scenes", self.detector.process, frame):
@@ -233,6 +252,7 @@ class _SegmentRun:
             self.transition_frames.update(found)
         while waiting:
             self._settle(waiting.popleft()[1], cuts)
+        self._stand_in(seg.stop)
         self._handle(self.splitter.finish(seg.stop))
 
     def _add_cut(self, cut: int, cuts: set[int]) -> None:
@@ -246,6 +266,7 @@ class _SegmentRun:
         cuts.add(cut)
 
     def _settle(self, frame: Frame, cuts: set[int]) -> None:
+        self._stand_in(frame.index)
         self.settled = frame.index
         frame.starts_scene = frame.index == self.job.segment.start or frame.index in cuts
         frame.in_transition = frame.index in self.transition_frames
@@ -254,6 +275,24 @@ class _SegmentRun:
         if self.frames_decoded % 64 == 0:
             self.report(64)
         self._handle(_timed(self.seconds, "split", self.splitter.process, frame))
+        self.shown = frame
+
+    def _stand_in(self, index: int) -> None:
+        """Frames decimation left out before `index` (stages/field_restore.py) reach the clip
+        splitter as one-frame flashes do: a sample due at one shows the kept frame before it."""
+        if self.restorer is None or self.shown is None:
+            return
+        shown = self.shown
+        for left_out in range(self.settled + 1, index):
+            if left_out in self.restorer.dropped:
+                stand_in = Frame(
+                    left_out,
+                    small=shown.small,
+                    planes=shown.planes,
+                    in_transition=shown.in_transition,
+                    is_flash=True,
+                )
+                self._handle(_timed(self.seconds, "split", self.splitter.process, stand_in))
 
     def _frame(self, index: int, picture: av.VideoFrame) -> Frame:
         pictures = self.pictures
@@ -300,6 +339,8 @@ class _SegmentRun:
 
     def _stage_seconds(self) -> dict[str, float]:
         total = defaultdict(float, self.seconds)
+        if self.restorer is not None:  # restoring is its own stage, not decoding
+            total["field_restore"] += self.restorer.seconds
         for name, seconds in self.lane.seconds.items():
             total[name] += seconds
         return total
@@ -314,6 +355,7 @@ class _SegmentRun:
             corrupt_packets=reader.corrupt_packets,
             unmatched_frames=reader.unmatched_frames,
             late_cuts=self.late_cuts,
+            fields_dropped=len(self._dropped_here()),
             black_frames=self.black_runs.frames_within(
                 self.job.segment.start, self.job.segment.stop
             ),
@@ -323,6 +365,12 @@ class _SegmentRun:
             stage_seconds={k: round(v, 4) for k, v in self._stage_seconds().items()},
             absent=frozenset({"fingerprint", "ip"}),  # set once the segment is done
         )
+
+    def _dropped_here(self) -> set[int]:
+        if self.restorer is None:
+            return set()
+        seg = self.job.segment
+        return {i for i in self.restorer.dropped if seg.start <= i < seg.stop}
 
 
 class _ClipLane:

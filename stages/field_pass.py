@@ -1,0 +1,234 @@
+"""The field pass (issue 35): a film's field structure, found once in its prepare step.
+
+A DVD or a TV capture may hold its pictures as fields: two half-pictures, the even rows and the
+odd rows, each shown for 1/59.94 s. Film animation (24 pictures a second) reaches 29.97 frames a
+second by telecine: its pictures are spread over 2, 3, 2, 3 fields (3:2 pulldown; 2:3:3:2 is a
+variant), so two frames in five weave two pictures together. Video-made parts (credits, effects,
+some TV animation) are truly interlaced: each field is its own moment. A hybrid film has both.
+
+The stream's flags (field order, interlaced frames) say how the fields are stored, not what they
+hold, and many files carry wrong ones, so the pictures decide:
+
+1. The key frames the border crop decoded already are looked at for comb teeth
+   (stages/fields.py `teeth`). None combed and no interlace in the stream's flags: the film is
+   progressive, and the pass has cost next to nothing.
+2. Otherwise `fields.probes` runs of `fields.probe_frames` consecutive frames are decoded, spread
+   over the film. In each, a frame that moves and shows teeth is tried against its neighbours'
+   fields: woven with the field before or after it, is it whole again? A telecined run has
+   combed frames that such a match mends, in a fixed place in every five frames; a truly
+   interlaced run has combed frames that no match mends. Which weave of two neighbouring fields
+   is the cleaner gives the field order.
+3. The runs decide the film: progressive, telecined (with its cadence), interlaced (with its
+   field order), or hybrid when both telecined and interlaced runs are found.
+
+The answer is a `FieldRecord` (core/film.py, summary.json's `fields`); stages/field_restore.py
+restores the film from it while the segments decode.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import av
+import numpy as np
+
+from core.film import FieldRecord
+from core.video import FrameReader, rotate_frame
+from stages.fields import FieldConfig, changed, comb_share
+from stages.probe import FilmInfo
+
+MOVING_SHARE = 0.002  # a frame moves when this share of its pixels changed since the frame before
+MENDED_SHARE = 0.6  # a run is telecined when this share of its combed frames a match mends
+CADENCE = 5  # telecine repeats itself every five frames
+CADENCE_EVIDENCE = 4  # mended frames a run needs before its places name the cadence
+STREAM_ORDERS = {2: "top", 3: "bottom", 4: "top", 5: "bottom"}  # AVFieldOrder: TT BB TB BT
+
+
+@dataclass
+class _Run:
+    """What one probed run of consecutive frames showed."""
+
+    start: int
+    stop: int
+    moving: int = 0
+    combed: int = 0
+    mended: int = 0
+    phases: Counter | None = None  # index % 5 of the combed frames a match mended
+    order_votes: Counter | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.moving == 0:
+            return "still"
+        if self.combed <= max(1, self.moving // 20):
+            return "progressive"
+        if self.mended >= MENDED_SHARE * self.combed and self.combed <= 0.7 * self.moving:
+            return "telecined"
+        return "interlaced"
+
+
+def find_fields(
+    film: FilmInfo, key_frames: list[np.ndarray] | None, config: FieldConfig
+) -> FieldRecord:
+    """The film's field structure: from the key frames alone when they show no teeth and the
+    stream flags no interlace, else from probed runs of frames."""
+    stream_order = _stream_field_order(film)
+    frames = key_frames if key_frames is not None else _key_frames(film, config.key_frames)
+    chosen = _spread(frames, config.key_frames)
+    combed = sum(comb_share(_columns(f)) > config.combed_share for f in chosen)
+    record = FieldRecord(
+        stream_field_order=stream_order,
+        key_frames_combed=combed,
+        key_frames_seen=len(chosen),
+    )
+    if combed == 0 and stream_order is None and 2 * len(chosen) >= config.key_frames:
+        return record  # too few key frames (a short film, long GOPs) are no proof: probe
+    runs = [_probe(film, start, config) for start in _probe_starts(film, config)]
+    return _decide(record, runs)
+
+
+def _decide(record: FieldRecord, runs: list[_Run]) -> FieldRecord:
+    kinds = [run.kind for run in runs]
+    parts = [[run.start, run.stop, kind] for run, kind in zip(runs, kinds)]
+    telecined = [run for run, kind in zip(runs, kinds) if kind == "telecined"]
+    interlaced = [run for run, kind in zip(runs, kinds) if kind == "interlaced"]
+    votes = sum((run.order_votes or Counter() for run in telecined + interlaced), Counter())
+    order = votes.most_common(1)[0][0] if votes else (record.stream_field_order or "top")
+    if telecined and interlaced:
+        structure, restoration = "hybrid", _ivtc(order)
+    elif telecined:
+        structure, restoration = "telecined", _ivtc(order)
+    elif interlaced:
+        structure, restoration = "interlaced", _deinterlace(order)
+    else:
+        return record.updated(parts=parts)
+    cadence = _cadence(telecined) if telecined else None
+    return record.updated(
+        structure=structure,
+        field_order=order,
+        cadence=cadence,
+        parts=parts,
+        restoration=restoration,
+    )
+
+
+def _ivtc(order: str) -> str:
+    """Field matching, the frames it cannot mend deinterlaced, then decimation (our own:
+    stages/field_restore.py)."""
+    parity = "tff" if order == "top" else "bff"
+    return (
+        f"fieldmatch=order={parity}:combmatch=full,bwdif=mode=send_frame:deint=interlaced,decimate"
+    )
+
+
+def _deinterlace(order: str) -> str:
+    parity = "tff" if order == "top" else "bff"
+    return f"bwdif=mode=send_frame:parity={parity}:deint=all"
+
+
+def _cadence(runs: list[_Run]) -> str:
+    """3:2 combs two neighbouring frames in every five, 2:3:3:2 one. A held drawing leaves one
+    of 3:2's two whole, so one place alone says 2:3:3:2 only when every run with at least
+    CADENCE_EVIDENCE mended frames shows it; combed frames in more places than two neighbours
+    (an edit breaks the cadence) give `broken`. Places are counted per run: an edit between
+    runs may shift them."""
+    names = set()
+    for run in runs:
+        phases = sorted(p for p, n in (run.phases or Counter()).items() if n)
+        if sum((run.phases or Counter()).values()) < CADENCE_EVIDENCE:
+            continue
+        if len(phases) > 2 or (len(phases) == 2 and phases[1] - phases[0] not in (1, CADENCE - 1)):
+            names.add("broken")
+        else:
+            names.add("3:2" if len(phases) == 2 else "2:3:3:2")
+    if "broken" in names:
+        return "broken"
+    return "2:3:3:2" if names == {"2:3:3:2"} else "3:2"
+
+
+def _probe(film: FilmInfo, start: int, config: FieldConfig) -> _Run:
+    stop = min(film.num_frames, start + config.probe_frames)
+    run = _Run(start, stop, phases=Counter(), order_votes=Counter())
+    previous = None
+    window: list[tuple[int, np.ndarray]] = []
+    reader = FrameReader(film.path, film.frame_pts, threads=1)
+    for index, frame in reader.frames(start, stop):
+        window.append(
+            (index, _columns(rotate_frame(frame.to_ndarray(format="gray"), film.rotation)))
+        )
+    for k, (index, luma) in enumerate(window):
+        previous = window[k - 1][1] if k else None
+        following = window[k + 1][1] if k + 1 < len(window) else None
+        if previous is None or following is None:
+            continue
+        moved = changed(luma, previous)
+        if moved.mean() < MOVING_SHARE:
+            continue
+        run.moving += 1
+        if comb_share(luma, moved) <= config.combed_share:
+            continue
+        run.combed += 1
+        _judge_combed(run, index, luma, previous, following, config.combed_share)
+    return run
+
+
+def _judge_combed(run, index, luma, previous, following, limit) -> None:
+    """Whether a match with a neighbour's field mends a combed frame, and which field order
+    the neighbouring fields suggest."""
+    matches = (
+        _weave(luma, previous),
+        _weave(luma, following),
+        _weave(previous, luma),
+        _weave(following, luma),
+    )
+    if min(comb_share(m) for m in matches) <= limit:
+        run.mended += 1
+        run.phases[index % CADENCE] += 1
+    # with top field first, this frame's bottom field and the next frame's top field are one
+    # field apart in time; with bottom first, this frame's top and the next frame's bottom
+    top_first, bottom_first = (
+        comb_share(_weave(following, luma)),
+        comb_share(_weave(luma, following)),
+    )
+    if abs(top_first - bottom_first) > limit:
+        run.order_votes["top" if top_first < bottom_first else "bottom"] += 1
+
+
+def _weave(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+    """A picture of `top`'s even rows and `bottom`'s odd rows."""
+    woven = top.copy()
+    woven[1::2] = bottom[1::2]
+    return woven
+
+
+def _columns(luma: np.ndarray) -> np.ndarray:
+    """Every other column: comb teeth run across rows, so half the columns find them all at
+    half the cost."""
+    return luma[:, ::2]
+
+
+def _spread(frames: list[np.ndarray], count: int) -> list[np.ndarray]:
+    if len(frames) <= count:
+        return list(frames)
+    return [frames[int(i * len(frames) / count)] for i in range(count)]
+
+
+def _probe_starts(film: FilmInfo, config: FieldConfig) -> list[int]:
+    span = max(1, film.num_frames - config.probe_frames)
+    count = min(config.probes, max(1, film.num_frames // config.probe_frames))
+    return sorted({int((i + 0.5) * span / count) for i in range(count)})
+
+
+def _key_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
+    reader = FrameReader(film.path, film.frame_pts)
+    return [
+        rotate_frame(frame.to_ndarray(format="gray"), film.rotation)
+        for _, frame in reader.keyframes(max(1, count), film.keyframes)
+    ]
+
+
+def _stream_field_order(film: FilmInfo) -> str | None:
+    """What the stream's flags say: 'top' or 'bottom' first, or None (progressive, unknown)."""
+    with av.open(film.path) as container:
+        return STREAM_ORDERS.get(int(container.streams.video[0].codec_context.field_order or 0))

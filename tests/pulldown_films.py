@@ -1,0 +1,197 @@
+"""Labelled field-structure films (issue 35), made from the bundled media with FFmpeg's own
+filters where it has them, and every frame labelled with the moments its two fields show.
+
+- `telecined_film`: the frames of bigbuckbunny_5s.mp4 taken as 23.976 film pictures, through
+  libavfilter's `telecine` (3:2, top field first) to 29.97 frames a second, stored with
+  progressive flags (the wrong flags many files carry: the pictures must decide).
+- `interlaced_film`: a pan over a still of the same film at 59.94 moments a second, woven two
+  moments to a frame (top field first; PyAV's FFmpeg has no `interlace` filter, so the weave is
+  done here: even rows from one moment, odd rows from the next), stored with x264's interlaced
+  flags.
+- `hybrid_film`: the telecined film's first pictures, then an interlaced pan (credits or effects
+  made on video): both in one 29.97 stream.
+- `fine_lines_film`: progressive 23.976, a pan over a picture full of fine horizontal line art
+  (hatching one pixel thick every four rows, thin hair-like strands, dark scan lines every third
+  row across the whole picture): nothing in it is combed.
+
+A label is (top, bottom): the index of the moment (a film picture, or a pan position) each
+field shows; a frame is whole when both are the same. `pictures` holds every moment as an
+RGB array at the film's size, so a test can tell which moment a clip frame shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+
+from stages.field_restore import pulled_frames
+
+ROOT = Path(__file__).resolve().parent
+SOURCE = ROOT / "media" / "bigbuckbunny_5s.mp4"
+SIZE = (720, 480)  # w, h: a DVD frame (square pixels here: shapes are another issue's)
+FILM_RATE = Fraction(24000, 1001)
+VIDEO_RATE = Fraction(30000, 1001)
+
+
+@dataclass
+class FieldFilm:
+    path: Path
+    labels: list[tuple[int, int]]  # per stored frame: the moments of its top and bottom field
+    pictures: np.ndarray  # every moment, N x H x W x 3 RGB
+    rate: Fraction
+
+    def combed_frames(self) -> list[int]:
+        return [i for i, (top, bottom) in enumerate(self.labels) if top != bottom]
+
+
+def film_pictures(count: int | None = None) -> np.ndarray:
+    """The bundled film's frames at SIZE, RGB."""
+    out = []
+    with av.open(str(SOURCE)) as container:
+        for frame in container.decode(video=0):
+            out.append(
+                cv2.resize(frame.to_ndarray(format="rgb24"), SIZE, interpolation=cv2.INTER_AREA)
+            )
+            if count is not None and len(out) == count:
+                break
+    return np.stack(out)
+
+
+def pan_pictures(count: int, speed: int = 6) -> np.ndarray:
+    """`count` moments of a pan across a still of the bundled film, `speed` pixels a moment."""
+    still = film_pictures(40)[-1]
+    wide = cv2.resize(still, (SIZE[0] * 2, SIZE[1]), interpolation=cv2.INTER_CUBIC)
+    return np.stack(
+        [wide[:, k * speed % SIZE[0] : k * speed % SIZE[0] + SIZE[0]] for k in range(count)]
+    )
+
+
+def telecined(pictures: np.ndarray) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+    """libavfilter's `telecine` (pattern 23, top field first) over `pictures` taken at 23.976,
+    and each output frame's label, read back from its rows (the filter copies rows exactly)."""
+    graph = av.filter.Graph()
+    height, width = pictures.shape[1:3]
+    source = graph.add(
+        "buffer",
+        f"video_size={width}x{height}:pix_fmt=rgb24:time_base=1001/24000:frame_rate=24000/1001"
+        ":pixel_aspect=1/1",
+    )
+    telecine = graph.add("telecine", "first_field=top:pattern=23")
+    sink = graph.add("buffersink")
+    source.link_to(telecine)
+    telecine.link_to(sink)
+    graph.configure()
+    frames = []
+    for index, picture in enumerate(pictures):
+        frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
+        frame.pts, frame.time_base = index, Fraction(1001, 24000)
+        graph.push(frame)
+        frames += pulled_frames(graph)
+    graph.push(None)
+    frames += pulled_frames(graph)
+    arrays = [frame.to_ndarray(format="rgb24") for frame in frames]
+    return arrays, [_label(array, pictures, k * 4 // 5) for k, array in enumerate(arrays)]
+
+
+def woven(moments: np.ndarray) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+    """Two moments to a frame, top field first: even rows from moment 2k, odd from 2k + 1."""
+    frames, labels = [], []
+    for k in range(len(moments) // 2):
+        frame = moments[2 * k].copy()
+        frame[1::2] = moments[2 * k + 1][1::2]
+        frames.append(frame)
+        labels.append((2 * k, 2 * k + 1))
+    return frames, labels
+
+
+def telecined_film(path: Path) -> FieldFilm:
+    pictures = film_pictures()
+    frames, labels = telecined(pictures)
+    _encode(frames, path, VIDEO_RATE, interlaced=False)
+    return FieldFilm(path, labels, pictures, VIDEO_RATE)
+
+
+def interlaced_film(path: Path, seconds: float = 4.5) -> FieldFilm:
+    moments = pan_pictures(int(seconds * 60) // 2 * 2)
+    frames, labels = woven(moments)
+    _encode(frames, path, VIDEO_RATE, interlaced=True)
+    return FieldFilm(path, labels, moments, VIDEO_RATE)
+
+
+def hybrid_film(path: Path) -> FieldFilm:
+    """Telecined film pictures (5 s), then an interlaced pan (3 s): moments are numbered
+    on, the pan's after the film's pictures."""
+    pictures = film_pictures(120)
+    film_frames, film_labels = telecined(pictures)
+    moments = pan_pictures(180)
+    pan_frames, pan_labels = woven(moments)
+    offset = len(pictures)
+    labels = film_labels + [(top + offset, bottom + offset) for top, bottom in pan_labels]
+    _encode(film_frames + pan_frames, path, VIDEO_RATE, interlaced=True)
+    return FieldFilm(path, labels, np.concatenate([pictures, moments]), VIDEO_RATE)
+
+
+def fine_lines_film(path: Path, count: int = 120) -> FieldFilm:
+    """A progressive pan over a picture drawn full of fine horizontal lines (see the module)."""
+    still = film_pictures(60)[-1]
+    wide = cv2.resize(still, (SIZE[0] * 2, SIZE[1]), interpolation=cv2.INTER_CUBIC)
+    _draw_line_art(wide)
+    frames = []
+    for k in range(count):
+        frame = wide[:, k * 3 : k * 3 + SIZE[0]].copy()
+        frame[::3] = (frame[::3] * 0.6).astype(np.uint8)  # scan lines, still on the screen
+        frames.append(frame)
+    _encode(frames, path, FILM_RATE, interlaced=False, crf=10)
+    return FieldFilm(path, [(k, k) for k in range(count)], np.stack(frames), FILM_RATE)
+
+
+def _draw_line_art(picture: np.ndarray) -> None:
+    """Hatching (1-pixel lines every 4 rows) in three patches, and hair: thin curved strands."""
+    height, width = picture.shape[:2]
+    for x0 in range(40, width - 300, width // 3):
+        for y in range(60, 260, 4):
+            picture[y, x0 : x0 + 220] = (20, 20, 30)
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        x0, y0 = int(rng.integers(0, width - 200)), int(rng.integers(280, height - 20))
+        xs = np.arange(x0, x0 + 200)
+        ys = (y0 + 6 * np.sin((xs - x0) / 40 + rng.uniform(0, 6))).astype(int)
+        picture[ys, xs] = (40, 25, 10)
+
+
+def _encode(frames, path: Path, rate: Fraction, interlaced: bool, crf: int = 14) -> None:
+    height, width = frames[0].shape[:2]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        options = {"crf": str(crf), "preset": "ultrafast", "bf": "0", "threads": "1"}
+        if interlaced:
+            options |= {"x264-params": "tff=1", "flags": "+ildct+ilme"}
+        stream.options = options
+        for index, array in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(array), format="rgb24")
+            frame.pts, frame.time_base = index, 1 / rate
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def _label(frame: np.ndarray, pictures: np.ndarray, near: int) -> tuple[int, int]:
+    """Which pictures (of those within three of `near`) the frame's even and odd rows are."""
+    first = max(0, near - 3)
+    candidates = pictures[first : near + 4]
+    return tuple(
+        first
+        + int(
+            np.abs(candidates[:, parity::2, ::4].astype(np.int16) - frame[parity::2, ::4])
+            .mean(axis=(1, 2, 3))
+            .argmin()
+        )
+        for parity in (0, 1)
+    )

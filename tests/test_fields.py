@@ -1,0 +1,243 @@
+"""Field structure (issue 35): the comb rule, the field pass's decision, restoration and the
+`combed` reason, on labelled films made from the bundled media (tests/pulldown_films.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from conftest import built_once, local_config, shard_rows
+
+from core.film import FieldRecord
+from core.video import FrameReader
+from stages.field_pass import find_fields
+from stages.field_restore import FieldRestorer
+from stages.fields import FieldConfig, clip_combing, comb_share
+from stages.probe import Probe
+from stages.quality import RejectConfig
+
+LIMIT = RejectConfig().combed_max_share
+WHOLE_ERROR = 6.0  # grey levels: a clip frame within this of one moment in every band is whole
+
+
+def _film(tmp_path_factory, name: str):
+    import pulldown_films
+
+    make = getattr(pulldown_films, name)
+    data = built_once(tmp_path_factory, name, lambda folder: _saved(make(folder / f"{name}.mp4")))
+    film = pulldown_films.FieldFilm(
+        Path(data["path"]), [tuple(x) for x in data["labels"]], None, data["rate"]
+    )
+    return film, make
+
+
+def _saved(film) -> dict:
+    """The film's moments kept as grey, every fourth column (what `_nearest` compares)."""
+    grey = np.stack([cv2.cvtColor(p, cv2.COLOR_RGB2GRAY)[:, ::4] for p in film.pictures])
+    np.save(film.path.with_suffix(".npy"), grey)
+    return {"path": str(film.path), "labels": film.labels, "rate": float(film.rate)}
+
+
+def _pictures(film) -> np.ndarray:
+    return np.load(film.path.with_suffix(".npy")).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def telecined(tmp_path_factory):
+    return _film(tmp_path_factory, "telecined_film")[0]
+
+
+@pytest.fixture(scope="session")
+def interlaced(tmp_path_factory):
+    return _film(tmp_path_factory, "interlaced_film")[0]
+
+
+@pytest.fixture(scope="session")
+def hybrid(tmp_path_factory):
+    return _film(tmp_path_factory, "hybrid_film")[0]
+
+
+@pytest.fixture(scope="session")
+def fine_lines(tmp_path_factory):
+    return _film(tmp_path_factory, "fine_lines_film")[0]
+
+
+# ------------------------------------------------------------------------------ the comb rule
+
+
+def test_teeth_found_in_a_weave_of_two_moments_and_not_in_fine_lines():
+    import pulldown_films
+
+    moments = pulldown_films.pan_pictures(2, speed=8).mean(axis=3).astype(np.uint8)
+    woven = moments[0].copy()
+    woven[1::2] = moments[1][1::2]
+    assert comb_share(woven) > 10 * LIMIT
+    assert comb_share(moments[0]) < LIMIT / 4
+    lines = moments[0].copy()
+    lines[::4] = 20  # hatching: one row in four
+    lines[1::3] = lines[1::3] // 2  # scan lines: one row in three
+    assert comb_share(lines) < LIMIT / 4
+
+
+def test_the_labelled_films_hold_what_they_say(telecined, interlaced, fine_lines):
+    """3:2 telecine combs two frames in five; a woven moment pair combs every frame."""
+    combed = telecined.combed_frames()
+    assert 0.38 < len(combed) / len(telecined.labels) < 0.42
+    assert {i % 5 for i in combed} == {2, 3}
+    assert interlaced.combed_frames() == list(range(len(interlaced.labels)))
+    assert fine_lines.combed_frames() == []
+
+
+# ------------------------------------------------------------------------------ the film pass
+
+
+@pytest.mark.parametrize(
+    ("name", "structure", "order", "cadence"),
+    [
+        ("telecined", "telecined", "top", "3:2"),
+        ("interlaced", "interlaced", "top", None),
+        ("hybrid", "hybrid", "top", "3:2"),
+        ("fine_lines", "progressive", None, None),
+    ],
+)
+def test_field_pass_decides_from_the_pictures(request, name, structure, order, cadence):
+    film = request.getfixturevalue(name)
+    record = find_fields(Probe().process(film.path), None, FieldConfig())
+    assert (record.structure, record.field_order, record.cadence) == (structure, order, cadence)
+    if name == "telecined":  # stored with progressive flags: the pictures decided
+        assert record.stream_field_order is None
+    kinds = [kind for _, _, kind in record.parts]
+    if name == "hybrid":  # the film's pictures first, the video-made pan after them
+        assert kinds[0] == "telecined" and kinds[-1] == "interlaced"
+
+
+def test_a_progressive_film_is_decided_on_the_key_frames_alone():
+    """The sample film: no key frame combed, no interlace flag: no frame decoded for it."""
+    from conftest import SINTEL
+
+    film = Probe().process(SINTEL)
+    record = find_fields(film, None, FieldConfig())
+    assert record.structure == "progressive" and record.parts == []
+    assert record.key_frames_seen >= FieldConfig().key_frames // 2
+    assert record.line() == ""
+
+
+# ------------------------------------------------------------------------------ restoration
+
+
+def test_telecine_restored_to_its_film_pictures(telecined):
+    """Field matching and decimation give back the 23.976 pictures, whole, each once, in order."""
+    info = Probe().process(telecined.path)
+    record = find_fields(info, None, FieldConfig())
+    restorer = FieldRestorer(record, info.time_base, info.fps)
+    pictures = _pictures(telecined)
+    shown = []
+    for index, frame in restorer.frames(
+        FrameReader(str(telecined.path), info.frame_pts, 1).frames(0, info.num_frames)
+    ):
+        grey = frame.to_ndarray(format="gray").astype(np.float32)
+        moment, error = _nearest(grey, pictures)
+        assert error < WHOLE_ERROR, (index, moment, error)
+        shown.append(moment)
+    assert len(shown) == len(info.frame_pts) - len(restorer.dropped)
+    assert abs(len(shown) - len(pictures)) <= 2  # a cycle cut short at the end keeps its frames
+    assert shown == sorted(shown)
+    steps = np.abs(np.diff(pictures, axis=0)).mean(axis=(1, 2))  # the source holds still at times
+    moved = {k + 1 for k, step in enumerate(steps) if step > 1.0}
+    assert not moved - set(shown)  # no picture that moved was left out
+    rate = info.fps * len(shown) / info.num_frames
+    assert abs(rate - 24000 / 1001) < 0.25
+
+
+# ------------------------------------------------------------------------------ end to end
+
+
+def _cut(film, out: Path, **settings):
+    from pipeline.data.ip import load_ip
+    from pipeline.running.runner import run_film
+
+    result = run_film(film.path, out, local_config(**settings), load_ip(None))
+    assert result.ok, result.message
+    summary = json.loads((Path(result.film_dir) / "summary.json").read_text())
+    rows = shard_rows(
+        Path(result.film_dir),
+        ["usable", "reject_reasons", "combing", "frame_indices"],
+    )
+    return result, summary, rows
+
+
+@pytest.mark.slow
+def test_telecined_film_cut_whole_and_named(telecined, tmp_path):
+    result, summary, rows = _cut(telecined, tmp_path)
+    record = FieldRecord.from_dict(summary["fields"])
+    assert record.structure == "telecined"
+    assert re.search(r"telecined 3:2, restored to 2[34]\.\d{3} fps", result.message)
+    assert abs(record.restored_fps - 24000 / 1001) < 0.25
+    assert "field_restore" in summary["stage_seconds"]
+    usable = [row for row in rows if row["usable"]]
+    assert usable and all(row["combing"] <= LIMIT for row in usable)
+
+
+@pytest.mark.slow
+def test_telecined_film_without_restoration_is_caught_as_combed(telecined, tmp_path):
+    """The `combed` reason catches the woven frames that no restoration mended."""
+    _, summary, rows = _cut(telecined, tmp_path, fields__enabled="false")
+    assert summary.get("fields") is None
+    combed = [row for row in rows if "combed" in row["reject_reasons"]]
+    assert combed, [row["combing"] for row in rows]
+    woven = set(telecined.combed_frames())
+    for row in rows:
+        if row["usable"]:
+            assert not woven & set(row["frame_indices"]), row["frame_indices"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["interlaced", "hybrid"])
+def test_interlaced_and_hybrid_films_cut_whole(request, name, tmp_path):
+    film = request.getfixturevalue(name)
+    result, summary, rows = _cut(film, tmp_path)
+    assert summary["fields"]["structure"] == name
+    if name == "interlaced":
+        assert "interlaced, top field first, deinterlaced" in result.message
+    usable = [row for row in rows if row["usable"]]
+    assert usable and all(row["combing"] <= LIMIT for row in usable)
+
+
+@pytest.mark.slow
+def test_fine_line_art_is_never_combed(fine_lines, tmp_path):
+    result, summary, rows = _cut(fine_lines, tmp_path)
+    assert summary["fields"]["structure"] == "progressive"
+    assert "telecined" not in result.message and "interlaced" not in result.message
+    assert rows and all("combed" not in row["reject_reasons"] for row in rows)
+    assert max(row["combing"] for row in rows) < LIMIT / 4
+
+
+def test_clip_combing_counts_teeth_only_where_the_picture_moves():
+    """A still alternating-row pattern (the one progressive picture teeth cannot tell from a
+    weave) is left out; the same pattern on moving pictures is counted."""
+    rows = np.full((4, 96, 120), 80, np.uint8)
+    rows[:, ::2] = 160
+    assert clip_combing(rows) == 0.0
+    moving = rows.copy()
+    moving[1:, :, :60] = 60
+    moving[1:, ::2, :60] = 200
+    assert clip_combing(moving) > LIMIT
+
+
+def _nearest(grey: np.ndarray, pictures: np.ndarray) -> tuple[int, float]:
+    """The moment a grey frame is nearest to (`pictures`: grey, every fourth column), and its
+    error: the largest mean absolute difference over bands of 16 rows (a woven frame is far off
+    in the bands that moved)."""
+    small = grey[:, ::4]
+    candidates = pictures
+    height = min(small.shape[0], candidates.shape[1]) // 16 * 16
+    diff = np.abs(candidates[:, :height] - small[:height]).reshape(
+        len(candidates), -1, 16 * small.shape[1]
+    )
+    errors = diff.mean(axis=2).max(axis=1)
+    best = int(errors.argmin())
+    return best, float(errors[best])
