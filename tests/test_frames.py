@@ -167,7 +167,7 @@ def test_decoder_threads_do_not_change_the_output(tmp_path):
     for threads in (1, 3):
         # every column is compared, the overlay pass's too, with 8 sampled frames for its 48
         # (its text detector calls were half of each run: 1.1 CPU-s a run, 0.5 with 8)
-        config = local_config(run__task_threads=threads, overlays__samples=8)
+        config = local_config(run__decode_threads=threads, overlays__samples=8)
         result = run_film(film, tmp_path / f"t{threads}", config, load_ip(None))
         rows.append([clip.to_row() for clip in read_clips(result.film_dir)])
     assert rows[0] and rows[0] == rows[1]
