@@ -5,7 +5,8 @@
 
 A speed change must not change a clip (issue 39): the decoded frames every stage sees, the cuts,
 the clip ids and the encoded bytes stay what they were. The films are cut in one `dataset` run
-with the default executor, as a user cuts them; summary.json is left out (it holds timings).
+with the default executor, as a user cuts them; summary.json is left out (it holds timings), and
+of the folder's quality index only its rows count.
 Exit status 1, with the files that differ, when anything changed.
 """
 
@@ -19,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,16 +39,23 @@ def cut(out: Path, sets: list[str]) -> None:
 
 
 def digests(out: Path) -> dict[str, object]:
-    """sha256 of every Parquet file of each film folder (shards, manifest, drops), and the clip
-    ids in order, keyed by the path under `out`."""
+    """sha256 of every Parquet file (shards, manifests, drops), the clip ids in order, keyed by
+    the path under `out`; of the folder's quality index, its rows alone: its metadata stamps each
+    film by its summary.json, which lists every setting (a new one changes the stamps)."""
     found: dict[str, object] = {}
-    for path in sorted(out.glob("*/**/*.parquet")):
+    for path in sorted(out.glob("**/*.parquet")):
         name = str(path.relative_to(out))
+        if path.parent == out:
+            table = pq.read_table(path).replace_schema_metadata(None)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as stream:
+                stream.write_table(table)
+            found[name + ":rows"] = hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+            continue
         found[name] = hashlib.sha256(path.read_bytes()).hexdigest()
         if path.name == "manifest.parquet":
-            found[name + ":clip_ids"] = (
-                pq.read_table(path, columns=["clip_id"]).column(0).to_pylist()
-            )
+            ids = pq.read_table(path, columns=["clip_id"]).column(0).to_pylist()
+            found[name + ":clip_ids"] = ids
     return found
 
 
