@@ -19,6 +19,7 @@ from pathlib import Path
 
 import av
 
+from bench.decoding import bare_decode
 from bench.process_tree import ProcessTree
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +63,6 @@ def _encode(pictures: list, rate: Fraction, path: Path) -> None:
 
 def folder_figure(work: Path, runner, overrides: tuple[str, ...] = ()) -> dict:
     """The folder on `runner` (a started executor) against a bare decode of its films."""
-    from bench.run import bare_decode
     from pipeline.config import load_config
     from pipeline.ip import load_ip
     from pipeline.runner import run_films

@@ -49,6 +49,7 @@ import cv2
 import numpy as np
 
 from bench.clip_folder import folder_figure
+from bench.decoding import bare_decode
 from bench.process_tree import ProcessTree
 from core.film import FilmSummary
 from pipeline.executors import EXECUTORS
@@ -125,21 +126,6 @@ def _planes(frame: av.VideoFrame) -> list[np.ndarray]:
         np.frombuffer(memoryview(p), np.uint8).reshape(p.height, p.line_size)[:, : p.width]
         for p in frame.planes
     ][:3]
-
-
-def bare_decode(path: Path) -> dict:
-    """Decode every frame with FFmpeg's default threading (one thread per core), convert none."""
-    wall, cpu, frames = time.perf_counter(), time.process_time(), 0
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
-        for _ in container.decode(stream):
-            frames += 1
-    return {
-        "wall": time.perf_counter() - wall,
-        "cpu": time.process_time() - cpu,
-        "frames": frames,
-    }
 
 
 def run_pipeline(
