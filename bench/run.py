@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -230,6 +231,8 @@ def motion_figures() -> dict:
 
 
 PROFILED = ("480p", "1080p", "folder", "corpus")  # what --profile records
+PROJECT = ("core/", "stages/", "pipeline/")  # the inclusive list: these modules' functions
+PY_FRAME = re.compile(r"\(\S+\.py(:\d+)?\)$")  # py-spy's `name (path/file.py:line)`
 
 
 def profile(target: Path, spy_out: Path, overrides: Sequence[str] = ()) -> None:
@@ -249,20 +252,22 @@ def profile(target: Path, spy_out: Path, overrides: Sequence[str] = ()) -> None:
 
 
 def print_profile(raw: Path, top: int = 25) -> None:
-    """Inclusive share of the samples for each Python function, every process and thread of the
-    tree together (idle threads are not sampled), and the functions the samples were in (self)."""
+    """Inclusive share of the samples for each of the project's functions (the executor's plumbing
+    left out), every process and thread of the tree together (idle threads are not sampled), and
+    the Python functions the samples were in (self)."""
     inclusive: Counter = Counter()
     own: Counter = Counter()
     total = 0
     for line in raw.read_text().splitlines():
         stack, _, samples = line.rpartition(" ")
-        frames = [_function(frame) for frame in stack.split(";") if ".py" in frame]
+        frames = [_function(frame) for frame in stack.split(";") if PY_FRAME.search(frame)]
         total += int(samples)
         for name in set(frames):
-            inclusive[name] += int(samples)
+            if name.split(" (")[-1].startswith(PROJECT) and "executors/" not in name:
+                inclusive[name] += int(samples)
         if frames:
             own[frames[-1]] += int(samples)
-    print(f"\npy-spy, {total} samples of busy threads, every process: inclusive share")
+    print(f"\npy-spy, {total} samples of busy threads, every process: the project's functions")
     for name, count in inclusive.most_common(top):
         print(f"{count / total:6.1%}  {name}")
     print("self share (the Python function a sample was in, its native calls included)")
