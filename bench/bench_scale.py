@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from core.film import FilmFacts, FilmFolder, FilmSummary
 from core.schema import CLIP_SCHEMA, SCHEMA_VERSION
-from pipeline.manifest import write_manifest
+from pipeline.data.manifest import write_manifest
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "sintel_trailer.mp4"
 CLIPS_PER_FILM = 700
@@ -55,9 +55,9 @@ def templates() -> pa.Table:
     cache = Path(__file__).resolve().parent / "out" / "scale_templates.parquet"
     if cache.is_file():
         return pq.read_table(cache)
-    from pipeline.config import load_config
-    from pipeline.ip import load_ip
-    from pipeline.runner import run_films
+    from pipeline.data.config import load_config
+    from pipeline.data.ip import load_ip
+    from pipeline.running.runner import run_films
 
     with tempfile.TemporaryDirectory() as out:
         config = load_config(None, ["run.executor=local", "run.progress=false"])
@@ -184,22 +184,22 @@ def step(name: str, root: str) -> dict:
     began = time.perf_counter()
     detail: dict = {}
     if name in ("pass", "rerun", "add-film"):
-        from pipeline.quality import apply_quality
+        from pipeline.passes.quality import apply_quality
         from stages.quality import RejectConfig
 
         outcome = apply_quality(Path(root), RejectConfig())
         detail = {"read_films": outcome.read_films, "usable": outcome.usable}
     elif name == "dataset-json":
-        from pipeline.corpus import write_dataset_summary
+        from pipeline.data.corpus import write_dataset_summary
 
         write_dataset_summary(root, [])
     elif name == "report-corpus":
-        from pipeline.explore import open_dataset
-        from pipeline.report_corpus import _corpus_section
+        from pipeline.inspection.explore import open_dataset
+        from pipeline.inspection.report_corpus import corpus_section
 
-        _corpus_section(open_dataset(root))
+        corpus_section(open_dataset(root))
     elif name == "review-page":
-        from pipeline.review_server import ReviewApp
+        from pipeline.inspection.review_server import ReviewApp
 
         app = ReviewApp(root)
         loaded = time.perf_counter()

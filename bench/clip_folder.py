@@ -63,9 +63,9 @@ def _encode(pictures: list, rate: Fraction, path: Path) -> None:
 
 def folder_figure(work: Path, runner, overrides: tuple[str, ...] = ()) -> dict:
     """The folder on `runner` (a started executor) against a bare decode of its films."""
-    from pipeline.config import load_config
-    from pipeline.ip import load_ip
-    from pipeline.runner import run_films
+    from pipeline.data.config import load_config
+    from pipeline.data.ip import load_ip
+    from pipeline.running.runner import run_films
 
     films = make_clip_folder(work / "clip_folder")
     out = work / "dataset-clip-folder"

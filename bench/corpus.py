@@ -117,7 +117,7 @@ def make_long_corpus(folder: Path) -> list[Path]:
 
 def _warm_up(job, report) -> None:
     """Import what a segment imports, on every worker, before the clock starts."""
-    import pipeline.runner  # noqa: F401
+    import pipeline.running.runner  # noqa: F401
     import stages.motion  # noqa: F401
 
     time.sleep(1.0)
@@ -129,10 +129,10 @@ def run_corpus(
     """Seconds to cut every film with the default executor on `num_cpus` CPUs (None: every core),
     and the mean number of tasks at work (worker seconds of every stage over the wall time).
     `overrides`: settings (KEY=VALUE) for the films."""
-    from pipeline.config import load_config
+    from pipeline.data.config import load_config
+    from pipeline.data.ip import load_ip
     from pipeline.executors import make_executor
-    from pipeline.ip import load_ip
-    from pipeline.runner import run_films
+    from pipeline.running.runner import run_films
 
     shutil.rmtree(out, ignore_errors=True)
     config = load_config(None, ["run.progress=false", *overrides])

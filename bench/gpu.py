@@ -557,7 +557,7 @@ class CountingEngine:
 def caption_with(engine_name: str, checkpoint: Path, settings: Settings):
     """Caption the sample film with one loaded engine: a warm-up run, then one timed run per
     batch size (clips per engine call)."""
-    from pipeline.caption_films import caption_film
+    from pipeline.passes.caption_films import caption_film
     from stages.captioning.engines import make_engine
     from stages.captioning.stage import CaptionConfig
 
@@ -602,7 +602,7 @@ def caption_with(engine_name: str, checkpoint: Path, settings: Settings):
 
 def caption_copy(settings: Settings, name: str, config, engine, caption_film) -> dict:
     """Caption a fresh copy of the sample film (nothing cached): the caption summary as JSON."""
-    from pipeline.ip import load_ip
+    from pipeline.data.ip import load_ip
 
     film = settings.workdir / f"film-{name}"
     shutil.rmtree(film, ignore_errors=True)

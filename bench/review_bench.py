@@ -30,9 +30,9 @@ SOURCE = OUT / "review-source"
 
 def source_film() -> Path:
     """The sample film's folder as the pipeline writes it (made once, then reused)."""
-    from pipeline.config import load_config
-    from pipeline.ip import load_ip
-    from pipeline.runner import run_film
+    from pipeline.data.config import load_config
+    from pipeline.data.ip import load_ip
+    from pipeline.running.runner import run_film
 
     config = load_config(None, ["run.executor=local", "run.progress=false"])
     result = run_film(SAMPLE, SOURCE, config, load_ip(None))
@@ -44,7 +44,7 @@ def source_film() -> Path:
 def make_film(source: Path, clips: int, target: Path) -> Path:
     from core.film import FilmFolder
     from core.shards import ShardWriter
-    from pipeline.manifest import write_manifest
+    from pipeline.data.manifest import write_manifest
 
     shutil.rmtree(target, ignore_errors=True)
     rows = pq.read_table(source / "shards").to_pylist()
@@ -67,8 +67,8 @@ def make_film(source: Path, clips: int, target: Path) -> Path:
 
 def measure(film: Path, decisions: int) -> dict[str, float]:
     from core.film import FilmFolder
-    from pipeline.manifest import write_manifest
-    from pipeline.review_server import ReviewApp, ReviewServer
+    from pipeline.data.manifest import write_manifest
+    from pipeline.inspection.review_server import ReviewApp, ReviewServer
 
     rebuilds = []
     for _ in range(5):

@@ -135,10 +135,10 @@ def run_pipeline(
     """The film through the pipeline on `runner` (the bench's one executor, started and timed
     apart: Ray's is process-wide anyway, and a pool of its own per film would count its start in
     the film's CPU), else on a new `executor`, started before the clock."""
-    from pipeline.config import load_config
+    from pipeline.data.config import load_config
+    from pipeline.data.ip import load_ip
     from pipeline.executors import make_executor
-    from pipeline.ip import load_ip
-    from pipeline.runner import run_film
+    from pipeline.running.runner import run_film
 
     config = load_config(None, [f"run.executor={executor}", *overrides])
     if runner is None:

@@ -98,7 +98,7 @@ def import_ptlflow() -> ModuleType:
 
     ptlflow imports every model it ships when it is imported. Its SCV model probes faiss at that
     moment (`faiss.StandardGpuResources()`) and catches only ImportError, but faiss-cpu (which the
-    duplicate search used before pipeline/bitscan.py; an environment may still have it) has no GPU
+    duplicate search used before pipeline/passes/bitscan.py; an environment may still have it) has no GPU
     resources: the probe raises AttributeError and takes the whole package down, MemFlow with
     it. So while ptlflow imports, faiss reads as absent (a None entry in sys.modules makes `import
     faiss` raise ImportError) and SCV, a model this project does not use, takes its no-faiss path;

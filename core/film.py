@@ -35,7 +35,7 @@ WORK_DIR = "work"
 DONE_FILE = "DONE.json"
 SHARDS_STAGING = "shards.staging"
 CAPTION_CACHE_FILE = "caption_cache.jsonl"
-REVIEW_FILE = "review.parquet"  # a person's decisions (pipeline/review.py)
+REVIEW_FILE = "review.parquet"  # a person's decisions (pipeline/data/review.py)
 REVIEW_LOCK_FILE = ".review.lock"  # held while review.parquet is rewritten
 # beside a shard while captioning rewrites it; not named "shards", so readers never take its
 # files for shards
@@ -170,7 +170,7 @@ class SourceScale(JsonRecord):
 
 @dataclass
 class QualityCounts(JsonRecord):
-    """summary.json's `quality`: how the film's clips were decided (pipeline/quality.py)."""
+    """summary.json's `quality`: how the film's clips were decided (pipeline/passes/quality.py)."""
 
     usable: int = 0
     rejected: int = 0
@@ -182,7 +182,7 @@ class QualityCounts(JsonRecord):
 
 @dataclass
 class CaptionCounts(JsonRecord):
-    """summary.json's `caption`: what the last captioning pass did (pipeline/caption_films.py)."""
+    """summary.json's `caption`: what the last captioning pass did (pipeline/passes/caption_films.py)."""
 
     model: str | None = None
     engine: str | None = None

@@ -78,7 +78,7 @@ CLIP_SCHEMA = pa.schema(
 )
 
 # What a manifest row adds to a clip row: the usability once a person's review decision is taken
-# into account (pipeline/review.py), and that decision. Columns the shards already carry are not
+# into account (pipeline/data/review.py), and that decision. Columns the shards already carry are not
 # added twice.
 _REVIEWED_COLUMNS = [
     pa.field("usable", pa.bool_()),

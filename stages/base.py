@@ -26,7 +26,7 @@ listed. A stage module declares everything the rest of the project needs to know
         return SharpnessStage(settings)
 
 - `settings`: its `core.settings.Settings` section (named `section`, the stage's name unless
-  given). `pipeline.config.PipelineConfig` composes every registered section it does not name
+  given). `pipeline.data.config.PipelineConfig` composes every registered section it does not name
   itself, so the section is reachable from YAML, `--set sharpness.x=...`, IP manifests and
   `--help` with no other edit, and enters the fingerprint as the class declares
   (`Settings.content_fields`). A section PipelineConfig does name (`config.motion`) is checked

@@ -8,11 +8,11 @@ measured, so that decisions can be re-taken later from the stored values alone
 - `quality_text_area`: the largest share of a sampled frame that a real text detector (PP-OCRv4
   detection, ONNX, CPU) marks as text — title cards, credits, burned-in subtitles;
 - `quality_hashes`: 64-bit perceptual hashes of a few frames — near-duplicates across clips and
-  films are found from these by a dataset-level pass (pipeline/quality.py).
+  films are found from these by a dataset-level pass (pipeline/passes/quality.py).
 
 The stage only measures. `decide` is the one function that turns stored values into usable /
 reject_reasons (`clip_reasons` gives a clip's own reasons, the folder pass adds duplicates); the
-folder pass (pipeline/quality.py) is the one place that calls it.
+folder pass (pipeline/passes/quality.py) is the one place that calls it.
 docs/quality.md gives every rule, unit and threshold, and the figures measured on the sample.
 """
 
@@ -456,7 +456,7 @@ def decide(values: Mapping, thresholds: RejectConfig) -> tuple[bool, list[str]]:
     """(usable, reject_reasons) of a clip from its stored values: its own measurements
     (`clip_reasons`) and, when the folder pass found one, `duplicate_of`.
 
-    The one decision: only the folder pass (pipeline/quality.py) calls it, for every entry point
+    The one decision: only the folder pass (pipeline/passes/quality.py) calls it, for every entry point
     (dataset, run_film, quality-calibrate); captioning, the trainer and the review read what it
     stored."""
     return with_duplicate(clip_reasons(values, thresholds), values.get("duplicate_of"))

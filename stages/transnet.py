@@ -110,7 +110,7 @@ def network_input(bgr: np.ndarray) -> np.ndarray:
 
 class _OnTransNet:
     """What both ways of running TransNetV2 share: the device (one rule, core/device.py,
-    resolved once), what the segment task reserves for it (pipeline/scheduler.py
+    resolved once), what the segment task reserves for it (pipeline/running/scheduler.py
     segment_resources), and the network, loaded on first use."""
 
     def __init__(self, device: str):

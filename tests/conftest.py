@@ -205,7 +205,7 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], Any]) -> Any
 
 def local_config(**sections):
     """A pipeline configuration for tests: one process, no progress bars."""
-    from pipeline.config import load_config
+    from pipeline.data.config import load_config
 
     overrides = ["run.executor=local", "run.progress=false"]
     # extra settings for a whole test run, e.g. another motion backend
@@ -217,8 +217,8 @@ def local_config(**sections):
 
 def cut_film(film: Path, out: Path) -> Path:
     """The film folder the real pipeline makes from `film` (local executor, captions pending)."""
-    from pipeline.ip import load_ip
-    from pipeline.runner import run_film
+    from pipeline.data.ip import load_ip
+    from pipeline.running.runner import run_film
 
     result = run_film(film, out, local_config(), load_ip(None))
     assert result.ok, result.message
@@ -819,7 +819,7 @@ def pytest_collection_modifyitems(config, items):
         # in OpenMP's busy wait, beside the other xdist worker on a 2-core machine (the guided-
         # sampling test took 2.3 CPU-s with two threads, 0.5 with one). Results are the same:
         # every assertion has its tolerance or is exact either way. Commands a test runs, and the
-        # pipeline's tasks (pipeline/segments.py limit_threads), size their own pools.
+        # pipeline's tasks (pipeline/running/segments.py limit_threads), size their own pools.
         torch.set_num_threads(1)
     if has_gpu or os.environ.get("ANIMEGAMER_FORCE_GPU_TESTS"):
         return

@@ -25,8 +25,8 @@ from conftest import (
 from PIL import Image
 
 from core.shards import read_clips
-from pipeline.caption_films import caption_film
 from pipeline.cli import main as cli_main
+from pipeline.passes.caption_films import caption_film
 from stages.captioning.engines import (
     EngineError,
     LmdeployEngine,

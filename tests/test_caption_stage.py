@@ -23,8 +23,8 @@ from conftest import (
 from core.film import CAPTION_CACHE_FILE
 from core.record import STATUS_ERROR
 from core.shards import read_clips, read_table
-from pipeline.caption_films import caption_film
-from pipeline.config import PipelineConfig
+from pipeline.data.config import PipelineConfig
+from pipeline.passes.caption_films import caption_film
 from stages.captioning.engines import EngineError
 from stages.captioning.images import build_reference_sheet, clip_frame_grid
 from stages.captioning.stage import CaptionConfig, CaptionStage
@@ -372,7 +372,7 @@ def test_without_a_model_the_film_is_marked_pending_with_a_hint(film):
 def test_several_films_share_one_loaded_model_and_count_separately(film, tmp_path):
     import shutil
 
-    from pipeline.caption_films import caption_films
+    from pipeline.passes.caption_films import caption_films
 
     other = tmp_path / "other"
     shutil.copytree(film, other)
@@ -387,7 +387,7 @@ def test_several_films_share_one_loaded_model_and_count_separately(film, tmp_pat
 def test_a_film_named_twice_is_captioned_once_and_each_input_gets_its_summary(film, tmp_path):
     import shutil
 
-    from pipeline.caption_films import caption_films
+    from pipeline.passes.caption_films import caption_films
 
     other = tmp_path / "other"
     shutil.copytree(film, other)
@@ -427,7 +427,7 @@ def test_the_caption_later_hint_pastes_as_one_argument_per_path():
     must give the shell the folder as one argument."""
     import shlex
 
-    from pipeline.caption_films import caption_later_hint
+    from pipeline.passes.caption_films import caption_later_hint
 
     folder = Path("/data/Kiki's Delivery Service (1989)-1a2b")
     hint = caption_later_hint(folder)

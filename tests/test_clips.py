@@ -12,10 +12,10 @@ from conftest import BIKES, BIKES_CUTS, local_config, make_video
 
 from core.shards import read_clips
 from core.video import decode_image, decode_mp4
-from pipeline.explore import open_dataset
-from pipeline.ip import load_ip
-from pipeline.report import build_report
-from pipeline.runner import run_film
+from pipeline.data.ip import load_ip
+from pipeline.inspection.explore import open_dataset
+from pipeline.inspection.report import build_report
+from pipeline.running.runner import run_film
 from stages.clips import ClipConfig, fit_frame, output_region
 from stages.crop import CropBox
 
@@ -203,7 +203,7 @@ def test_motion_columns_and_level_edges_are_filled(bikes_dataset):
 
 @pytest.mark.slow
 def test_segment_plan_depends_on_the_film_and_settings_only(tmp_path):
-    from pipeline.segments import plan_segments
+    from pipeline.running.segments import plan_segments
     from stages.probe import Probe
 
     # 60 s; the plan reads only the frame count and rate, so the frames are small

@@ -185,10 +185,10 @@ def test_a_segment_running_memflow_on_cuda_asks_ray_for_a_gpu(tmp_path):
     import ray
 
     from core.resources import Resources
+    from pipeline.data.ip import load_ip
     from pipeline.executors.ray import RayExecutor
-    from pipeline.ip import load_ip
-    from pipeline.runner import run_films
-    from pipeline.scheduler import segment_resources
+    from pipeline.running.runner import run_films
+    from pipeline.running.scheduler import segment_resources
 
     gpu = local_config(
         motion__backend="memflow",

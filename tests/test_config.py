@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import ConfigError, PipelineConfig, describe_fields, load_config
-from pipeline.ip import ManifestError, load_ip
+from pipeline.data.config import ConfigError, PipelineConfig, describe_fields, load_config
+from pipeline.data.ip import ManifestError, load_ip
 
 
 def test_yaml_and_set_override_in_that_order(tmp_path):

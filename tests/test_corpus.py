@@ -13,9 +13,9 @@ import pytest
 from conftest import BIKES, BUNNY, make_video
 
 from pipeline.cli import main
-from pipeline.corpus import dataset_summary
-from pipeline.explore import open_dataset
-from pipeline.report import build_report
+from pipeline.data.corpus import dataset_summary
+from pipeline.inspection.explore import open_dataset
+from pipeline.inspection.report import build_report
 
 LOCAL = ["--executor", "local", "--quiet"]
 

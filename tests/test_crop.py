@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from conftest import local_config, make_video
 
-from pipeline.ip import load_ip
-from pipeline.runner import run_film
+from pipeline.data.ip import load_ip
+from pipeline.running.runner import run_film
 from stages.crop import BorderCrop, CropBox, CropConfig
 from stages.probe import FilmError, Probe
 
@@ -73,7 +73,7 @@ def test_manifest_override_is_used_and_checked(tmp_path):
         "    overrides: {crop: {box: [20, 60, 600, 240]}}\n"
     )
     ip = load_ip(manifest)
-    from pipeline.runner import film_config
+    from pipeline.running.runner import film_config
 
     # the crop box is what is tested: the overlay pass still runs inside it (and the frames are
     # still sampled, as they are for any film with the pass on), on 8 frames instead of 48 (its

@@ -70,7 +70,7 @@ def test_a_segment_reserves_the_gpu_its_transition_detector_takes(cuda_machine):
     a refusal names it."""
     from conftest import local_config
 
-    from pipeline.scheduler import segment_resources
+    from pipeline.running.scheduler import segment_resources
 
     config = local_config(scenes__gradual="transnetv2", scenes__gradual_device="auto")
     declared = segment_resources(config)

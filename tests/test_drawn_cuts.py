@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from conftest import BIKES, BUNNY, SINTEL, local_config, read_frames, write_frames
 
-from pipeline.ip import load_ip
-from pipeline.runner import run_film
+from pipeline.data.ip import load_ip
+from pipeline.running.runner import run_film
 
 FPS = 24
 SIZE = (320, 180)  # (w, h)

@@ -12,8 +12,14 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import make_clip, write_film
 
-from pipeline.duplicates import INDEX_FILE, INDEX_SCHEMA, choose_kept, near_pairs, radius_bits
-from pipeline.quality import apply_quality
+from pipeline.passes.duplicates import (
+    INDEX_FILE,
+    INDEX_SCHEMA,
+    choose_kept,
+    near_pairs,
+    radius_bits,
+)
+from pipeline.passes.quality import apply_quality
 from stages.quality import RejectConfig, hamming
 
 
@@ -230,7 +236,7 @@ def codes_with_copies(rng, count: int, width: int) -> np.ndarray:
 
 @pytest.mark.parametrize("width", [1, 2, 3, 4, 5])
 def test_the_compiled_scan_finds_every_pair_within_the_distance(width):
-    from pipeline.bitscan import range_pairs
+    from pipeline.passes.bitscan import range_pairs
 
     rng = np.random.default_rng(width)
     codes = codes_with_copies(rng, 1500, width)
@@ -248,7 +254,7 @@ def _scan_in_a_process(codes: np.ndarray, start: int, cwd: Path, env: dict, tmp_
     np.save(tmp_path / "codes.npy", codes)
     script = (
         "import sys, numpy as np\n"
-        "from pipeline.bitscan import range_pairs\n"
+        "from pipeline.passes.bitscan import range_pairs\n"
         "first, second, bits = range_pairs(np.load(sys.argv[1]), int(sys.argv[3]), 48)\n"
         "np.save(sys.argv[2], np.stack([first, second, bits]).T)\n"
     )
@@ -425,8 +431,8 @@ def test_the_scan_runs_where_numba_finds_no_writable_cache_folder(tmp_path):
 def test_the_compiled_scan_is_exact_across_its_cache_blocks_and_calls(width):
     """More codes than a cache block (2,048) and a kernel call's queries (8,192), with copies
     planted on each side of those boundaries, at the distance's edge, and the extreme words."""
-    from pipeline.bitscan import SEARCH_BLOCK, range_pairs
-    from pipeline.bitscan_kernel import BASE_BLOCK
+    from pipeline.passes.bitscan import SEARCH_BLOCK, range_pairs
+    from pipeline.passes.bitscan_kernel import BASE_BLOCK
 
     rng = np.random.default_rng(20 + width)
     codes = codes_with_copies(rng, SEARCH_BLOCK + 900, width)
@@ -448,7 +454,7 @@ def test_the_scan_runs_as_many_threads_as_the_run_may_use():
     folder pass runs, and the count is restored after; the pairs are the same."""
     import numba
 
-    from pipeline.bitscan import range_pairs, search_threads
+    from pipeline.passes.bitscan import range_pairs, search_threads
 
     codes = codes_with_copies(np.random.default_rng(4), 700, 4)
     before = numba.get_num_threads()
@@ -467,7 +473,7 @@ def test_the_scan_runs_as_many_threads_as_the_run_may_use():
 def test_a_small_search_gives_the_kernels_pairs_in_its_order(width, monkeypatch):
     """Up to SMALL_SEARCH codes numpy searches, without numba: the same arrays as the compiled
     scan, element for element (the index lists the pairs in the order they were found)."""
-    from pipeline import bitscan
+    from pipeline.passes import bitscan
 
     rng = np.random.default_rng(30 + width)
     codes = codes_with_copies(rng, bitscan.SMALL_SEARCH, width)

@@ -22,7 +22,7 @@ from fsspec.implementations.memory import MemoryFile
 from core import storage
 from core.cli import INTERRUPTED, WorkFailed, run_command
 from core.film import MANIFEST_FILE, SUMMARY_FILE
-from pipeline.corpus import summarize_films
+from pipeline.data.corpus import summarize_films
 from pipeline.executors.local import LocalExecutor
 
 

@@ -1,4 +1,4 @@
-"""The notebook API (pipeline/explore.py) against the real pipeline's film folder for bikes.mp4.
+"""The notebook API (pipeline/inspection/explore.py) against the real pipeline's film folder for bikes.mp4.
 
 The film folder (`film_dir`) and the helpers shared with the report's tests are in conftest.py.
 """
@@ -16,7 +16,7 @@ from conftest import decode_directly, rewrite_film, shard_rows
 from PIL import Image
 
 from core.shards import ShardConfig, ShardWriter
-from pipeline.explore import DatasetError, open_dataset
+from pipeline.inspection.explore import DatasetError, open_dataset
 
 # ---------------------------------------------------------------- tests of the notebook API
 

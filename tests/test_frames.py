@@ -14,8 +14,8 @@ from scenedetect.detectors import AdaptiveDetector, ContentDetector
 from core.frames import ClipFrames, yuv_planes
 from core.shards import read_clips
 from core.video import decode_mp4
-from pipeline.ip import load_ip
-from pipeline.runner import run_film
+from pipeline.data.ip import load_ip
+from pipeline.running.runner import run_film
 from stages.clips import ClipConfig, fit_frame, fit_i420
 from stages.scenes import FastAdaptiveDetector, FastContentDetector
 

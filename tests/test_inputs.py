@@ -10,8 +10,8 @@ import pytest
 from conftest import BIKES, animegamer, local_config, make_video
 
 from core.shards import read_clips
-from pipeline.ip import load_ip
-from pipeline.runner import run_film
+from pipeline.data.ip import load_ip
+from pipeline.running.runner import run_film
 from stages.probe import FilmError, Probe
 
 
@@ -159,7 +159,7 @@ def test_bad_settings_stop_before_any_film_with_one_line(tmp_path, args, message
 
 
 def test_bad_manifests_are_refused_when_loaded(tmp_path):
-    from pipeline.ip import ManifestError
+    from pipeline.data.ip import ManifestError
 
     manifest = tmp_path / "ip.yaml"
     manifest.write_text(

@@ -100,7 +100,7 @@ def test_the_cycle_finder_sees_a_cycle():
 
 def test_the_import_reader_sees_function_level_imports(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("import os\n\ndef f():\n    from pipeline.runner import run_film\n")
+    module.write_text("import os\n\ndef f():\n    from pipeline.running.runner import run_film\n")
     assert imported_packages(module) == {"pipeline"}
 
 
@@ -159,15 +159,15 @@ def test_there_is_no_import_cycle_between_modules():
 def test_the_module_reader_counts_what_runs(tmp_path):
     (tmp_path / "m.py").write_text(
         "from typing import TYPE_CHECKING\n"
-        "import pipeline.runner\n"
+        "import pipeline.running.runner\n"
         "from pipeline import executors, cli\n"
         "if TYPE_CHECKING:\n    from stages.base import ClipStage\n"
         "def f():\n    from core.record import Clip\n"
     )
-    modules = {"pipeline", "pipeline.runner", "pipeline.executors", "pipeline.cli", "core"}
+    modules = {"pipeline", "pipeline.running.runner", "pipeline.executors", "pipeline.cli", "core"}
     modules |= {"stages.base", "core.record"}
     found = imports_when_run(tmp_path / "m.py", modules)
-    assert found == {"pipeline.runner", "pipeline.executors", "pipeline.cli", "core.record"}
+    assert found == {"pipeline.running.runner", "pipeline.executors", "pipeline.cli", "core.record"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -269,3 +269,113 @@ def test_every_declared_dependency_is_used():
         and name not in USED_WITHOUT_IMPORT
     ]
     assert unused == []
+
+
+# ---------------------------------------------------------------- pipeline's rooms
+
+# pipeline/ is in rooms (issue 37). What each room's modules may import of the others; the
+# package's own top (`pipeline/__init__.py`, `moved.py`: the old import paths) is open to all, and
+# the front (`cli.py`, `commands/`, `motion_eval.py`) may import every room while no room imports
+# it. docs/architecture.md draws this table; the test below keeps the drawing true.
+PIPELINE_ROOMS: dict[str, set[str]] = {
+    "executors": set(),
+    "data": {"executors"},  # the configuration names the executors' choices
+    "passes": {"data", "executors"},
+    "running": {"data", "passes", "executors"},
+    "inspection": {"data", "passes"},  # the report and review page show the quality pass
+}
+PIPELINE_BASE = {"pipeline", "pipeline.moved"}
+
+
+def pipeline_room(module: str) -> str:
+    """`pipeline.running.runner` -> `running`; the package and `pipeline.moved` -> `base`; every
+    other module of pipeline/ (the CLI, the commands, motion_eval) -> `front`."""
+    if module in PIPELINE_BASE:
+        return "base"
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in PIPELINE_ROOMS else "front"
+
+
+def arrows_back_up(edges: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The module-to-module imports inside pipeline/ that its rooms' table forbids."""
+    bad = []
+    for source, target in sorted(edges):
+        here, there = pipeline_room(source), pipeline_room(target)
+        if here == "front" or there == "base" or here == there:
+            continue
+        if there == "front" or there not in PIPELINE_ROOMS.get(here, set()):
+            bad.append((source, target))
+    return bad
+
+
+def pipeline_edges() -> set[tuple[str, str]]:
+    modules = project_modules()
+    names = set(modules)
+    return {
+        (name, target)
+        for name, path in modules.items()
+        if name.startswith("pipeline")
+        for target in imports_when_run(path, names)
+        if target.startswith("pipeline") and target != name
+    }
+
+
+def test_each_pipeline_room_imports_only_the_rooms_below_it():
+    assert arrows_back_up(pipeline_edges()) == []
+
+
+def test_the_room_check_sees_an_arrow_back_up():
+    # The arrow issue 37 warned of (the manifest left with the inspection modules, and the quality
+    # pass importing it from above), a room importing the front, and two arrows that are allowed.
+    edges = {
+        ("pipeline.passes.quality", "pipeline.inspection.manifest"),
+        ("pipeline.running.film_tasks", "pipeline.data.ip"),
+        ("pipeline.data.config", "pipeline.cli"),
+        ("pipeline.commands.dataset", "pipeline.running.runner"),
+    }
+    assert arrows_back_up(edges) == [
+        ("pipeline.data.config", "pipeline.cli"),
+        ("pipeline.passes.quality", "pipeline.inspection.manifest"),
+    ]
+
+
+def test_every_pipeline_module_sits_in_a_room_or_at_the_front():
+    """No module lands loose in pipeline/ beside the rooms: the front is the CLI, its commands
+    and motion_eval (the trainer's eval reuses it), nothing else."""
+    loose = sorted(
+        path.name
+        for path in (ROOT / "pipeline").glob("*.py")
+        if path.name not in {"__init__.py", "moved.py", "cli.py", "motion_eval.py"}
+    )
+    assert loose == []
+
+
+def test_the_architecture_picture_draws_the_rooms_table():
+    """The diagram in docs/architecture.md (a mermaid graph, `A --> B`: A may import B) has
+    exactly the table's arrows."""
+    import re
+
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    block = page.split("```mermaid", 1)[1].split("```", 1)[0]
+    drawn = set(re.findall(r"^\s*(\w+)\s*-->\s*(\w+)\s*$", block, re.M))
+    table = {(room, below) for room, belows in PIPELINE_ROOMS.items() for below in belows}
+    table |= {("front", room) for room in PIPELINE_ROOMS}
+    assert drawn == table
+
+
+def test_the_old_import_paths_still_work():
+    """Users' notebooks and scripts import `pipeline.explore`, `pipeline.runner`, ...: each old
+    path gives the very module of its room."""
+    import importlib
+
+    from pipeline.moved import MOVED_TO_ROOM, new_path
+
+    for name in MOVED_TO_ROOM:
+        old = importlib.import_module(f"pipeline.{name}")
+        assert old is importlib.import_module(new_path(f"pipeline.{name}"))
+    from pipeline.explore import open_dataset  # the notebook line of the flat layout
+
+    from pipeline.inspection.explore import open_dataset as in_its_room
+
+    assert open_dataset is in_its_room
+    assert new_path("pipeline.cli") is None and new_path("stages.quality") is None

@@ -20,7 +20,7 @@ from core.schema import MANIFEST_SCHEMA, rows_to_table
 from core.shards import ShardConfig, ShardWriter, read_table
 from core.video import decode_mp4, encode_mp4
 from pipeline.cli import main as cli_main
-from pipeline.config import ConfigError, load_config
+from pipeline.data.config import ConfigError, load_config
 from stages.motion import (
     HELD_CHECK_SIZE,
     MotionConfig,

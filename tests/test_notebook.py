@@ -10,7 +10,7 @@ import pytest
 from conftest import ARTIFACTS, ROOT
 from nbclient import NotebookClient
 
-from pipeline.explore import open_dataset
+from pipeline.inspection.explore import open_dataset
 
 NOTEBOOK = ROOT / "examples" / "explore_dataset.ipynb"
 

@@ -29,11 +29,11 @@ from pool_jobs import (  # the jobs sent to workers: a module a worker imports w
 import pipeline.executors.cpus as cpus_module
 from core.resources import Resources
 from core.shards import read_clips
+from pipeline.data.ip import load_ip
 from pipeline.executors import make_executor
 from pipeline.executors.cpus import cgroup_cpu_quota, usable_cpus
 from pipeline.executors.processes import ProcessExecutor
-from pipeline.ip import load_ip
-from pipeline.runner import run_film, run_films
+from pipeline.running.runner import run_film, run_films
 
 
 def test_auto_is_the_process_pool_without_a_cluster(monkeypatch):
@@ -245,7 +245,7 @@ def test_the_fork_server_start_reads_the_config_file_as_the_command_does(tmp_pat
     fork server is not started beside a run on Ray or in this process); --set and --executor
     still win over it, and a file the command will refuse starts nothing."""
     from pipeline.cli import prestart_executor
-    from pipeline.config import load_config
+    from pipeline.data.config import load_config
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     config = tmp_path / "local.yaml"

@@ -22,10 +22,10 @@ from conftest import SINTEL, ScriptedEngine, _texture, answer_well, local_config
 from core.record import Clip
 from core.video import FrameReader
 from pipeline.cli import main as cli_main
-from pipeline.explore import open_dataset
-from pipeline.ip import load_ip
-from pipeline.report import build_report
-from pipeline.runner import run_films
+from pipeline.data.ip import load_ip
+from pipeline.inspection.explore import open_dataset
+from pipeline.inspection.report import build_report
+from pipeline.running.runner import run_films
 from stages.captioning.stage import CaptionConfig
 from stages.motion import MotionConfig, MotionScope
 from stages.probe import Probe
@@ -483,7 +483,7 @@ def test_quality_calibrate_dry_run_counts_film_by_film_and_writes_nothing(sintel
 
 @pytest.mark.slow
 def test_captioning_skips_unusable_clips(sintel_out, tmp_path):
-    from pipeline.caption_films import caption_film
+    from pipeline.passes.caption_films import caption_film
 
     out = tmp_path / "ds"
     shutil.copytree(sintel_out, out)

@@ -14,8 +14,8 @@ from conftest import BIKES, ROOT, local_config
 from pool_jobs import where_it_runs
 
 from core.shards import read_clips
-from pipeline.ip import load_ip
-from pipeline.runner import run_film
+from pipeline.data.ip import load_ip
+from pipeline.running.runner import run_film
 
 
 @pytest.mark.slow

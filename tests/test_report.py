@@ -1,4 +1,4 @@
-"""The HTML report (pipeline/report.py), built from the shards of a film folder and opened in
+"""The HTML report (pipeline/inspection/report.py), built from the shards of a film folder and opened in
 headless Chromium (tests/browser.py; the `chromium` fixture is in tests/conftest.py). The
 screenshots land in test-artifacts/ (git-ignored).
 """
@@ -22,9 +22,9 @@ from conftest import ARTIFACTS, decode_directly, rewrite_film, shard_rows
 from PIL import Image
 
 from pipeline.cli import main as cli_main
-from pipeline.explore import DatasetError, open_dataset
-from pipeline.report import ReportOptions, build_report, write_report
-from pipeline.report_data import source_frame_at
+from pipeline.inspection.explore import DatasetError, open_dataset
+from pipeline.inspection.report import ReportOptions, build_report, write_report
+from pipeline.inspection.report_data import source_frame_at
 
 LEVEL_EDGES = [1.0, 3.0, 6.0, 12.0]  # the test's own level edges, stored like the motion stage's
 
@@ -352,7 +352,7 @@ def test_crop_figure_uses_the_frame_on_screen_at_the_clip_start(tmp_path):
     import av
     from conftest import make_video
 
-    from pipeline.report_data import source_frame_at
+    from pipeline.inspection.report_data import source_frame_at
 
     film = make_video(tmp_path / "ntsc.mp4", num_frames=72, fps=Fraction(24000, 1001), motion=8)
     with av.open(str(film)) as container:

@@ -1,5 +1,5 @@
-"""Manual review: the rules (pipeline/review.py), the server and its API
-(pipeline/review_server.py), persistence across restarts and pipeline reruns, the trainer, and
+"""Manual review: the rules (pipeline/data/review.py), the server and its API
+(pipeline/inspection/review_server.py), persistence across restarts and pipeline reruns, the trainer, and
 the page itself in headless Chromium (tests/browser.py)."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from core.film import REVIEW_FILE, FilmFolder
 from core.shards import replace_column
 from core.vocabulary import REJECT_REASONS, REVIEW
 from pipeline.cli import main as cli_main
-from pipeline.explore import open_dataset
-from pipeline.review import ReviewError, ReviewStore, effective_quality, read_reviews
-from pipeline.review_server import ReviewApp, ReviewServer, check_fields
+from pipeline.data.review import ReviewError, ReviewStore, effective_quality, read_reviews
+from pipeline.inspection.explore import open_dataset
+from pipeline.inspection.review_server import ReviewApp, ReviewServer, check_fields
 from stages.captioning.parsing import ParseError, parse_state
 from trainer.data import ClipCatalog, clip_samples, game_sequences
 
@@ -562,7 +562,7 @@ def test_decisions_survive_a_server_restart_and_show_in_the_notebook_api(film):
 
 @pytest.mark.slow
 def test_the_report_shows_the_review_state(film, server):
-    from pipeline.report import ReportOptions, build_report
+    from pipeline.inspection.report import ReportOptions, build_report
 
     ids = [c["clip_id"] for c in _clips(server)["clips"]]
     _post(server, {"clip_id": ids[0], "decision": "reject"})
@@ -619,8 +619,8 @@ def test_captioning_follows_the_review_and_leaves_the_automatic_flags_in_the_sha
     from conftest import ScriptedEngine, answer_well
 
     from core.record import CAPTION_OK, SKIPPED_UNUSABLE
-    from pipeline.caption_films import caption_film
-    from pipeline.ip import load_ip
+    from pipeline.data.ip import load_ip
+    from pipeline.passes.caption_films import caption_film
     from stages.captioning.stage import CaptionConfig
 
     ids = [c["clip_id"] for c in _clips(server)["clips"]]
@@ -677,10 +677,10 @@ def test_a_rerun_a_recaption_and_a_recalibration_keep_every_decision(bikes_datas
     from conftest import BIKES, ScriptedEngine, answer_well, local_config
 
     from core.shards import shard_paths
-    from pipeline.caption_films import caption_film
     from pipeline.commands.motion_calibrate import rewrite_films
-    from pipeline.ip import load_ip
-    from pipeline.runner import run_film
+    from pipeline.data.ip import load_ip
+    from pipeline.passes.caption_films import caption_film
+    from pipeline.running.runner import run_film
     from stages.captioning.stage import CaptionConfig
     from stages.motion_levels import MotionLevels
 
@@ -738,8 +738,8 @@ def test_the_runs_console_counts_follow_the_review(bikes_dataset, tmp_path, capl
     included, and say how many were accepted and rejected by hand."""
     from conftest import BIKES, local_config
 
-    from pipeline.ip import load_ip
-    from pipeline.runner import run_films
+    from pipeline.data.ip import load_ip
+    from pipeline.running.runner import run_films
 
     out = tmp_path / "data"
     film = Path(shutil.copytree(bikes_dataset, out / bikes_dataset.name))
@@ -754,7 +754,7 @@ def test_the_runs_console_counts_follow_the_review(bikes_dataset, tmp_path, capl
     usable = sum(row["usable"] for row in _manifest(film).values())
     assert usable == len(clips) - 2
 
-    with caplog.at_level("INFO", logger="pipeline.folder_passes"):
+    with caplog.at_level("INFO", logger="pipeline.running.folder_passes"):
         [result] = run_films([BIKES], out, local_config(), load_ip(None))
     assert "already complete" in result.message  # nothing cut again: the decisions stand
     assert f"quality: {usable} usable, 2 rejected (review 2)" in result.message
@@ -935,7 +935,7 @@ def test_the_column_filters_pick_what_the_clip_filter_picks(film, server):
     """The listing filters the stored columns of the rows nobody reviewed as columns; every
     filter must pick exactly the clips that the per-clip filter picks from the whole listing,
     reviewed clips included."""
-    from pipeline.review_server import _clip_filter
+    from pipeline.inspection.review_app import clip_filter
 
     ids = [c["clip_id"] for c in _clips(server)["clips"]]
     assert len(ids) == 3
@@ -971,7 +971,7 @@ def test_the_column_filters_pick_what_the_clip_filter_picks(film, server):
         {"film": everything[0]["film"], "usable": "true", "character": "Scales"},
     ]
     for query in queries:
-        expected = [c["clip_id"] for c in everything if _clip_filter(query)(c)]
+        expected = [c["clip_id"] for c in everything if clip_filter(query)(c)]
         answer = _clips(server, "&".join(f"{k}={v}" for k, v in query.items()))
         assert [c["clip_id"] for c in answer["clips"]] == expected, query
         assert answer["matched"] == len(expected)

@@ -22,9 +22,9 @@ from core.schema import CLIP_SCHEMA
 from core.settings import Settings
 from core.shards import read_clips
 from pipeline.cli import main as cli_main
-from pipeline.config import ConfigError, PipelineConfig, describe_fields, load_config
-from pipeline.ip import load_ip
-from pipeline.runner import run_film
+from pipeline.data.config import ConfigError, PipelineConfig, describe_fields, load_config
+from pipeline.data.ip import load_ip
+from pipeline.running.runner import run_film
 from stages.base import (
     ClipStage,
     Frame,

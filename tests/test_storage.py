@@ -12,10 +12,10 @@ from conftest import BIKES, BUNNY, local_config, make_video
 from s3server import s3_server
 
 from core import storage
-from pipeline.explore import open_dataset
-from pipeline.film_tasks import FilmResult, run_stored_segment
-from pipeline.ip import load_ip
-from pipeline.runner import run_films
+from pipeline.data.ip import load_ip
+from pipeline.inspection.explore import open_dataset
+from pipeline.running.film_tasks import FilmResult, run_stored_segment
+from pipeline.running.runner import run_films
 
 # The tests run the pipeline against a real S3 server (moto): seconds each.
 pytestmark = pytest.mark.slow
@@ -151,7 +151,7 @@ def test_uncommitted_leftovers_are_never_trusted(s3_dataset, bucket, local_refer
 def test_committed_segments_are_reused(bucket, tmp_path):
     """Segments whose DONE.json was published before an interruption are not cut again. (The
     film is a short one in two segments: what it shows is not in question.)"""
-    from pipeline.film_tasks import PrepareJob, prepare_film, segment_job
+    from pipeline.running.film_tasks import PrepareJob, prepare_film, segment_job
 
     film = make_video(tmp_path / "short.mp4", size=(144, 256), cuts=(60,), num_frames=120, seed=5)
     films = [f"{bucket}/films/{film.name}"]
@@ -221,7 +221,7 @@ def test_the_trainer_reads_shards_in_s3_in_place(s3_dataset, bucket, local_refer
 
 
 def test_the_report_of_an_s3_dataset_lands_beside_it(s3_dataset, bucket):
-    from pipeline.report import ReportOptions, write_report
+    from pipeline.inspection.report import ReportOptions, write_report
 
     out = copy_dataset(s3_dataset.out, f"{bucket}/dataset")
     written = write_report(out, options=ReportOptions(max_previews=1))

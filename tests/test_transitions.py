@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from conftest import BIKES, BUNNY, SINTEL, local_config, read_frames, write_frames
 
-from pipeline.ip import load_ip
-from pipeline.runner import run_film
+from pipeline.data.ip import load_ip
+from pipeline.running.runner import run_film
 
 FPS = 20  # a 2-s window is 40 frames: the real shots below are 50 to 66 frames long
 SIZE = (320, 180)  # (w, h)

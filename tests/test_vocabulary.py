@@ -20,7 +20,7 @@ from core.vocabulary import (
     STATE_NAMES,
     STATE_TAG,
 )
-from pipeline.review import REVIEW_SCHEMA
+from pipeline.data.review import REVIEW_SCHEMA
 from prompts import load_prompt
 from stages.captioning.parsing import ParseError, StateAnswer, check_state_value, parse_state
 

@@ -16,8 +16,10 @@ from overlay_films import SUBTITLE
 from core.film import OverlayRecord, WindowRecord
 from core.record import make_clip_id
 from core.vocabulary import SUBTITLE as SUBTITLE_REASON
-from pipeline.explore import open_dataset
-from pipeline.film_tasks import (
+from pipeline.data.ip import load_ip
+from pipeline.inspection.explore import open_dataset
+from pipeline.inspection.report import ReportOptions, build_report
+from pipeline.running.film_tasks import (
     FilmPlan,
     FinalizeJob,
     PrepareJob,
@@ -26,9 +28,7 @@ from pipeline.film_tasks import (
     run_stored_segment,
     segment_job,
 )
-from pipeline.ip import load_ip
-from pipeline.report import ReportOptions, build_report
-from pipeline.runner import run_film
+from pipeline.running.runner import run_film
 from stages.clips import RESIZE_MODES, ClipConfig, output_region, place_window
 from stages.crop import CropBox
 from stages.quality import RejectConfig, decide

@@ -34,7 +34,7 @@ from core.shards import (
 )
 from core.video import decode_image, decode_mp4
 from core.vocabulary import GAME_STATES, STATE_NAMES
-from pipeline.review import REJECT, Review, apply_review, read_review_file
+from pipeline.data.review import REJECT, Review, apply_review, read_review_file
 from prompts.game import action_text, row_instruction
 
 CATALOG_COLUMNS = [
@@ -58,7 +58,7 @@ class ClipCatalog:
     """Every clip's light columns, in shard order, plus where its media bytes are.
 
     Clips a shard marks not `usable` are left out of every sample unless `include_unusable`;
-    `unusable` counts them. A person's review decisions (pipeline/review.py) win: an accepted
+    `unusable` counts them. A person's review decisions (pipeline/data/review.py) win: an accepted
     clip is usable, corrected caption fields replace the model's, and a clip rejected in review is
     not read at all, even with `include_unusable` (`rejected_in_review` counts them; the gap it
     leaves ends its game sequence).

@@ -285,7 +285,7 @@ def read_texts(path: Path) -> dict[str, str]:
 
 def motion_levels(generated: Path, levels: Path, fps: float) -> dict:
     """ACC-F and MAE-F with motion-eval's own code and the pipeline's motion settings."""
-    from pipeline.config import load_config
+    from pipeline.data.config import load_config
     from pipeline.motion_eval import (
         match_clips,
         measure_clip,

@@ -11,15 +11,15 @@ from pathlib import Path
 from core.cli import WORK_FAILED, input_errors, print_error
 from core.film import FilmFolder
 from core.settings import add_settings_arguments
-from pipeline.caption_films import (
+from pipeline.commands.film_paths import add_dataset_dir_argument, folder_for
+from pipeline.data.config import ConfigError, describe_fields, load_config
+from pipeline.data.ip import GENERIC, ManifestError, load_ip
+from pipeline.passes.caption_films import (
     caption_film,
     caption_films,
     caption_later_hint,
     protagonists_of,
 )
-from pipeline.commands.film_paths import add_dataset_dir_argument, folder_for
-from pipeline.config import ConfigError, describe_fields, load_config
-from pipeline.ip import GENERIC, ManifestError, load_ip
 
 __all__ = ["HELP", "add_arguments", "caption_film", "caption_films", "run"]
 
@@ -131,7 +131,7 @@ def _shorthand_overrides(args: argparse.Namespace) -> list[str]:
 def _clips_ip(film_dir: Path) -> str:
     """The IP the clips were cut for (their `ip` column), if its manifest is known."""
     from core.shards import read_table
-    from pipeline.ip import MANIFEST_DIR
+    from pipeline.data.ip import MANIFEST_DIR
 
     names = set(read_table(FilmFolder(film_dir).shards, columns=["ip"]).column("ip").to_pylist())
     names.discard(GENERIC)

@@ -20,10 +20,10 @@ from core.cli import (
 )
 from core.settings import add_settings_arguments
 from pipeline.cli import shorthand_overrides
+from pipeline.data.ip import GENERIC, IP, ManifestError, load_ip
 from pipeline.executors import EXECUTORS
-from pipeline.ip import GENERIC, IP, ManifestError, load_ip
 
-# The settings (pipeline.config, which imports every stage: PyAV, OpenCV, pyarrow) and the stages
+# The settings (pipeline.data.config, which imports every stage: PyAV, OpenCV, pyarrow) and the stages
 # are imported where they are used, not with this module: the CLI
 # imports it to parse the command line, and an argument the command refuses is then one line in
 # a tenth of a second (it took 0.8 CPU-s, and the fork server started beside it 1.1 more).
@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings_epilog() -> str:
-    from pipeline.config import describe_fields
+    from pipeline.data.config import describe_fields
 
     return "settings (--set SECTION.FIELD=VALUE):\n" + "\n".join(
         f"  {name} = {default!r}\n      {text}" if text else f"  {name} = {default!r}"
@@ -87,8 +87,8 @@ def _settings_epilog() -> str:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    from pipeline.config import ConfigError, load_config
-    from pipeline.runner import run_films
+    from pipeline.data.config import ConfigError, load_config
+    from pipeline.running.runner import run_films
     from stages.base import build_clip_stages
 
     with input_errors(ConfigError, ManifestError, FileNotFoundError, ValueError):
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         roots = [f if storage.is_remote(f) else str(Path(f)) for f in args.films]
         ips = folder_ips(films, roots, ip)
     if args.dry_run:
-        from pipeline.runner import plan_films
+        from pipeline.running.runner import plan_films
 
         return print_plan(plan_films(films, args.out, config, ip, ips))
     prepare_output_folder(args.out)

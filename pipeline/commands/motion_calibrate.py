@@ -22,7 +22,7 @@ from core.cli import input_errors, work_errors
 from core.film import MANIFEST_FILE, FilmFolder, FilmSummary
 from core.record import CAPTION_PENDING
 from core.shards import check_schema_version, rewrite_row_groups, shard_paths
-from pipeline.manifest import write_manifest
+from pipeline.data.manifest import write_manifest
 from stages.motion_levels import (
     EQUAL_POPULATION,
     NUM_LEVELS,

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         paths = match_clips(args.clips, requested)
     # The settings and the motion stage (with them every stage's imports: half a second) only
     # once the levels and the clips are found: a wrong path is one line at once.
-    from pipeline.config import ConfigError, load_config
+    from pipeline.data.config import ConfigError, load_config
     from stages.motion import MotionError, MotionScope
     from stages.motion_levels import LevelsError
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from core.cli import input_errors, work_errors
 from core.film import FilmFolder
-from pipeline.config import ConfigError, PipelineConfig, apply_overrides
+from pipeline.data.config import ConfigError, PipelineConfig, apply_overrides
 
 HELP = (
     "Re-take the quality decisions (usable, reject_reasons, duplicate_of) of a dataset folder "
@@ -48,7 +48,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from pipeline.quality import (
+    from pipeline.passes.quality import (
         apply_quality,
         load_thresholds,
         read_pass_table,

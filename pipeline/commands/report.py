@@ -7,7 +7,7 @@ from pathlib import Path
 
 from core.cli import UsageError, input_errors, work_errors
 from pipeline.commands.film_paths import add_dataset_dir_argument, folder_for
-from pipeline.report_options import ReportOptions
+from pipeline.inspection.report_options import ReportOptions
 
 HELP = """Write a self-contained HTML report of a dataset: film facts, the crop box drawn on a
 frame, a timeline of scenes, clips and drops, animated clip previews, histograms of motion scope,
@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     folder = folder_for(args.path, args.dataset_dir)
     # Only now the report's own imports (pandas, matplotlib: about a second): a bad argument or a
     # path that is not there is refused before them.
-    from pipeline.explore import DatasetError, open_dataset
-    from pipeline.report import select_films, write_report
+    from pipeline.inspection.explore import DatasetError, open_dataset
+    from pipeline.inspection.report import select_films, write_report
 
     with input_errors(DatasetError):  # not a dataset, or no film of that IP (opening is lazy)
         select_films(open_dataset(folder), options.ip)

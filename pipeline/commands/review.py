@@ -16,7 +16,7 @@ to review.parquet beside each film's shards and win over the automatic ones ever
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipeline.review_server import DEFAULT_PORT
+    from pipeline.inspection.review_server import DEFAULT_PORT
 
     parser.add_argument(
         "path",
@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from core.cli import UsageError, input_errors
-    from pipeline.explore import DatasetError
-    from pipeline.review_server import make_server
+    from pipeline.inspection.explore import DatasetError
+    from pipeline.inspection.review_server import make_server
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a port (0-65535)")

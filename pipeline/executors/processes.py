@@ -90,7 +90,7 @@ class ProcessExecutor(BarInThisProcess):
 # what reading and writing Parquet imports on first use; and the workers' own side, whose `serve`
 # each worker runs.
 PRELOAD = [
-    "pipeline.runner",
+    "pipeline.running.runner",
     "pipeline.executors.process_worker",
     "pyarrow.dataset",
     "pyarrow.pandas_compat",

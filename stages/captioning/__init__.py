@@ -7,5 +7,5 @@
 - cache: finished captions across runs
 
 Captioning a film folder's shards (in this process or on Ray actors) is orchestration and lives
-in pipeline/caption_films.py; the prompts are prompts/*.txt.
+in pipeline/passes/caption_films.py; the prompts are prompts/*.txt.
 """

@@ -1,4 +1,4 @@
-"""Films scheduled together on the executor (pipeline/runner.py drives it): each film's prepare,
+"""Films scheduled together on the executor (pipeline/running/runner.py drives it): each film's prepare,
 segment and finalize tasks, a bounded number of films in flight, each task's result routed to
 its film's next step. The driver only routes results; a film's output never depends on the
 order in which its tasks finish."""
@@ -15,9 +15,10 @@ from core import storage
 from core.cli import Interrupted
 from core.film import FilmFolder
 from core.resources import Resources
-from pipeline.config import PipelineConfig
+from pipeline.data.config import PipelineConfig
+from pipeline.data.ip import IP
 from pipeline.executors import Executor
-from pipeline.film_tasks import (
+from pipeline.running.film_tasks import (
     FilmPlan,
     FilmResult,
     FinalizeJob,
@@ -27,8 +28,7 @@ from pipeline.film_tasks import (
     run_stored_segment,
     segment_job,
 )
-from pipeline.ip import IP
-from pipeline.segments import frame_stage_resources
+from pipeline.running.segments import frame_stage_resources
 from stages.base import build_clip_stages
 
 

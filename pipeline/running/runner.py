@@ -22,15 +22,15 @@ from pathlib import Path
 
 from core import storage
 from core.cli import Interrupted
-from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
-from pipeline.corpus import write_dataset_summary
+from pipeline.data.config import ConfigError, PipelineConfig, apply_mapping, check_choices
+from pipeline.data.corpus import write_dataset_summary
+from pipeline.data.ip import IP
 from pipeline.executors import Executor, make_executor
-from pipeline.film_tasks import FilmResult, fetched_film
-from pipeline.finalize import complete_summary
-from pipeline.folder_passes import caption_pass, quality_pass
-from pipeline.ip import IP
-from pipeline.scheduler import FilmScheduler
-from pipeline.segments import plan_segments
+from pipeline.running.film_tasks import FilmResult, fetched_film
+from pipeline.running.finalize import complete_summary
+from pipeline.running.folder_passes import caption_pass, quality_pass
+from pipeline.running.scheduler import FilmScheduler
+from pipeline.running.segments import plan_segments
 from stages.probe import FilmError, Probe
 
 

@@ -1,4 +1,4 @@
-"""What a report shows (`animegamer report`'s options), apart from pipeline/report.py so that the
+"""What a report shows (`animegamer report`'s options), apart from pipeline/inspection/report.py so that the
 command can state its defaults and refuse bad arguments before the report's imports (pandas,
 matplotlib: about a second)."""
 

@@ -41,7 +41,7 @@ from core.record import STATUS_OK, Clip
 from core.resources import Resources
 from core.shards import ShardWriter
 from core.video import FrameReader
-from pipeline.config import PipelineConfig
+from pipeline.data.config import PipelineConfig
 from stages.base import ClipStage, FilmContext, Frame, build_clip_stages, clip_schema
 from stages.clips import ClipSplitter
 from stages.crop import CropBox

@@ -2,7 +2,7 @@
 
 The near-duplicate rule (docs/quality.md) needs every pair of clips whose concatenated frame
 hashes (4 x 64 bits) are within 48 bits. No index beats a scan at that radius (a fifth of the
-bits; pipeline/duplicates.py), so this is a scan made as cheap as a scan can be:
+bits; pipeline/passes/duplicates.py), so this is a scan made as cheap as a scan can be:
 - a compiled kernel (numba, built for this machine's CPU: with AVX-512 VPOPCNTDQ the inner loop
   is 8 codes per vector instruction; without it LLVM emits what the CPU has, same results);
 - the codes are stored word by word (one contiguous array per 64-bit word), so the inner loop
@@ -101,7 +101,7 @@ def _limit_kernel_threads() -> None:
         return
     import numba
 
-    from pipeline.bitscan_kernel import numba_config
+    from pipeline.passes.bitscan_kernel import numba_config
 
     if _restore is None:
         _restore = numba.get_num_threads()
@@ -127,8 +127,8 @@ def _search(kernel, words: np.ndarray, blocks: np.ndarray, end: int, max_bits: i
 def _kernel():
     """The compiled kernel. Imported here, so that a process that never searches (a Ray worker,
     a command that only reads) never imports numba; compiled on first use and cached on disk
-    (pipeline/bitscan_kernel.py says where)."""
-    from pipeline.bitscan_kernel import pairs_within
+    (pipeline/passes/bitscan_kernel.py says where)."""
+    from pipeline.passes.bitscan_kernel import pairs_within
 
     _limit_kernel_threads()  # search_threads' limit, restored when its block ends
     return pairs_within

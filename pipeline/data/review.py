@@ -2,7 +2,7 @@
 
 A film folder's `review.parquet` holds one row per reviewed clip: the decision (accept or reject),
 a note, the caption fields the person corrected, and when. It is written by the review page
-(pipeline/review_server.py, which checks each correction with the caption parser's own domain
+(pipeline/inspection/review_server.py, which checks each correction with the caption parser's own domain
 rules) and read wherever clips are used, so that decisions win everywhere:
 
 - `effective_quality` is the one rule for usability: a rejected clip is not usable (reason
@@ -10,7 +10,7 @@ rules) and read wherever clips are used, so that decisions win everywhere:
   the automatic flags;
 - `apply_review` turns a clip row as the pipeline wrote it into the row a consumer sees: the
   corrected fields replace the model's, the instruction is rebuilt from them, and the row gains
-  `review_decision`. The manifest (pipeline/manifest.py) and the trainer (trainer/data.py) both go
+  `review_decision`. The manifest (pipeline/data/manifest.py) and the trainer (trainer/data.py) both go
   through it; the shards keep the model's own answers.
 
 Decisions are keyed by clip id, which depends only on the film and the clip settings: a rerun of

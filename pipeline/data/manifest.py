@@ -1,7 +1,7 @@
 """A film folder's manifest.parquet: its clips' rows without the media bytes, as reviewed.
 
 Built from the shards (the pipeline's own output) with the film's review decisions applied
-(pipeline/review.py), so the manifest is what a notebook, the report and any downstream tool
+(pipeline/data/review.py), so the manifest is what a notebook, the report and any downstream tool
 should use: corrected caption fields, `usable` and `reject_reasons` once a person's decision is
 counted, and `review_decision`. Every writer of shards rebuilds it through `write_manifest`, and
 the review page rebuilds it on every decision, so it never lags behind either.
@@ -20,7 +20,7 @@ from core.film import FilmFolder
 from core.io import write_table_atomic
 from core.schema import CLIP_SCHEMA, MANIFEST_SCHEMA
 from core.shards import read_table, shard_paths
-from pipeline.review import (
+from pipeline.data.review import (
     ACCEPT,
     EDITABLE_FIELDS,
     QUALITY_COLUMNS,

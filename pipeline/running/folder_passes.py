@@ -1,4 +1,4 @@
-"""The passes over the whole output folder once its films are cut (pipeline/runner.py runs them
+"""The passes over the whole output folder once its films are cut (pipeline/running/runner.py runs them
 after the films): the quality pass, which decides every clip with the folder's thresholds and
 duplicate index, and the caption pass, one model load for every film cut."""
 
@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 from core import storage
 from core.film import SUMMARY_FILE, FilmFolder
-from pipeline.config import PipelineConfig
-from pipeline.ip import IP
-from pipeline.manifest import ReviewedCounts, reviewed_counts
+from pipeline.data.config import PipelineConfig
+from pipeline.data.ip import IP
+from pipeline.data.manifest import ReviewedCounts, reviewed_counts
 
 if TYPE_CHECKING:
-    from pipeline.film_tasks import FilmResult
+    from pipeline.running.film_tasks import FilmResult
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,8 @@ def quality_pass(results: list[FilmResult], out_dir: str | Path, config: Pipelin
 def _fetch_folder_files(out_dir: str | Path, local: Path) -> None:
     """The folder's thresholds and duplicate index, which a copy of its films leaves out (each
     one object, written whole; the pass's new versions are uploaded with the films)."""
-    from pipeline.duplicates import INDEX_FILE
-    from pipeline.quality import THRESHOLDS_FILE
+    from pipeline.passes.duplicates import INDEX_FILE
+    from pipeline.passes.quality import THRESHOLDS_FILE
 
     if not storage.is_remote(out_dir):
         return
@@ -43,8 +43,8 @@ def _fetch_folder_files(out_dir: str | Path, local: Path) -> None:
 
 
 def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> None:
-    from pipeline.bitscan import search_threads
-    from pipeline.quality import apply_quality, load_thresholds, save_thresholds
+    from pipeline.passes.bitscan import search_threads
+    from pipeline.passes.quality import apply_quality, load_thresholds, save_thresholds
 
     thresholds, saved = load_thresholds(local, config.reject)
     if saved and thresholds != config.reject:
@@ -75,7 +75,7 @@ def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> No
 def caption_pass(results: list[FilmResult], config: PipelineConfig, ip: IP) -> None:
     """Caption every film that was cut, with one model load for all of them (films in object
     storage in local copies, published back with their summary.json last)."""
-    from pipeline.caption_films import caption_films
+    from pipeline.passes.caption_films import caption_films
 
     cut = [r for r in results if r.ok and r.film_dir is not None]
     with storage.working_copies([r.film_dir for r in cut], SUMMARY_FILE) as film_dirs:

@@ -24,9 +24,9 @@ from core.film import (
 from core.io import write_table_atomic
 from core.schema import DROP_SCHEMA, SCHEMA_VERSION, rows_to_table
 from core.shards import ShardWriter, read_clips
-from pipeline.config import PipelineConfig
-from pipeline.ip import IP
-from pipeline.manifest import write_manifest
+from pipeline.data.config import PipelineConfig
+from pipeline.data.ip import IP
+from pipeline.data.manifest import write_manifest
 from stages.base import clip_schema
 from stages.clips import output_region, source_scale
 from stages.crop import CropBox

@@ -1,6 +1,6 @@
 """Look at a dataset from a notebook: the manifest as a pandas frame, one clip's frames, previews.
 
-    from pipeline.explore import open_dataset
+    from pipeline.inspection.explore import open_dataset
     ds = open_dataset("data/")            # a dataset folder (one sub-folder per film) or one film
     ds.manifest                           # one row per clip, every column but the media bytes
     ds.frames(clip_id)                    # 16 x 480 x 720 x 3 uint8, decoded from the shard
@@ -11,7 +11,7 @@
 
 Everything is read from what `animegamer dataset` wrote (OUT/<film>/shards, manifest.parquet,
 drops.parquet, summary.json) and the decisions `animegamer review` wrote (review.parquet, which the
-manifest already counts; `ds.review_state` sums them up); nothing here writes. The HTML report (pipeline/report.py) is built
+manifest already counts; `ds.review_state` sums them up); nothing here writes. The HTML report (pipeline/inspection/report.py) is built
 on the same reader, so a notebook and the report never disagree about a clip.
 """
 
@@ -41,8 +41,8 @@ from core.shards import (
     shard_paths,
 )
 from core.video import decode_image, decode_mp4
-from pipeline.manifest import build_manifest
-from pipeline.review import Review, read_reviews, review_counts
+from pipeline.data.manifest import build_manifest
+from pipeline.data.review import Review, read_reviews, review_counts
 
 # Nullable Arrow integers become pandas' nullable integers, not floats with NaN: a motion level
 # of 3 stays 3, and a clip without one shows <NA>.
@@ -221,7 +221,7 @@ class Dataset:
     def overview(self) -> dict:
         """The corpus at a glance: films, clips, usable clips, drops, failures, hours of film and
         stage seconds, in total and per film (OUT/dataset.json holds the same for a run)."""
-        from pipeline.corpus import DATASET_SUMMARY, summarize_films
+        from pipeline.data.corpus import DATASET_SUMMARY, summarize_films
 
         path = self.root / DATASET_SUMMARY
         # the films that failed before cutting have no folder to read: the last run named them

@@ -21,10 +21,10 @@ from core.film import (
     SegmentStats,
     WindowRecord,
 )
-from pipeline.config import PipelineConfig
-from pipeline.finalize import complete_summary, finalize, summary_line
-from pipeline.ip import IP
-from pipeline.segments import SegmentJob, limit_threads, plan_segments, run_segment
+from pipeline.data.config import PipelineConfig
+from pipeline.data.ip import IP
+from pipeline.running.finalize import complete_summary, finalize, summary_line
+from pipeline.running.segments import SegmentJob, limit_threads, plan_segments, run_segment
 from stages.clips import place_window
 from stages.crop import BorderCrop, CropBox, sample_luma_frames
 from stages.overlays import film_overlays, overlay_frames

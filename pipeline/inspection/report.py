@@ -28,7 +28,7 @@ from core import storage
 from core.film import FilmSummary, OverlayRecord, WindowRecord
 from core.io import write_text_atomic
 from core.vocabulary import REJECT_REASONS
-from pipeline.explore import (
+from pipeline.inspection.explore import (
     Dataset,
     DatasetError,
     Film,
@@ -36,39 +36,43 @@ from pipeline.explore import (
     film_ip,
     open_dataset,
 )
-from pipeline.quality import film_thresholds
-from pipeline.report_corpus import _corpus_section, _distributions_section, _overview_section
-from pipeline.report_data import (
-    _clip_geometry,
-    _crop_box,
-    _crop_text,
-    _evenly_spaced,
-    _film_name,
-    _first,
-    _middle_clip,
-    _report_title,
-    _summary_drop_total,
-    _window_text,
+from pipeline.inspection.report_corpus import (
+    corpus_section,
+    distributions_section,
+    overview_section,
+)
+from pipeline.inspection.report_data import (
+    clip_geometry,
+    crop_box,
+    crop_text,
+    evenly_spaced,
+    film_display_name,
+    first_value,
+    middle_clip,
+    report_title,
     source_frame_at,
+    summary_drop_total,
+    window_text,
 )
-from pipeline.report_html import (
+from pipeline.inspection.report_html import (
     NOT_AVAILABLE,
-    _anchor,
-    _contents,
-    _data_uri,
-    _duration,
-    _new_figure,
-    _not_available,
-    _number,
-    _page,
-    _plot_img,
-    _shown,
-    _size,
-    _slug,
-    _table,
+    anchor_slug,
+    data_uri,
+    film_anchor,
+    format_duration,
+    format_number,
+    format_size,
+    format_value,
+    html_page,
+    html_table,
+    new_figure,
+    not_available,
+    plot_img,
     review_text,
+    table_of_contents,
 )
-from pipeline.report_options import ReportOptions
+from pipeline.inspection.report_options import ReportOptions
+from pipeline.passes.quality import film_thresholds
 from stages.quality import RejectConfig, quality_measures
 
 # Clips on the timeline (a rejected clip: by the quality stage or in review)
@@ -96,7 +100,7 @@ def write_report(
 
 
 def default_report_path(root: Path, ip: str | None = None) -> Path:
-    return root / (f"report-{_slug(ip)}.html" if ip else "report.html")
+    return root / (f"report-{anchor_slug(ip)}.html" if ip else "report.html")
 
 
 def select_films(dataset: Dataset, ip: str | None) -> Dataset:
@@ -111,14 +115,14 @@ def select_films(dataset: Dataset, ip: str | None) -> Dataset:
 
 def build_report(dataset: Dataset, options: ReportOptions | None = None) -> str:
     options = options or ReportOptions()
-    title = _report_title(dataset, options.ip)
+    title = report_title(dataset, options.ip)
     sections = []
     if len(dataset.films) > 1:
-        sections.append(_corpus_section(dataset))
-        sections.append(_overview_section(dataset))
+        sections.append(corpus_section(dataset))
+        sections.append(overview_section(dataset))
     sections += [_film_section(dataset, film, options) for film in dataset.films]
-    sections.append(_distributions_section(dataset))
-    return _page(title, _contents(dataset), "\n".join(sections))
+    sections.append(distributions_section(dataset))
+    return html_page(title, table_of_contents(dataset), "\n".join(sections))
 
 
 # ---------------------------------------------------------------- one film
@@ -127,7 +131,7 @@ def build_report(dataset: Dataset, options: ReportOptions | None = None) -> str:
 def _film_section(dataset: Dataset, film: Film, options: ReportOptions) -> str:
     manifest, drops = film.manifest, film.drops
     parts = [
-        f"<h2>{html.escape(_film_name(film, manifest))} "
+        f"<h2>{html.escape(film_display_name(film, manifest))} "
         f"<small>{html.escape(film.slug)}</small></h2>",
         "<h3>Film</h3>",
         _facts_table(film, manifest, drops),
@@ -146,7 +150,7 @@ def _film_section(dataset: Dataset, film: Film, options: ReportOptions) -> str:
         "<h3>Configuration</h3>",
         _config(film.summary),
     ]
-    return f'<section class="film" id="{_anchor(film)}">{"".join(parts)}</section>'
+    return f'<section class="film" id="{film_anchor(film)}">{"".join(parts)}</section>'
 
 
 def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str:
@@ -158,29 +162,31 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("IP", film_ip(film)),
         ("Film id", facts.film_id),
         ("Source file", facts.path),
-        ("Source size", _size(facts.width, facts.height)),
-        ("Source frame rate", _number(facts.fps, "{:.3f} fps")),
+        ("Source size", format_size(facts.width, facts.height)),
+        ("Source frame rate", format_number(facts.fps, "{:.3f} fps")),
         ("Variable frame rate", facts.vfr),
         ("Rotation", facts.rotation),
         ("Codec", facts.codec),
         ("Source frames", facts.num_frames),
-        ("Duration", _duration(facts.duration)),
-        ("Crop box (x, y, w, h)", _crop_text(summary.crop)),
-        ("Clip window (x, y, w, h)", _window_text(summary.window)),
+        ("Duration", format_duration(facts.duration)),
+        ("Crop box (x, y, w, h)", crop_text(summary.crop)),
+        ("Clip window (x, y, w, h)", window_text(summary.window)),
         ("Overlays", summary.overlays.line() if summary.overlays is not None else None),
         ("Scenes", len(summary.scenes) if summary.scenes is not None else None),
         ("Clips written (summary)", summary.clips_written),
         ("Clips failed (summary)", summary.clips_failed),
         ("Clips in the manifest", f"{len(manifest)} ({len(ok)} ok)"),
         ("Usable clips (quality)", _usable_text(manifest)),
-        ("Clip geometry", _clip_geometry(manifest)),
+        ("Clip geometry", clip_geometry(manifest)),
         ("Upscaled", _upscaled_text(summary)),
         ("Captions (summary)", summary.captions),
-        ("Windows dropped", len(drops) if len(drops) else _summary_drop_total(summary)),
+        ("Windows dropped", len(drops) if len(drops) else summary_drop_total(summary)),
         ("Manual review", review_text(film.review_counts)),
         ("Folder", str(film.path)),
     ]
-    return _table(["", ""], [(name, _shown(value)) for name, value in rows], show_header=False)
+    return html_table(
+        ["", ""], [(name, format_value(value)) for name, value in rows], show_header=False
+    )
 
 
 def _upscaled_text(summary) -> str:
@@ -191,10 +197,10 @@ def _upscaled_text(summary) -> str:
 
 
 def _crop_figure(dataset: Dataset, film: Film, manifest: pd.DataFrame) -> str:
-    box = _crop_box(film.summary, manifest)
-    clip = _middle_clip(manifest)
+    box = crop_box(film.summary, manifest)
+    clip = middle_clip(manifest)
     if box is None or clip is None:
-        return _not_available("no crop box in summary.json and no clip to take one from")
+        return not_available("no crop box in summary.json and no clip to take one from")
     stored = dataset.first_frame(clip["clip_id"])
     source_path = film.summary.film.path
     source = source_frame_at(source_path, float(clip["start_time"])) if source_path else None
@@ -243,7 +249,7 @@ def _crop_plot(
     window: WindowRecord | None = None,
 ) -> str:
     panels = [source, stored] if source is not None else [stored]
-    figure = _new_figure(6.0 * len(panels), 3.6)
+    figure = new_figure(6.0 * len(panels), 3.6)
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for ax, image in zip(axes, panels):
         ax.imshow(image)
@@ -270,7 +276,7 @@ def _crop_plot(
             _draw_overlays(axes[0], overlays, box)
         axes[0].set_title(title, fontsize=9)
     axes[-1].set_title(f"stored {stored.shape[1]}x{stored.shape[0]}, {label}", fontsize=9)
-    return _plot_img(figure, "crop", "crop box drawn on a source frame")
+    return plot_img(figure, "crop", "crop box drawn on a source frame")
 
 
 def _draw_overlays(ax, overlays: OverlayRecord, box: tuple) -> None:
@@ -308,11 +314,11 @@ def _shown_region(
 
 
 def _timeline(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str:
-    fps = film.summary.film.fps or _first(manifest, "source_fps")
+    fps = film.summary.film.fps or first_value(manifest, "source_fps")
     scenes = film.summary.scenes
     if manifest.empty and drops.empty and not scenes:
-        return _not_available("no scenes, clips or drops recorded")
-    figure = _new_figure(12, 2.6)
+        return not_available("no scenes, clips or drops recorded")
+    figure = new_figure(12, 2.6)
     ax = figure.add_subplot()
     rows = ["drops", "clips", "scenes"]
     if scenes and fps:
@@ -344,20 +350,20 @@ def _timeline(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str:
     duration = film.summary.film.duration
     if duration:
         ax.set_xlim(0, duration)
-    note = "" if scenes else _not_available("no scene list in summary.json")
+    note = "" if scenes else not_available("no scene list in summary.json")
     key = " ".join(
         f'<span class="swatch" style="background:{color}"></span>{name}'
         for name, color in _CLIP_COLORS.items()
     )
     legend = f'<p class="note timeline-key">clips: {key}</p>'
-    return _plot_img(figure, "timeline", "timeline of scenes, clips and drops") + legend + note
+    return plot_img(figure, "timeline", "timeline of scenes, clips and drops") + legend + note
 
 
 def _preview_grid(dataset: Dataset, manifest: pd.DataFrame, options: ReportOptions) -> str:
     playable = manifest[manifest["status"] == "ok"]
     if playable.empty:
-        return _not_available("no clip with status ok")
-    chosen = _evenly_spaced(playable, options.max_previews)
+        return not_available("no clip with status ok")
+    chosen = evenly_spaced(playable, options.max_previews)
     if chosen.empty:
         return f'<p class="note">{len(playable)} clips; previews switched off.</p>'
     cards = [_preview_card(dataset, row, options.preview_width) for _, row in chosen.iterrows()]
@@ -367,8 +373,8 @@ def _preview_grid(dataset: Dataset, manifest: pd.DataFrame, options: ReportOptio
         else f"{len(chosen)} of {len(playable)} clips, evenly spaced over the film."
     )
     loop = (
-        f"Each preview loops the clip's {_first(manifest, 'num_frames')} frames at "
-        f"{_first(manifest, 'fps')} fps."
+        f"Each preview loops the clip's {first_value(manifest, 'num_frames')} frames at "
+        f"{first_value(manifest, 'fps')} fps."
     )
     missing = int((~playable["instruction"].map(_has_instruction)).sum())
     if missing:
@@ -401,7 +407,7 @@ def _preview_card(
     text = f"<q>{html.escape(instruction)}</q>" if _has_instruction(instruction) else ""
     return (
         f'<figure class="clip" title="{html.escape(row["clip_id"])}">'
-        f'<img class="{css}" src="{_data_uri(data, mime)}" width="{width}" height="{height}" '
+        f'<img class="{css}" src="{data_uri(data, mime)}" width="{width}" height="{height}" '
         f'alt="clip {html.escape(row["clip_id"])}">'
         f"<figcaption><b>{html.escape(row['clip_id'][:8])}</b> #{row['clip_index']} "
         f"&middot; scene {row['scene_index']}<br>"
@@ -433,7 +439,7 @@ def _rejected_clips(
     dataset: Dataset, manifest: pd.DataFrame, options: ReportOptions, thresholds: RejectConfig
 ) -> str:
     if "usable" not in manifest:
-        return _not_available("the shards have no usable column")
+        return not_available("the shards have no usable column")
     rejected = manifest[~manifest["usable"].astype(bool)]
     if rejected.empty:
         return f'<p class="note">All {len(manifest)} clips are usable.</p>'
@@ -444,7 +450,7 @@ def _rejected_clips(
     ]
     for reason in reasons:
         group = rejected[rejected["reject_reasons"].apply(lambda rs, r=reason: r in rs)]
-        shown = _evenly_spaced(group[group["status"] == "ok"], options.max_rejected_previews)
+        shown = evenly_spaced(group[group["status"] == "ok"], options.max_rejected_previews)
         cards = [
             # a class of their own: the clip grid's previews stay one per shown clip
             _preview_card(
@@ -484,18 +490,18 @@ def _failed_clips(manifest: pd.DataFrame) -> str:
     if failed.empty:
         return '<p class="note">No clip failed.</p>'
     rows = [
-        (r.clip_id[:8], f"{r.start_time:.2f}-{r.end_time:.2f} s", _shown(r.error))
+        (r.clip_id[:8], f"{r.start_time:.2f}-{r.end_time:.2f} s", format_value(r.error))
         for r in failed.itertuples()
     ]
-    return _table(["clip", "time", "error"], rows)
+    return html_table(["clip", "time", "error"], rows)
 
 
 def _timings(summary: FilmSummary) -> str:
     seconds = summary.stage_seconds
     if not seconds:
-        return _not_available("no stage_seconds in summary.json")
+        return not_available("no stage_seconds in summary.json")
     stages = list(seconds)
-    figure = _new_figure(7, 0.4 * len(stages) + 1.0)
+    figure = new_figure(7, 0.4 * len(stages) + 1.0)
     ax = figure.add_subplot()
     bars = ax.barh(stages, [seconds[s] for s in stages], color="#6c8ebf")
     ax.bar_label(bars, labels=[f"{seconds[s]:.1f} s" for s in stages], fontsize=8, padding=3)
@@ -503,12 +509,12 @@ def _timings(summary: FilmSummary) -> str:
     ax.margins(x=0.15)  # room for the labels right of the longest bar
     ax.set_xlabel("seconds")
     ax.set_title(f"total {sum(seconds.values()):.1f} s", fontsize=9)
-    return _plot_img(figure, "timings", "stage timings")
+    return plot_img(figure, "timings", "stage timings")
 
 
 def _config(summary: FilmSummary) -> str:
     if summary.config is None:
-        return _not_available("no config in summary.json")
+        return not_available("no config in summary.json")
     text = json.dumps(summary.config, indent=2, sort_keys=True, default=str)
     return (
         f"<details><summary>resolved configuration</summary>"

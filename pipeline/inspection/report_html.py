@@ -13,26 +13,26 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from pipeline import __version__
-from pipeline.explore import Dataset, Film
+from pipeline.inspection.explore import Dataset, Film
 
 NOT_AVAILABLE = "not available"
 
 
-def _shown(value) -> str:
+def format_value(value) -> str:
     if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
         return NOT_AVAILABLE
     return str(value)
 
 
-def _number(value, pattern: str):
+def format_number(value, pattern: str):
     return pattern.format(value) if isinstance(value, (int, float)) else None
 
 
-def _size(width, height):
+def format_size(width, height):
     return f"{width}x{height}" if width and height else None
 
 
-def _duration(seconds):
+def format_duration(seconds):
     if not isinstance(seconds, (int, float)):
         return None
     minutes, rest = divmod(float(seconds), 60)
@@ -51,19 +51,19 @@ def review_text(counts: dict[str, int]) -> str:
     return text
 
 
-def _anchor(film: Film) -> str:
-    return f"film-{_slug(film.slug)}"
+def film_anchor(film: Film) -> str:
+    return f"film-{anchor_slug(film.slug)}"
 
 
-def _slug(text: str) -> str:
+def anchor_slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
 
 
-def _not_available(reason: str) -> str:
+def not_available(reason: str) -> str:
     return f'<p class="na">Not available: {html.escape(reason)}.</p>'
 
 
-def _table(
+def html_table(
     header: list[str], rows: list[tuple], show_header: bool = True, escape: bool = True
 ) -> str:
     cell = (lambda v: html.escape(str(v))) if escape else str
@@ -76,35 +76,35 @@ def _table(
     return f"<table>{head}{body}</table>"
 
 
-def _new_figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _plot_img(figure, name: str, alt: str) -> str:
+def plot_img(figure, name: str, alt: str) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
     return (
         f'<img class="plot" data-plot="{name}" alt="{html.escape(alt)}" '
-        f'src="{_data_uri(buffer.getvalue(), "image/png")}">'
+        f'src="{data_uri(buffer.getvalue(), "image/png")}">'
     )
 
 
-def _data_uri(data: bytes, mime: str) -> str:
+def data_uri(data: bytes, mime: str) -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def _contents(dataset: Dataset) -> str:
+def table_of_contents(dataset: Dataset) -> str:
     links = (
         ['<a href="#corpus">Corpus</a>', '<a href="#overview">Films</a>']
         if len(dataset.films) > 1
         else []
     )
-    links += [f'<a href="#{_anchor(f)}">{html.escape(f.slug)}</a>' for f in dataset.films]
+    links += [f'<a href="#{film_anchor(f)}">{html.escape(f.slug)}</a>' for f in dataset.films]
     links.append('<a href="#distributions">Distributions</a>')
     return " &middot; ".join(links)
 
 
-def _page(title: str, contents: str, body: str) -> str:
+def html_page(title: str, contents: str, body: str) -> str:
     generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">

@@ -11,7 +11,7 @@ duplicate of the first kept clip it matches.
 That rule depends only on which pairs of clips match, so the search and the choice are separate:
 - `near_pairs` finds every pair within the distance that involves a new clip: the mean distance of
   k 64-bit hashes is at most d exactly when the distance of their 64k-bit concatenation is at most
-  k*d, an exact range search over binary codes (pipeline/bitscan.py: a compiled scan with an
+  k*d, an exact range search over binary codes (pipeline/passes/bitscan.py: a compiled scan with an
   exact 3-word filter; an index, faiss's multi-index hashing, was slower at this radius, a fifth
   of the bits; docs/quality.md has the figures);
 - `choose_kept` then takes the pairs in visiting order: linear in the number of pairs.
@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 
 from core.film import FilmFolder, FolderError
 from core.io import write_table_atomic
-from pipeline.bitscan import range_pairs
+from pipeline.passes.bitscan import range_pairs
 from stages.quality import RejectConfig
 
 INDEX_FILE = "quality_index.parquet"

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 GENERIC = "generic"
-MANIFEST_DIR = Path(__file__).resolve().parent.parent / "manifests"
+MANIFEST_DIR = Path(__file__).resolve().parents[2] / "manifests"
 
 
 class ManifestError(ValueError):
@@ -109,7 +109,7 @@ def _film(item, base: Path, path: Path) -> FilmEntry:
 
 def _check_overrides(overrides: dict, source: str) -> None:
     """Try the overrides on a default configuration now, not when the film's turn comes."""
-    from pipeline.config import ConfigError, PipelineConfig, apply_mapping, check_choices
+    from pipeline.data.config import ConfigError, PipelineConfig, apply_mapping, check_choices
 
     config = PipelineConfig()
     try:

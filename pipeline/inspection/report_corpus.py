@@ -1,4 +1,4 @@
-"""The report's sections across the selected films (pipeline/report.py puts them first): the
+"""The report's sections across the selected films (pipeline/inspection/report.py puts them first): the
 corpus (the whole output folder's dataset.json), the films side by side, and the distributions
 of motion levels, caption values and drop reasons."""
 
@@ -12,22 +12,22 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator, NullLocator
 
 from core.record import CAPTION_PENDING
-from pipeline.explore import Dataset, film_ip
-from pipeline.report_html import (
+from pipeline.inspection.explore import Dataset, film_ip
+from pipeline.inspection.report_html import (
     NOT_AVAILABLE,
-    _anchor,
-    _duration,
-    _new_figure,
-    _not_available,
-    _plot_img,
-    _table,
+    film_anchor,
+    format_duration,
+    html_table,
+    new_figure,
+    not_available,
+    plot_img,
     review_text,
 )
 
 TOP_VALUES = 12  # bars per caption histogram: the long tail is read in the notebook
 
 
-def _corpus_section(dataset: Dataset) -> str:
+def corpus_section(dataset: Dataset) -> str:
     """The whole corpus first: what a user of many films checks before any single film."""
     overview = dataset.overview
     stage_seconds = overview["stage_seconds"]
@@ -52,27 +52,27 @@ def _corpus_section(dataset: Dataset) -> str:
             ", ".join(f"{k} {v:.1f} s ({v / busy:.0%})" for k, v in stage_seconds.items()),
         ),
     ]
-    table = _table(["", ""], rows, show_header=False)
+    table = html_table(["", ""], rows, show_header=False)
     return f'<section id="corpus"><h2>Corpus</h2>{table}</section>'
 
 
-def _overview_section(dataset: Dataset) -> str:
+def overview_section(dataset: Dataset) -> str:
     rows = []
     for film in dataset.films:
         manifest, drops = film.manifest, film.drops
-        link = f'<a href="#{_anchor(film)}">{html.escape(film.slug)}</a>'
+        link = f'<a href="#{film_anchor(film)}">{html.escape(film.slug)}</a>'
         rows.append(
             (
                 link,
                 film_ip(film) or NOT_AVAILABLE,
-                _duration(film.summary.film.duration),
+                format_duration(film.summary.film.duration),
                 len(manifest),
                 int((manifest["status"] != "ok").sum()),
                 len(drops),
                 review_text(film.review_counts),
             )
         )
-    table = _table(
+    table = html_table(
         ["film", "IP", "duration", "clips", "failed", "windows dropped", "manual review"],
         rows,
         escape=False,
@@ -80,7 +80,7 @@ def _overview_section(dataset: Dataset) -> str:
     return f'<section id="overview"><h2>Films</h2>{table}</section>'
 
 
-def _distributions_section(dataset: Dataset) -> str:
+def distributions_section(dataset: Dataset) -> str:
     scope = "all films" if len(dataset.films) > 1 else "this film"
     manifest = dataset.manifest
     parts = [
@@ -98,11 +98,11 @@ def _distributions_section(dataset: Dataset) -> str:
 def _motion_plot(manifest: pd.DataFrame, levels: dict | None) -> str:
     scopes = manifest["motion_scope"].dropna().astype(float)
     if scopes.empty:
-        return _not_available(
+        return not_available(
             "no clip has a motion_scope value yet (the motion stage has not run on these clips)"
         )
     edges = [float(e) for e in (levels or {}).get("edges", []) if np.isfinite(float(e))]
-    figure = _new_figure(11, 3.2)
+    figure = new_figure(11, 3.2)
     left, right = figure.subplots(1, 2, width_ratios=[2.2, 1])
     left.hist(scopes, bins=_scope_bins(left, scopes, edges), color="#6c8ebf")
     for edge in edges:
@@ -131,7 +131,7 @@ def _motion_plot(manifest: pd.DataFrame, levels: dict | None) -> str:
         "and no edges file for the clips' motion_levels_version)."
     )
     return (
-        _plot_img(figure, "motion", "histogram of motion scope with the level edges")
+        plot_img(figure, "motion", "histogram of motion scope with the level edges")
         + f'<p class="note">{html.escape(edges_text)}</p>'
     )
 
@@ -184,12 +184,12 @@ def _caption_plots(manifest: pd.DataFrame) -> str:
     note = f'<p class="note">Caption status: {html.escape(status_text)}.</p>'
     if all(values.empty for values in columns.values()):
         return (
-            _not_available(
+            not_available(
                 "no clip has caption fields yet (the captioning pass has not run on these clips)"
             )
             + note
         )
-    figure = _new_figure(12, 3.6)
+    figure = new_figure(12, 3.6)
     for ax, (name, values) in zip(figure.subplots(1, 3), columns.items()):
         counts = Counter(values).most_common(TOP_VALUES)
         if not counts:
@@ -199,14 +199,14 @@ def _caption_plots(manifest: pd.DataFrame) -> str:
             ax.barh([str(k) for k, _ in counts], [v for _, v in counts], color="#9467bd")
             ax.invert_yaxis()
         ax.set_title(name, fontsize=10)
-    return _plot_img(figure, "captions", "histograms of subject, environment and characters") + note
+    return plot_img(figure, "captions", "histograms of subject, environment and characters") + note
 
 
 def _drop_plot(dataset: Dataset) -> str:
     counts, lost = _drop_counts(dataset)
     if counts is None:
-        return _not_available("no drops.parquet rows and no drop counts in summary.json")
-    figure = _new_figure(7, 0.45 * len(counts) + 1.0)
+        return not_available("no drops.parquet rows and no drop counts in summary.json")
+    figure = new_figure(7, 0.45 * len(counts) + 1.0)
     ax = figure.add_subplot()
     bars = ax.barh(list(counts.index), list(counts.values), color="#ff7f0e")
     ax.bar_label(bars, fontsize=8, padding=3)
@@ -217,7 +217,7 @@ def _drop_plot(dataset: Dataset) -> str:
         (reason, count, NOT_AVAILABLE if lost is None else f"{lost[reason]:.1f} s")
         for reason, count in counts.items()
     ]
-    return _plot_img(figure, "drops", "histogram of drop reasons") + _table(
+    return plot_img(figure, "drops", "histogram of drop reasons") + html_table(
         ["reason", "windows", "film time lost"], rows
     )
 

@@ -40,7 +40,8 @@ from core.shards import (
     rewrite_row_groups,
     shard_paths,
 )
-from pipeline.duplicates import (
+from pipeline.data.manifest import write_manifest
+from pipeline.passes.duplicates import (
     CLIP_COLUMNS,
     INDEX_SCHEMA,
     PairIds,
@@ -50,10 +51,12 @@ from pipeline.duplicates import (
     near_pairs,
     stored_pairs,
 )
-from pipeline.manifest import write_manifest
 from stages.quality import RejectConfig, own_reasons, with_duplicate
 
 THRESHOLDS_FILE = "quality.json"
+# The label quality.json carries: the module's path when the label was first written, kept as it
+# was when the module moved into pipeline/passes/ so that the file stays byte-identical.
+WRITTEN_BY = "animegamer (pipeline/quality.py)"
 PASS_COLUMNS = [
     "clip_id",
     "film_id",
@@ -110,7 +113,7 @@ def film_thresholds(summary: FilmSummary | None) -> RejectConfig:
 
 def save_thresholds(location: Path, thresholds: RejectConfig) -> Path:
     return write_json_atomic(
-        {"thresholds": asdict(thresholds), "written_by": "animegamer (pipeline/quality.py)"},
+        {"thresholds": asdict(thresholds), "written_by": WRITTEN_BY},
         Path(location) / THRESHOLDS_FILE,
     )
 
@@ -118,7 +121,7 @@ def save_thresholds(location: Path, thresholds: RejectConfig) -> Path:
 def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
     """Decide every clip under `location` (a dataset or film folder) and rewrite what changed.
 
-    Films unchanged since the folder's index was written (pipeline/duplicates.py) come from the
+    Films unchanged since the folder's index was written (pipeline/passes/duplicates.py) come from the
     index, and only new or changed films are searched against the rest. With the index's own
     thresholds only films with a new or changed clip, or a changed duplicate, are read; new
     thresholds read every film. Films are read one at a time; the index is written last."""

@@ -25,11 +25,11 @@ from pathlib import Path
 from core.film import CAPTION_REWRITE_DIR, CaptionCounts, FilmFolder
 from core.record import CAPTION_FAILED, CAPTION_OK, CAPTION_PENDING, Clip
 from core.shards import ShardConfig, ShardWriter, read_clips, shard_paths
-from pipeline.config import PipelineConfig
+from pipeline.data.config import PipelineConfig
+from pipeline.data.ip import IP
+from pipeline.data.manifest import write_manifest
+from pipeline.data.review import Review, effective_quality, read_reviews
 from pipeline.executors import StageRunner, make_stage_runner
-from pipeline.ip import IP
-from pipeline.manifest import write_manifest
-from pipeline.review import Review, effective_quality, read_reviews
 from stages.base import clip_schema
 from stages.captioning.cache import CaptionCache
 from stages.captioning.stage import CaptionConfig, CaptionStage
@@ -50,7 +50,7 @@ def caption_film(
     """Caption every clip of `film_dir`; returns the `caption` section written to summary.json.
 
     `config`: a PipelineConfig (its `caption` and `shards` sections are used) or a CaptionConfig
-    (shards written with the default settings). `ip`: an IP (pipeline.ip), (name, [image paths])
+    (shards written with the default settings). `ip`: an IP (pipeline.data.ip), (name, [image paths])
     pairs, or None (no character matching). `engine`: an already-built engine (in-process only;
     tests, notebooks).
     """
@@ -198,7 +198,7 @@ def _caption_shards(
 
 def _as_reviewed(clips: list[Clip], reviews: dict[str, Review]) -> dict[str, bool]:
     """Let the caption stage see a person's decisions: a clip accepted in review is captioned
-    even if the quality stage rejected it, one rejected in review is not (pipeline/review.py).
+    even if the quality stage rejected it, one rejected in review is not (pipeline/data/review.py).
     Returns the stored flags, to be put back before the shard is rewritten."""
     stored = {clip.clip_id: clip.usable for clip in clips}
     for clip in clips:

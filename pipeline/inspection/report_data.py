@@ -12,10 +12,10 @@ import pandas as pd
 
 from core.film import CropRecord, FilmSummary, WindowRecord
 from core.video import rotate_frame
-from pipeline.explore import Dataset, Film
+from pipeline.inspection.explore import Dataset, Film
 
 
-def _crop_box(summary: FilmSummary, manifest: pd.DataFrame) -> tuple[int, int, int, int] | None:
+def crop_box(summary: FilmSummary, manifest: pd.DataFrame) -> tuple[int, int, int, int] | None:
     if summary.crop is not None and summary.crop.box is not None:
         return summary.crop.box
     if manifest.empty:
@@ -24,7 +24,7 @@ def _crop_box(summary: FilmSummary, manifest: pd.DataFrame) -> tuple[int, int, i
     return int(row["crop_x"]), int(row["crop_y"]), int(row["crop_w"]), int(row["crop_h"])
 
 
-def _middle_clip(manifest: pd.DataFrame) -> pd.Series | None:
+def middle_clip(manifest: pd.DataFrame) -> pd.Series | None:
     ok = manifest[manifest["status"] == "ok"]
     return None if ok.empty else ok.iloc[len(ok) // 2]
 
@@ -61,7 +61,7 @@ def source_frame_at(path: str, seconds: float) -> np.ndarray | None:
     return rotate_frame(shown.to_ndarray(format="rgb24"), int(round(shown.rotation or 0)) % 360)
 
 
-def _evenly_spaced(rows: pd.DataFrame, limit: int) -> pd.DataFrame:
+def evenly_spaced(rows: pd.DataFrame, limit: int) -> pd.DataFrame:
     if limit <= 0:
         return rows.iloc[:0]
     if len(rows) <= limit:
@@ -70,42 +70,42 @@ def _evenly_spaced(rows: pd.DataFrame, limit: int) -> pd.DataFrame:
     return rows.iloc[picks]
 
 
-def _first(frame: pd.DataFrame, column: str):
+def first_value(frame: pd.DataFrame, column: str):
     return frame[column].iloc[0] if not frame.empty else None
 
 
-def _film_name(film: Film, manifest: pd.DataFrame) -> str:
-    name = film.summary.film.film_name or _first(manifest, "film_name")
+def film_display_name(film: Film, manifest: pd.DataFrame) -> str:
+    name = film.summary.film.film_name or first_value(manifest, "film_name")
     return name or film.slug
 
 
-def _summary_drop_total(summary: FilmSummary) -> int | None:
+def summary_drop_total(summary: FilmSummary) -> int | None:
     drops = summary.drops
     return sum(drops.values()) if isinstance(drops, dict) else None
 
 
-def _clip_geometry(manifest: pd.DataFrame) -> str | None:
+def clip_geometry(manifest: pd.DataFrame) -> str | None:
     if manifest.empty:
         return None
     row = manifest.iloc[0]
     return f"{row['num_frames']} frames, {row['width']}x{row['height']}, {row['fps']:g} fps"
 
 
-def _report_title(dataset: Dataset, ip: str | None) -> str:
+def report_title(dataset: Dataset, ip: str | None) -> str:
     if len(dataset.films) == 1:
         film = dataset.films[0]
-        return _film_name(film, film.manifest)
+        return film_display_name(film, film.manifest)
     return f"{ip or dataset.root.name}: {len(dataset.films)} films"
 
 
-def _window_text(window: WindowRecord | None) -> str | None:
+def window_text(window: WindowRecord | None) -> str | None:
     if window is None or {"x", "y", "w", "h"} & window.absent:
         return None
     words = window.line() or "centred"
     return f"{window.x}, {window.y}, {window.w}, {window.h} ({words})"
 
 
-def _crop_text(crop: CropRecord | None) -> str | None:
+def crop_text(crop: CropRecord | None) -> str | None:
     if crop is None or crop.box is None:
         return None
     source = crop.source if "source" not in crop.absent else "source unknown"

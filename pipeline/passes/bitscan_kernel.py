@@ -1,4 +1,4 @@
-"""The compiled scan behind pipeline/bitscan.py (its docstring says what it does and why).
+"""The compiled scan behind pipeline/passes/bitscan.py (its docstring says what it does and why).
 
 Compiled by numba for the CPU it runs on, on first use in a process (about 2 s), and cached on
 disk so later processes load it (about 0.5 s). numba picks the cache folder when a function is
