@@ -13,7 +13,8 @@ A segment is one task with one CPU: swscale, OpenCV and x264 run one thread each
 decoder alone runs `run.decode_threads` (2): where a neighbour's core is idle, the tail of a
 film or a folder, the segment's decoding moves onto it; where none is, the two threads share the
 task's core.
-`stage_seconds` are CPU seconds of the thread that ran each stage.
+`stage_seconds` are CPU seconds of the thread that ran each stage (decode: the decoder's own
+threads as well).
 
 Segment boundaries are forced scene boundaries: the decoder starts a little before the segment
 (warm-up, so a cut in the segment's first frames is still seen) and runs a little past its end
@@ -181,6 +182,7 @@ class _SegmentRun:
             self.lane = _ClipLane(self.stages, writer)
             try:
                 self._decode_and_cut(reader)
+                self.seconds["decode"] += reader.codec_thread_seconds
                 self.lane.drain()
             finally:
                 self.lane.close()
