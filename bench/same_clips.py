@@ -76,8 +76,8 @@ def main(argv=None) -> int:
     if changed:
         print("clips changed:\n  " + "\n  ".join(changed))
         return 1
-    clips = sum(len(v) for k, v in now.items() if k.endswith(":clip_ids"))
-    print(f"same clips: {len(now)} files and {clips} clip ids byte-identical to {DIGESTS.name}")
+    clips = sum(len(ids) for ids in now.values() if isinstance(ids, list))
+    print(f"same clips: {len(now)} digests and {clips} clip ids as in {DIGESTS.name}")
     return 0
 
 
