@@ -211,7 +211,7 @@ def step(name: str, root: str) -> dict:
         detail["later_request_s"] = round(time.perf_counter() - again, 3)
         detail["clips_in_answer"] = len(answer.get("clips", []))
     elif name == "catalog":
-        from trainer.data import ClipCatalog
+        from trainer.shared.data import ClipCatalog
 
         detail = {"clips": len(ClipCatalog([root]))}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux

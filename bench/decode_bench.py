@@ -1,6 +1,6 @@
 """decord against PyAV where a clip's MP4 bytes are decoded for training and evaluation.
 
-The trainer (trainer/data.py ShotDataset._video) and evaluation decode each sample's `video`
+The trainer (trainer/shared/data.py ShotDataset._video) and evaluation decode each sample's `video`
 column, a 16-frame H.264 clip of 480x720, with `core.video.decode_mp4` (PyAV). The design named
 decord for this job; this measures both on the same clips, in the same run, alternating which goes
 first, single-threaded (one DataLoader worker decodes one clip at a time), and checks that both

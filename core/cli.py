@@ -137,6 +137,16 @@ class OneLineParser(argparse.ArgumentParser):
         return super().format_help()
 
 
+def module_parser(prog: str, description: str, add, *add_args) -> argparse.ArgumentParser:
+    """The parser of a module run on its own (`python -m ...`, e.g. under torchrun), with the same
+    arguments as its `animegamer` sub-command."""
+    parser = OneLineParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add(parser, *add_args)
+    return parser
+
+
 def epilog_when_helping(parser: argparse.ArgumentParser, make: Callable[[], str]) -> None:
     """The parser's epilog, made by `make` only when --help prints it: a list of every setting
     imports every stage (most of a second), which a command's other arguments never need."""

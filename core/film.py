@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from core.io import write_json_atomic
+from core.pixels import shape_words
 
 SHARDS_DIR = "shards"
 MANIFEST_FILE = "manifest.parquet"
@@ -111,11 +112,20 @@ class FilmFacts(JsonRecord):
     container_duration: float | None = None
     has_audio: bool | None = None
     warnings: list[str] = field(default_factory=list)
+    sar: str | None = None  # the stored pixels' sample aspect ratio, "32:27"; None: not recorded
+    field_pictures: int | None = None  # fields coded one by one, paired into the frames counted
+
+    def shape_words(self) -> str:
+        """`anamorphic 720x480 SAR 32:27, shown as 853x480`, or empty for square pixels."""
+        if self.sar is None or self.width is None or self.height is None:
+            return ""
+        return shape_words(self.width, self.height, self.sar, self.rotation)
 
 
 @dataclass
 class CropRecord(JsonRecord):
-    """The crop box in source pixels and where it came from (detected, manifest, setting)."""
+    """The crop box in stored source pixels (upright; not square where the film's `sar` is not
+    1:1) and where it came from (detected, manifest, setting)."""
 
     x: int = 0
     y: int = 0
@@ -141,6 +151,8 @@ class OverlayRecord(JsonRecord):
     logos: list[list[int]] = field(default_factory=list)  # [[x, y, w, h], ...]
     frames_sampled: int = 0  # sampled key frames that show a picture (black ones left out)
     text_scale: float = 1.0  # source pixels to the text detector's pixels
+    # [[y0, y1], ...]: a web player's interface at the picture's top or bottom, cropped away
+    player_rows: list[list[int]] = field(default_factory=list)
 
     def line(self) -> str:
         """The console's words: `hardsubbed: 71 % of frames, band y 420-470; logo at x
@@ -150,14 +162,16 @@ class OverlayRecord(JsonRecord):
             bands = ", ".join(f"y {y0}-{y1}" for y0, y1 in self.subtitle_bands)
             parts.append(f"hardsubbed: {self.subtitle_share * 100:.0f} % of frames, band {bands}")
         parts += [f"logo at x {x}-{x + w} y {y}-{y + h}" for x, y, w, h in self.logos]
+        parts += [f"player bar y {y0}-{y1} cropped" for y0, y1 in self.player_rows]
         return "; ".join(parts) if parts else "no overlays"
 
 
 @dataclass
 class SourceScale(JsonRecord):
     """How much a film's clips enlarge its picture: the clip region of the crop (the source
-    pixels a clip shows, the film's window) and the factor it is scaled by into
-    the clip's size. Recorded only when the factor is over 1."""
+    pixels a clip shows, the film's window, in square pixels as shown: 640x426 for a 720x426
+    window of 8:9 pixels) and the factor it is scaled by into the clip's size. Recorded only
+    when the factor is over 1."""
 
     factor: float = 1.0
     width: int = 0

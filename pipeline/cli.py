@@ -25,10 +25,10 @@ COMMANDS = {
     "quality-calibrate": "pipeline.commands.quality_calibrate",
     "report": "pipeline.commands.report",
     "review": "pipeline.commands.review",
-    "train": "trainer.cli",
-    "play": "trainer.play",
-    "export": "trainer.export",
-    "eval": "trainer.evaluate",
+    "train": "trainer.phases.cli",
+    "play": "trainer.delivery.play",
+    "export": "trainer.delivery.export",
+    "eval": "trainer.evaluation.evaluate",
 }
 
 

@@ -4,11 +4,7 @@ notebooks and scripts: `import pipeline.explore` gives the very module `pipeline
 
 from __future__ import annotations
 
-import importlib
-import importlib.abc
-import importlib.machinery
-import sys
-from types import ModuleType
+from core.moved import keep_old_paths
 
 # old name under `pipeline.` -> the room it moved to
 MOVED_TO_ROOM = {
@@ -45,28 +41,9 @@ def new_path(old: str) -> str | None:
     return f"pipeline.{room}.{name}" if room else None
 
 
-class _AliasLoader(importlib.abc.Loader):
-    def __init__(self, target: str) -> None:
-        self.target = target
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        # the import system keeps the module's own __name__ and __spec__ (they are already set),
-        # so the module stays what it is, under one more name in sys.modules
-        return importlib.import_module(self.target)
-
-    def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the module was executed under its new name."""
-
-
-class _OldPathFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):
-        target_name = new_path(fullname)
-        if target_name is None:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(target_name))
-
-
 def install_old_paths() -> None:
-    """Put the finder on sys.meta_path once (reloading the package must not add a second)."""
-    if not any(isinstance(finder, _OldPathFinder) for finder in sys.meta_path):
-        sys.meta_path.append(_OldPathFinder())
+    """Make every old path import its room's module (core/moved.py, the rule the trainer's old
+    paths follow too)."""
+    keep_old_paths(
+        {f"pipeline.{name}": f"pipeline.{room}.{name}" for name, room in MOVED_TO_ROOM.items()}
+    )

@@ -74,7 +74,7 @@ class Frame:
     computed when called, so a stage that never asks never pays. `starts_scene` and
     `in_transition` (the frame is part of a fade or dissolve: no clip may hold it) are known once
     scene detection has settled the frame (its lag has passed), and so is `is_flash` (one bright
-    frame inside a shot, stages/scenes.py SceneCuts: a clip shows the frame before it instead)."""
+    frame inside a shot, stages/scenes/cuts.py SceneCuts: a clip shows the frame before it instead)."""
 
     index: int
     small: Callable[[], np.ndarray]

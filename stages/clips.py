@@ -8,7 +8,7 @@ source frame rate, variable ones included. A window is emitted only once its las
 with no scene start inside it, so a clip never holds frames from both sides of a cut. Windows cut
 short (a scene's tail under 2 s, the end of a segment or film) are dropped and reported.
 
-Frames flagged `in_transition` (a fade or dissolve between shots, stages/scenes.py) form a scene of
+Frames flagged `in_transition` (a fade or dissolve between shots, stages/scenes/) form a scene of
 their own in which no window opens: the shot before ends where the transition starts, the shot
 after starts where it ends, and each transition is reported once as a `transition` drop.
 """
@@ -60,8 +60,9 @@ class ClipConfig(Settings):
     the clips, away from the film's burned-in subtitle bands and logos (stages/overlays.py);
     False keeps it centred. Films without overlays keep the centred window either way."""
     min_source_height: int = 0
-    """A film whose clips show fewer source rows than this (the crop, cut to the clip's aspect:
-    a 480x360 film shows 480x320, upscaled 1.5 times) gives no clips: each window becomes a
+    """A film whose clips show fewer source rows than this (the crop, cut to the clip's aspect
+    as the picture is shown: a 480x360 film shows 480x320, upscaled 1.5 times; a 720x480 DVD
+    of 4:3 in 8:9 pixels shows 426 rows) gives no clips: each window becomes a
     `small_source` drop naming the upscale. 480 refuses every upscaled film at the default
     720x480. 0 keeps them all; summary.json, the console line and the report name the upscale
     either way."""
@@ -85,16 +86,22 @@ class _Window:
     samples: dict[int, np.ndarray] = field(default_factory=dict)
 
 
-def output_region(crop: CropBox, config: ClipConfig) -> tuple[int, int, int, int]:
-    """The source rectangle (x, y, w, h) whose pixels a clip shows."""
+def output_region(
+    crop: CropBox, config: ClipConfig, aspect: float = 1.0
+) -> tuple[int, int, int, int]:
+    """The source rectangle (x, y, w, h, stored pixels) whose pixels a clip shows. `aspect` is
+    the width over the height of one source pixel (FilmInfo.pixel_aspect): center_crop cuts the
+    box to the clip's aspect as the picture is shown, so a 720x480 box of 32:27 pixels (a 16:9
+    picture) gives a 608x480 region, which the clip's resize widens back to 3:2."""
     config.validate()
     if config.resize != "center_crop":
         return crop.x, crop.y, crop.w, crop.h
     target = config.width / config.height
-    if crop.w / crop.h > target:
-        w = min(crop.w, int(round(crop.h * target / 2)) * 2)
+    # aspect 1.0 leaves every product below as it was: square films keep their regions exactly
+    if crop.w * aspect / crop.h > target:
+        w = min(crop.w, int(round(crop.h * target / aspect / 2)) * 2)
         return crop.x + (crop.w - w) // 2, crop.y, w, crop.h
-    h = min(crop.h, int(round(crop.w / target / 2)) * 2)
+    h = min(crop.h, int(round(crop.w * aspect / target / 2)) * 2)
     return crop.x, crop.y + (crop.h - h) // 2, crop.w, h
 
 
@@ -102,7 +109,9 @@ Box = tuple[int, int, int, int]  # x, y, w, h in source pixels
 SUBTITLE_BANDS, LOGOS = "subtitle_bands", "logos"  # OverlayRecord's keys, kept in WindowRecord
 
 
-def place_window(crop: CropBox, config: ClipConfig, overlays: OverlayRecord | None) -> WindowRecord:
+def place_window(
+    crop: CropBox, config: ClipConfig, overlays: OverlayRecord | None, aspect: float = 1.0
+) -> WindowRecord:
     """The part of the crop box every clip of a film shows. `output_region` sizes it and
     centres it; where the box is wider (or taller) than the clips' aspect, the window may slide
     along that side. It goes where it shows the fewest rows of subtitle band, then where it
@@ -112,8 +121,9 @@ def place_window(crop: CropBox, config: ClipConfig, overlays: OverlayRecord | No
     every frame, so a window that still shows one of them saves no clip: the window moves for
     logos only where it leaves them all, which also keeps it centred where the logo pass
     mistook steady picture edges for several logos. With no overlay (or `clips.avoid_overlays`
-    off) it stays centred, so such films keep their clip ids."""
-    centred = output_region(crop, config)
+    off) it stays centred, so such films keep their clip ids. `aspect`: the source pixels'
+    width over height (output_region); the window is 3:2 as shown, its box in stored pixels."""
+    centred = output_region(crop, config, aspect)
     found = _overlay_boxes(crop, overlays)
     region = centred
     if config.avoid_overlays and any(found.values()):
@@ -186,16 +196,21 @@ def _as_overlays(boxes: dict[str, list]) -> dict[str, list[list[int]]]:
     return {SUBTITLE_BANDS: bands, LOGOS: [list(box) for box in boxes[LOGOS]]}
 
 
-def source_scale(region: Box, config: ClipConfig) -> SourceScale | None:
+def source_scale(region: Box, config: ClipConfig, aspect: float = 1.0) -> SourceScale | None:
     """How many times the clips enlarge the picture they show (`region`, the film's window:
     `fit_frame`'s scale, the larger of the two for center_crop and stretch, the smaller for
-    pad), or None when they do not."""
+    pad), or None when they do not. The picture is taken as shown (`aspect`: a source pixel's
+    width over its height), so a 16:9 DVD's 608x480 window of 32:27 pixels, shown 720x480, is
+    not upscaled: widening its pixels is the format's own display, and its rows, which hold
+    its detail, are kept one for one. A 4:3 DVD's 720x426 window of 8:9 pixels (shown 640x426)
+    is upscaled 1.13 times."""
     _, _, w, h = region
-    along = (config.width / w, config.height / h)
+    shown_w = w * aspect  # aspect 1.0: w itself, so square films keep their figures exactly
+    along = (config.width / shown_w, config.height / h)
     factor = min(along) if config.resize == "pad" else max(along)
     if round(factor, 2) <= 1.0:
         return None
-    return SourceScale(factor=round(factor, 3), width=w, height=h)
+    return SourceScale(factor=round(factor, 3), width=int(round(shown_w)), height=h)
 
 
 def _refusal(region: tuple, scale: SourceScale | None, config: ClipConfig) -> str | None:
@@ -213,16 +228,21 @@ def fit_frame(
     size: tuple[int, int] | None = None,
     fill: int = 0,
     out: np.ndarray | None = None,
+    aspect: float = 1.0,
 ) -> np.ndarray:
     """Cut `region` (x, y, w, h) out of a picture (RGB, or one plane) and bring it to `size`
-    (w, h; the clip's by default): the one geometry rule every representation goes through."""
+    (w, h; the clip's by default): the one geometry rule every representation goes through.
+    The result has square pixels: `aspect` (a source pixel's width over its height) matters
+    to pad alone, since center_crop's region already has the clip's shape as shown and
+    stretch fills the clip whatever the shape."""
     width, height = size or (config.width, config.height)
     x, y, w, h = region
     picture = image[y : y + h, x : x + w]
     if config.resize != "pad":
         return _resize(picture, width, height, out)
-    scale = min(width / w, height / h)
-    inner_w, inner_h = int(round(w * scale)), int(round(h * scale))
+    shown_w = w * aspect
+    scale = min(width / shown_w, height / h)
+    inner_w, inner_h = int(round(shown_w * scale)), int(round(h * scale))
     if out is None:
         out = np.empty((height, width, *image.shape[2:]), np.uint8)
     out[...] = fill
@@ -235,9 +255,10 @@ def fit_i420(
     planes: tuple[np.ndarray, np.ndarray, np.ndarray],
     region: tuple[int, int, int, int],
     config: ClipConfig,
+    aspect: float = 1.0,
 ) -> np.ndarray:
     """Fit a source frame's Y, U, V planes into one (H * 3/2) x W I420 array, each plane scaled
-    once, straight into place."""
+    once, straight into place (`aspect`: fit_frame's)."""
     height, width = config.height, config.width
     if height % 2 or width % 2:
         raise ValueError(f"clips.height and clips.width must be even, got {height}x{width}")
@@ -246,7 +267,7 @@ def fit_i420(
     fill = (_BLACK_Y, _GREY_UV, _GREY_UV)
     regions = (region, chroma_region(region), chroma_region(region))
     for plane, area, target, value in zip(planes, regions, targets, fill):
-        fit_frame(plane, area, config, (target.shape[1], target.shape[0]), value, target)
+        fit_frame(plane, area, config, (target.shape[1], target.shape[0]), value, target, aspect)
     return out
 
 
@@ -315,7 +336,8 @@ class ClipSplitter:
         self.segment_index = segment_index
         self.is_last_segment = is_last_segment
         self.region = region  # the film's window (place_window): what every clip shows
-        self.refusal = _refusal(region, source_scale(region, config), config)
+        scale = source_scale(region, config, film.pixel_aspect)
+        self.refusal = _refusal(region, scale, config)
         # start time of every frame, plus the end of the last one, so a window that ends exactly
         # with the film still fits
         self.times = film.frame_times() + [film.duration]
@@ -335,7 +357,11 @@ class ClipSplitter:
             out += self._close_scene(index)
             self._open_scene(index, frame.in_transition)
         out += self._close_passed_windows(index)
-        fitted = _Once(lambda: self.to_bt601(fit_i420(frame.planes(), self.region, self.config)))
+        fitted = _Once(
+            lambda: self.to_bt601(
+                fit_i420(frame.planes(), self.region, self.config, self.film.pixel_aspect)
+            )
+        )
         shown = (index, fitted)
         if frame.is_flash and self.previous is not None:
             shown = self.previous  # a one-frame flash is not sampled: the frame before it is

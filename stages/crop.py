@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.settings import Settings
-from core.video import FrameReader, rotate_frame
+from stages.film_samples import sample_luma_frames
 from stages.probe import FilmError, FilmInfo
 
 
@@ -100,37 +100,3 @@ class BorderCrop:
                 f"{film.width}x{film.height} picture"
             )
         return CropBox(x, y, w, h, "manifest")
-
-
-def sample_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
-    """Upright luma planes of up to `count` key frames spread evenly over the film.
-
-    Key frames only: they decode on their own, so sampling never decodes the film a second time
-    (the segments decode every frame once). Encoders place key frames at scene changes too, so
-    they cover the film's variety of shots well."""
-    reader = FrameReader(film.path, film.frame_pts)
-    return [
-        rotate_frame(frame.to_ndarray(format="gray"), film.rotation)
-        for _, frame in reader.keyframes(max(1, count), film.keyframes)
-    ]
-
-
-def spread_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
-    """Upright luma planes of `count` frames spread evenly over the film, from one decoding
-    pass over all of it: for a short film with few key frames (a pass over it costs little).
-
-    The pass skips the frames no other frame refers to, unless wanted (FrameReader `only`): the
-    same planes, at 0.9-1.6 instead of 1.4-2.3 CPU-s on the sample film (1253 frames) and 0.2
-    instead of 0.3 on bikes.mp4. Should a wanted frame not come out that way (a container whose
-    packet timestamps are not its frames'), the pass is made again without skipping."""
-    wanted = {int(i * film.num_frames / count) for i in range(count)}
-    for only in (wanted, None):
-        reader = FrameReader(film.path, film.frame_pts)
-        found = [
-            (index, rotate_frame(frame.to_ndarray(format="gray"), film.rotation))
-            for index, frame in reader.frames(0, max(wanted) + 1, only)
-            if index in wanted
-        ]
-        if len(found) == len(wanted):
-            break
-    return [plane for _, plane in found]

@@ -121,7 +121,7 @@ def is_held(
 ) -> bool:
     """Two small grey frames show the same drawing: at most `max_fraction` of the pixels moved by
     more than `pixel_delta` grey levels, once `b` has `a`'s brightness (`relight`: the motion
-    stage's held pairs, so that a fade is no motion). The cut detector (stages/scenes.py) asks
+    stage's held pairs, so that a fade is no motion). The cut detector (stages/scenes/) asks
     without `relight`: brought to a black frame's brightness, any picture is black, and the cut
     out of black would read as a held drawing."""
     changed = cv2.absdiff(a, match_brightness(b, a) if relight else b) > pixel_delta

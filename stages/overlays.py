@@ -34,16 +34,16 @@ from core.frames import as_clip_frames
 from core.record import Clip
 from core.settings import ConfigError, Settings
 from stages.base import ClipStage, FilmContext, register_clip_stage
-from stages.crop import CropBox, spread_luma_frames
+from stages.crop import CropBox
+from stages.edge_text import edge_text_share, edge_zones
+from stages.film_samples import SamplePlan, sample_plan
+from stages.logos import persistent_edges, views
+from stages.overlays_text import Box, subtitle_like, text_lines
+from stages.player_bars import player_rows
 from stages.probe import FilmInfo
 from stages.quality import TextDetector
 
-Box = tuple[int, int, int, int]  # x0, y0, x1, y1 (exclusive)
-
 BLACK_PEAK = 24  # a sampled frame whose 98th-percentile grey is at most this shows no picture
-LOGO_WIDTH = 480  # the persistent-edge map is made at this width (the crop box's)
-SAME_THUMBNAIL = 10  # two pictures are one view when their 32x18 thumbnails differ less (grey)
-SAME_HISTOGRAM = 0.25  # ... or their 32-bin grey histograms differ less (L1 of shares)
 
 
 @dataclass
@@ -53,9 +53,18 @@ class OverlayConfig(Settings):
     enabled: bool = True
     """Find subtitle bands and logos once per film, and measure each clip against them."""
     samples: int = 48
-    """Key frames sampled evenly across the film (the border crop's own samples, shared)."""
+    """At most this many frames sampled evenly across the film (the border crop reads the same
+    frames: stages/film_samples.py)."""
+    seconds_per_sample: float = 1.0
+    """One sampled frame per this many seconds of film, within min_samples..samples: the pass's
+    work follows the film's length (a 6-s clip needs 8 frames, a film of 48 s or more 48)."""
+    min_samples: int = 8
+    """At least this many frames, however short the film."""
     min_text_pixels: int = 12
     """The smallest subtitle to find, in source pixels (the height of a line's letters)."""
+    min_text_share: float = 1 / 45
+    """...or this share of the picture's height, when larger: 12 pixels up to 540 lines, 24 at
+    1080 (`scale_for`)."""
     detector_pixels: int = 9
     """The smallest text height the detector finds in its input: 12-pixel subtitles were all
     found at 0.75 scale (9 px) and a third of them at 0.5 (6 px) (docs/quality.md)."""
@@ -74,8 +83,16 @@ class OverlayConfig(Settings):
     """A pixel is part of a logo when it is an edge in at least this share of the sampled
     frames that show a picture (frames of many different shots)."""
     logo_min_shots: int = 5
-    """No logo is looked for in a film whose sampled frames show fewer views than this (too few
-    different pictures to tell a mark drawn over them from the pictures)."""
+    """With this many views or more, a mark that holds its edges is a logo (a semi-transparent
+    one included)..."""
+    logo_few_views: int = 3
+    """...with fewer, down to this many (a short piece, or shot / reverse shot: six shots of a
+    dialogue are three views), only an opaque mark is: its pixels also keep their grey levels
+    across the views (within `logo_steady_grey`), which a background never does across
+    different pictures. Fewer views than this: no logo is looked for."""
+    logo_steady_grey: float = 12.0
+    """The median, over a mark's edge pixels, of the spread (highest less lowest) of the views'
+    mean grey levels there, at most this for an opaque mark."""
     logo_margin: float = 0.35
     """A logo lies in a corner: wholly within this share of the picture's width of its left or
     right edge and of its height of its top or bottom edge (channel marks and watermarks sit in
@@ -94,12 +111,44 @@ class OverlayConfig(Settings):
     """The clip pass enlarges the band at least this much over the clip's pixels: a two-word
     14-pixel English line over sky read 0.003 at 1.0 and 0.045 at 1.25 (docs/quality.md)."""
 
+    player_zone: float = 0.15
+    """Share of the picture's height, from the bottom and from the top, where a web player's
+    interface is looked for (stages/player_bars.py)..."""
+    player_step: int = 24
+    """...as rows where the grey level steps by at least this much from the row above..."""
+    player_width: float = 0.6
+    """...across at least this share of the picture's width (a progress line, a panel's edge)..."""
+    player_min_views: int = 2
+    """...at the same row in pictures of at least this many views (0: not looked for)."""
+    player_margin: float = 0.03
+    """The rows cropped away reach this share of the height beyond the rule, towards the
+    middle (the controls and time codes beside the progress line)."""
+    edge_frames: list[int] = field(default_factory=lambda: [0, 15])
+    """Frames of each clip whose top and bottom edges are looked at for rare overlay text (a
+    note, a sign's caption: too rare to make a band; stages/edge_text.py). A line on screen for
+    2 s or more that the clip shows at all is on its first or its last frame. Empty: not
+    looked at."""
+    edge_top: float = 0.12
+    """Share of the clip's height, from the top, looked at for rare text (a note sits at the
+    very top)..."""
+    edge_bottom: float = 0.15
+    """...and from the bottom (a caption's one line, with its margin; two-line subtitles come
+    often enough to make a band)."""
+    edge_scale: list[float] = field(default_factory=lambda: [0.5, 1.0])
+    """The clip's pixels to the detector's for the edges: the film pass's scale (the smallest
+    subtitle, `min_text_pixels` or `min_text_share` of the source, reaches `detector_pixels`:
+    0.56 for a 360 to 540-line source, 0.84 for 720 and 1080), kept within these bounds."""
+
     def validate(self) -> None:
+        if len(self.edge_scale) != 2 or not 0 < self.edge_scale[0] <= self.edge_scale[1]:
+            raise ConfigError(
+                f"overlays.edge_scale={self.edge_scale}: give [low, high], 0 < low <= high"
+            )
         if self.min_text_pixels < 1 or self.detector_pixels < 1:
             raise ConfigError("overlays.min_text_pixels and detector_pixels must be at least 1")
         if not self.clip_frames or any(p < 0 for p in self.clip_frames):
             raise ConfigError(f"overlays.clip_frames={self.clip_frames}: give frame positions")
-        for name in ("bottom_zone", "top_zone"):
+        for name in ("bottom_zone", "top_zone", "edge_top", "edge_bottom"):
             if not 0 <= getattr(self, name) <= 0.5:
                 raise ConfigError(f"overlays.{name}={getattr(self, name)}: give 0 to 0.5")
 
@@ -109,55 +158,13 @@ class OverlayConfig(Settings):
         smallest text (never enlarged)."""
         return min(1.0, self.detector_pixels / self.min_text_pixels)
 
-
-# ----------------------------------------------------------------------------- text lines
-
-
-def text_lines(detector: TextDetector, grey: np.ndarray, scale: float) -> list[Box]:
-    """The text lines the detector finds in a grey picture shrunk by `scale`, as boxes in the
-    picture's pixels: each blob of the probability map, grown back by DB's unclip rule (the
-    network marks a shrunk kernel of each line), then the blobs of one line joined. The shrunk
-    picture is padded (not stretched) to the multiples of 32 the network needs, so a thin band
-    keeps its scale."""
-    height, width = grey.shape
-    size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
-    small = cv2.resize(grey, size, interpolation=interpolation)
-    padded = cv2.copyMakeBorder(
-        small, 0, -size[1] % 32, 0, -size[0] % 32, cv2.BORDER_CONSTANT, value=16
-    )
-    probability = detector.grey_map(padded)
-    sx, sy = width / size[0], height / size[1]
-    count, _, stats, _ = cv2.connectedComponentsWithStats(
-        (probability > detector.threshold).astype(np.uint8), connectivity=8
-    )
-    boxes = []
-    for x, y, w, h, area in stats[1:count]:
-        if area < 3:
-            continue
-        grow = area * 1.5 / (2 * (w + h))  # DB's unclip distance for a ratio of 1.5
-        x0, x1 = (x - grow) * sx, (x + w + grow) * sx
-        y0, y1 = (y - grow) * sy, (y + h + grow) * sy
-        box = (max(0, int(x0)), max(0, int(y0)), min(width, int(x1 + 1)), min(height, int(y1 + 1)))
-        if box[2] > box[0] and box[3] > box[1]:  # not wholly in the padding
-            boxes.append(box)
-    return join_lines(boxes)
-
-
-def join_lines(boxes: list[Box]) -> list[Box]:
-    """Boxes that share most of their rows and lie within two heights of each other side by side
-    are one line (Latin words come out of the detector one by one)."""
-    lines: list[list[int]] = []
-    for x0, y0, x1, y1 in sorted(boxes):
-        for line in lines:
-            overlap = min(y1, line[3]) - max(y0, line[1])
-            height = max(y1 - y0, line[3] - line[1])
-            if overlap > 0.5 * min(y1 - y0, line[3] - line[1]) and x0 - line[2] < 2 * height:
-                line[:] = [min(x0, line[0]), min(y0, line[1]), max(x1, line[2]), max(y1, line[3])]
-                break
-        else:
-            lines.append([x0, y0, x1, y1])
-    return [tuple(line) for line in lines]  # type: ignore[misc]
+    def scale_for(self, height: int) -> float:
+        """`scale` for a picture `height` rows tall: the smallest subtitle is `min_text_pixels`
+        or `min_text_share` of the height, whichever is larger (subtitles are drawn in
+        proportion to the picture: a 1080-line picture's smallest is 24 pixels, not 12, and
+        its zones go to the detector at half the size: a quarter of the work)."""
+        smallest = max(self.min_text_pixels, self.min_text_share * height)
+        return min(1.0, self.detector_pixels / smallest)
 
 
 # ----------------------------------------------------------------------------- the film pass
@@ -177,12 +184,40 @@ class FilmOverlays:
         config.validate()
         self.config, self.detector = config, detector
 
-    def process(self, luma_frames: Sequence[np.ndarray], crop: CropBox) -> OverlayRecord:
-        pictures = [
-            f[crop.y : crop.y + crop.h, crop.x : crop.x + crop.w]
-            for f in luma_frames
-            if np.percentile(f[::4, ::4], 98) > BLACK_PEAK
-        ]
+    def without_player(
+        self, luma_frames: Sequence[np.ndarray], crop: CropBox
+    ) -> tuple[CropBox, list[list[int]]]:
+        """The crop box with a web player's interface cropped away, and the rows it covered
+        (source pixels); the box itself when none is found (stages/player_bars.py)."""
+        config = self.config
+        pictures = _pictures(luma_frames, crop)
+        if config.player_min_views < 1 or not pictures:
+            return crop, []
+        rows = player_rows(
+            pictures,
+            views(pictures),
+            config.player_zone,
+            config.player_step,
+            config.player_width,
+            config.player_min_views,
+            config.player_margin,
+        )
+        if not rows:
+            return crop, []
+        top = max([y1 for y0, y1 in rows if y0 == 0], default=0)
+        bottom = min([y0 for y0, y1 in rows if y1 == crop.h], default=crop.h)
+        top, bottom = top + top % 2, bottom - bottom % 2  # even, as the border crop's
+        if bottom - top < crop.h // 2:
+            return crop, []  # most of the picture: not a player's bar
+        box = CropBox(crop.x, crop.y + top, crop.w, bottom - top, "detected")
+        return box, [[crop.y + y0, crop.y + y1] for y0, y1 in rows]
+
+    def process(
+        self, luma_frames: Sequence[np.ndarray], crop: CropBox, player: Sequence[Sequence[int]] = ()
+    ) -> OverlayRecord:
+        """The record of the overlays inside `crop`; `player`: the player rows that
+        `without_player` cropped away, recorded as they are."""
+        pictures = _pictures(luma_frames, crop)
         lines = [line for i, p in enumerate(pictures) for line in self._zone_lines(i, p)]
         bands = self._bands(lines, pictures, crop)
         showing = {
@@ -198,7 +233,8 @@ class FilmOverlays:
             subtitle_share=round(len(showing) / len(pictures), 3) if pictures else 0.0,
             logos=[[crop.x + x0, crop.y + y0, x1 - x0, y1 - y0] for x0, y0, x1, y1 in logos],
             frames_sampled=len(pictures),
-            text_scale=round(self.config.scale, 3),
+            text_scale=round(self.config.scale_for(crop.h), 3),
+            player_rows=[list(rows) for rows in player],
         )
 
     def _logos(self, pictures: list[np.ndarray]) -> list[Box]:
@@ -208,13 +244,14 @@ class FilmOverlays:
         """Subtitle-like lines of one frame's bottom and top zones: at least as wide as tall,
         their middle within `centre` of the picture's (subtitles are centred)."""
         height, width = picture.shape
+        scale = self.config.scale_for(height)
         found = []
         bottom = height - int(height * self.config.bottom_zone)
         top = int(height * self.config.top_zone)
         for start, stop, is_bottom in ((bottom, height, True), (0, top, False)):
             if stop - start < 8:
                 continue
-            for x0, y0, x1, y1 in text_lines(self.detector, picture[start:stop], self.config.scale):
+            for x0, y0, x1, y1 in text_lines(self.detector, picture[start:stop], scale):
                 middle = (x0 + x1) / 2
                 if x1 - x0 < (y1 - y0) or abs(middle - width / 2) > self.config.centre * width:
                     continue
@@ -252,6 +289,15 @@ class FilmOverlays:
         return [(max(0, y0), min(crop.h, y1)) for y0, y1 in merged]
 
 
+def _pictures(luma_frames: Sequence[np.ndarray], crop: CropBox) -> list[np.ndarray]:
+    """The sampled frames inside the crop box, those that show no picture (black) left out."""
+    return [
+        f[crop.y : crop.y + crop.h, crop.x : crop.x + crop.w]
+        for f in luma_frames
+        if np.percentile(f[::4, ::4], 98) > BLACK_PEAK
+    ]
+
+
 def _distinct(lines: list[_Line], thumbnails: list[np.ndarray]) -> int:
     """How many of `lines` are different sightings: a line counts when its frame's 32x18
     thumbnail differs from every counted one's by more than 6 grey levels on average, or when
@@ -276,104 +322,13 @@ def _rows_overlap(box: Box, band: tuple[int, int]) -> float:
     return max(0, min(box[3], band[1]) - max(box[1], band[0])) / height
 
 
-def views(pictures: Sequence[np.ndarray]) -> list[list[int]]:
-    """The sampled pictures grouped into views: a picture joins the first view whose first
-    picture it resembles (32x18 thumbnails within 10 grey levels on average, or grey-level
-    histograms within 0.25 of each other: a pan, new drawings of one shot, the same shot sampled
-    again later), else it starts one. Marks drawn over the film stay put across views; a
-    background stays put only within its own."""
-    firsts: list[tuple[np.ndarray, np.ndarray]] = []
-    groups: list[list[int]] = []
-    for index, picture in enumerate(pictures):
-        small = cv2.resize(picture, (32, 18), interpolation=cv2.INTER_AREA).astype(np.int16)
-        histogram = (
-            np.bincount(picture[::4, ::4].ravel() // 8, minlength=32) / picture[::4, ::4].size
-        )
-        for (thumbnail, counts), group in zip(firsts, groups):
-            if (
-                np.abs(small - thumbnail).mean() <= SAME_THUMBNAIL
-                or np.abs(histogram - counts).sum() <= SAME_HISTOGRAM
-            ):
-                group.append(index)
-                break
-        else:
-            firsts.append((small, histogram))
-            groups.append([index])
-    return groups
-
-
-def persistent_edges(pictures: Sequence[np.ndarray], config: OverlayConfig) -> list[Box]:
-    """Boxes (crop box pixels) of edges that stay put across views: each picture's edges
-    (Canny, at LOGO_WIDTH, grown by a pixel); each view votes for the pixels that are edges in
-    half of its pictures; a pixel voted for by `logo_persistence` of the views is a logo's, and
-    nearby such pixels are joined into one box, kept when it lies along the picture's edges.
-    Picture content changes from view to view, so only what is drawn over them stays. No box
-    without `logo_min_shots` views."""
-    runs = views(pictures)
-    if len(runs) < config.logo_min_shots:
-        return []
-    height, width = pictures[0].shape
-    scale = min(1.0, LOGO_WIDTH / width)
-    size = (max(1, int(width * scale)), max(1, int(height * scale)))
-    grow = np.ones((3, 3), np.uint8)
-    share = np.zeros(size[::-1], np.float32)  # per pixel: the share of views it is an edge in
-    for run in runs:
-        counts = np.zeros(size[::-1], np.uint16)
-        for index in run:
-            small = cv2.resize(pictures[index], size, interpolation=cv2.INTER_AREA)
-            counts += cv2.dilate(cv2.Canny(small, 40, 120), grow) > 0
-        share += (counts * 2 >= len(run)) / len(runs)
-    steady = (share >= config.logo_persistence).astype(np.uint8)
-    steady[:3], steady[-3:], steady[:, :3], steady[:, -3:] = 0, 0, 0, 0  # the crop's own edge
-    joined = cv2.dilate(steady, np.ones((9, 9), np.uint8))
-    count, labels, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
-    boxes = []
-    for label in range(1, count):
-        x, y, w, h, _ = stats[label]
-        mask = labels == label
-        edges = int(steady[mask].sum())
-        if edges < 12 or w > size[0] / 2 or h > size[1] / 2:
-            continue  # a speck, or a line across the picture (structure, not a mark)
-        if not _at_the_edge((x, y, x + w, y + h), size, config.logo_margin):
-            continue  # marks are put where they hide the least: in corners
-        if _contrast(share, mask, steady) < config.logo_contrast:
-            continue  # its surroundings stay put nearly as well: a still background
-        boxes.append(
-            (
-                max(0, int((x + 2) / scale) - 2),
-                max(0, int((y + 2) / scale) - 2),
-                min(width, int((x + w - 2) / scale) + 2),
-                min(height, int((y + h - 2) / scale) + 2),
-            )
-        )
-    return boxes
-
-
-def _contrast(share: np.ndarray, mask: np.ndarray, steady: np.ndarray) -> float:
-    """How much better a candidate's edges stay put than its surroundings': the mean share of
-    views of its steady pixels less the mean share of the ring 15 pixels around it. A mark
-    drawn over the film stands out of a picture that changes behind it; an edge of a background
-    that a few views share is surrounded by edges that most of those views share too."""
-    ring = cv2.dilate(mask.astype(np.uint8), np.ones((31, 31), np.uint8)).astype(bool) & ~mask
-    inside = mask & steady.astype(bool)
-    return float(share[inside].mean() - share[ring].mean()) if ring.any() else 0.0
-
-
-def _at_the_edge(box: Box, size: tuple[int, int], margin: float) -> bool:
-    """Whether the box lies in a corner: wholly within `margin` of the picture's width of its
-    left or right edge, and within `margin` of its height of its top or bottom edge."""
-    width, height = size
-    x0, y0, x1, y1 = box
-    beside = x1 <= margin * width or x0 >= (1 - margin) * width
-    return beside and (y1 <= margin * height or y0 >= (1 - margin) * height)
-
-
-def overlay_frames(film: FilmInfo, keyframes: list[np.ndarray], config: OverlayConfig):
-    """The grey frames the film pass looks at: the sampled key frames (the border crop's),
-    or, for a short film with too few key frames, frames spread evenly over it."""
-    if film.keyframes >= config.samples or film.num_frames > config.spread_max_frames:
-        return keyframes
-    return spread_luma_frames(film, config.samples)
+def overlay_sample_plan(film: FilmInfo, config: OverlayConfig, most: int) -> SamplePlan:
+    """The frames the film pass and the border crop beside it read: at most `most` (the larger
+    of the two passes' `samples`), one per `seconds_per_sample`, from key frames or, for a short
+    film with too few key frames, from one decoding pass over it."""
+    return sample_plan(
+        film, most, config.seconds_per_sample, config.min_samples, config.spread_max_frames
+    )
 
 
 def film_overlays(config) -> FilmOverlays:
@@ -406,7 +361,8 @@ class OverlayStage(ClipStage):
         self.detector = TextDetector(film.text_model, 256, film.text_probability)
 
     def setup(self) -> None:
-        if self.film.overlays is not None and self.film.overlays.subtitle_bands:
+        overlays = self.film.overlays
+        if overlays is not None and (overlays.subtitle_bands or self.config.edge_frames):
             self.detector.load()
 
     def process(self, clip: Clip) -> Clip:
@@ -415,11 +371,27 @@ class OverlayStage(ClipStage):
             return clip  # the film pass did not run: nothing measured, no reason
         region = (clip.crop_x, clip.crop_y, clip.crop_w, clip.crop_h)
         clip.overlay_logo_share = round(logo_share(overlays.logos, region), 4)
-        clip.overlay_subtitle_area = round(self._subtitle_area(clip, overlays, region), 5)
+        frames = as_clip_frames(clip.frames).luma()
+        area = max(
+            self._subtitle_area(clip, frames, overlays, region),
+            self._edge_text(clip, frames, overlays.text_scale),
+        )
+        clip.overlay_subtitle_area = round(area, 5)
         return clip
 
-    def _subtitle_area(self, clip: Clip, overlays: OverlayRecord, region: Box4) -> float:
-        frames = as_clip_frames(clip.frames).luma()
+    def _edge_text(self, clip: Clip, frames: np.ndarray, text_scale: float) -> float:
+        """Rare overlay text at the clip's top and bottom edges (stages/edge_text.py)."""
+        picked = sorted({min(i, len(frames) - 1) for i in self.config.edge_frames})
+        if not picked:
+            return 0.0
+        low, high = self.config.edge_scale
+        scale = min(high, max(low, text_scale * clip.crop_h / clip.height))
+        zones = edge_zones(clip.height, self.config.edge_top, self.config.edge_bottom)
+        return edge_text_share(self.detector, [frames[i] for i in picked], zones, scale)
+
+    def _subtitle_area(
+        self, clip: Clip, frames: np.ndarray, overlays: OverlayRecord, region: Box4
+    ) -> float:
         rows = [
             band
             for band in (
@@ -494,20 +466,10 @@ def band_text_share(
         area = sum(
             (x1 - x0) * max(0, min(y1, bottom) - max(y0, top))
             for x0, y0, x1, y1 in lines
-            if x1 - x0 >= y1 - y0
-            and (
-                abs((x0 + x1) / 2 - width / 2) <= width / 4
-                or any(_iou((x0, y0, x1, y1), other) >= 0.9 for other in others)
-            )
+            if subtitle_like((x0, y0, x1, y1), width, others)
         )
         best = max(best, area / ((bottom - top) * width))
     return best
-
-
-def _iou(a: Box, b: Box) -> float:
-    inner = max(0, min(a[2], b[2]) - max(a[0], b[0])) * max(0, min(a[3], b[3]) - max(a[1], b[1]))
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inner
-    return inner / union if union else 0.0
 
 
 def logo_share(logos: Sequence[Sequence[int]], region: Box4) -> float:

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import av
 
+from core.pixels import pixel_aspect
+from stages.field_coding import FieldPairing
+
 HASH_CHUNK = 8 * 1024 * 1024
 
 
@@ -27,7 +30,7 @@ class FilmInfo:
     path: str
     film_id: str
     film_name: str
-    width: int  # as displayed (after rotation)
+    width: int  # stored pixels, turned upright (after rotation); `sar` gives their shape
     height: int
     fps: float  # average frame rate
     time_base: str  # the stream's, as "num/den"
@@ -41,6 +44,8 @@ class FilmInfo:
     container_duration: float | None
     has_audio: bool
     warnings: list[str] = field(default_factory=list)
+    sar: str = "1:1"  # sample aspect ratio of the stored pixels, "num:den" (width over height)
+    field_pictures: int = 0  # fields coded as pictures of their own, paired into the frames
 
     @property
     def slug(self) -> str:
@@ -50,6 +55,11 @@ class FilmInfo:
         """Start time of every frame in seconds, relative to the first frame."""
         tb, first = Fraction(self.time_base), self.frame_pts[0]
         return [float((pts - first) * tb) for pts in self.frame_pts]
+
+    @property
+    def pixel_aspect(self) -> float:
+        """Width over height of one pixel of the upright picture (core/pixels.py)."""
+        return pixel_aspect(self.sar, self.rotation)
 
     def facts(self) -> dict:
         """What summary.json and the report show (everything but the long timeline)."""
@@ -70,9 +80,12 @@ class Probe:
             if not container.streams.video:
                 raise FilmError(f"{path}: the file has no video stream")
             stream = container.streams.video[0]
-            rotation = _first_frame_rotation(container, stream, path)
-            pts, keyframes = _demux_timeline(container, stream, path)
-            info = _build_info(path, container, stream, pts, keyframes, rotation)
+            rotation, first_pts = _first_frame(path)
+            pts, keyframes, fields = _demux_timeline(container, stream, path)
+            undecodable = _before_first_frame(pts, first_pts)
+            timeline = pts[undecodable:]
+            info = _build_info(path, container, stream, timeline, keyframes, rotation, fields)
+        _note_timeline(info, undecodable, fields)
         return info
 
 
@@ -100,42 +113,91 @@ def _check_file(path: Path) -> None:
         raise FilmError(f"{path}: the file is empty")
 
 
-def _first_frame_rotation(container, stream, path: Path) -> int:
-    """Decode one frame: proves the codec is decodable here and reads the display rotation."""
-    try:
-        for frame in container.decode(stream):
-            container.seek(0)
-            return int(round(frame.rotation or 0)) % 360
-    except av.error.FFmpegError as exc:
-        raise FilmError(
-            f"{path}: cannot decode its {stream.codec_context.name} video ({_reason(exc)})"
-        ) from None
+def _first_frame(path: Path) -> tuple[int, int | None]:
+    """Decode one frame: proves the codec is decodable here, reads the display rotation and
+    the first decodable frame's timestamp (a capture that starts mid-GOP holds frames before
+    it that refer to pictures it does not have). It opens the file on its own: a seek back to
+    the start is not exact in every container (in MPEG-TS it can land past the first packet),
+    and the timeline must see every packet."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        try:
+            for frame in container.decode(stream):
+                return int(round(frame.rotation or 0)) % 360, frame.pts
+        except av.error.FFmpegError as exc:
+            raise FilmError(
+                f"{path}: cannot decode its {stream.codec_context.name} video ({_reason(exc)})"
+            ) from None
     raise FilmError(f"{path}: the video stream has no decodable frame")
 
 
-def _demux_timeline(container, stream, path: Path) -> tuple[list[int], int]:
+def _demux_timeline(container, stream, path: Path) -> tuple[list[int], int, int]:
+    """Every frame's timestamp in display order, the key frames, and the field pictures paired
+    into frames (stages/field_coding.py: an H.264 stream that codes fields one by one has a
+    packet per field; only a frame's first field starts one). The key frames of a stream of
+    field pictures are its IDR frames, the ones a decoder that skips non-key pictures gives
+    (FrameReader.keyframes; it decodes their second fields too): a demuxer may flag every intra
+    field key, which made the crop's and the overlay pass's key-frame sampling pick 3 frames of
+    16 on a test capture."""
     pts, keyframes = [], 0
+    fields = _field_pairing(stream)
     try:
         for packet in container.demux(stream):
             if packet.pts is None or packet.size == 0:
                 continue  # flush packets carry no frame
+            starts = fields is None or fields.starts_frame(packet)
+            if fields is not None and fields.fields:
+                keyframes += starts and fields.idr
+            else:
+                keyframes += bool(packet.is_keyframe)
+            if not starts:
+                continue  # the second field of a frame
+            if fields is not None and fields.may_hold_fields() is False:
+                fields = None  # progressive after all: no more packets to read
             pts.append(packet.pts)
-            keyframes += bool(packet.is_keyframe)
     except av.error.FFmpegError as exc:
         if not pts:
             raise FilmError(f"{path}: cannot read its packets ({_reason(exc)})") from None
     if not pts:
         raise FilmError(f"{path}: the video stream holds no timestamped frames")
-    return sorted(set(pts)), keyframes
+    return sorted(set(pts)), keyframes, fields.fields if fields is not None else 0
 
 
-def _build_info(path, container, stream, pts, keyframes, rotation) -> FilmInfo:
+def _field_pairing(stream) -> FieldPairing | None:
+    """The pairing of an H.264 stream that may code field pictures; None for other codecs and
+    for one whose sequence parameters say it codes frames only."""
+    if stream.codec_context.name != "h264":
+        return None
+    pairing = FieldPairing(stream.codec_context.extradata)
+    return None if pairing.may_hold_fields() is False else pairing
+
+
+def _before_first_frame(pts: list[int], first_pts: int | None) -> int:
+    """How many timestamps come before the first frame the decoder gives: frames of a GOP the
+    file starts in the middle of, which no decoder can rebuild. None (the decoder gave no
+    timestamp) keeps them all."""
+    if first_pts is None or first_pts not in pts:
+        return 0
+    return pts.index(first_pts)
+
+
+def _note_timeline(info: FilmInfo, undecodable: int, fields: int) -> None:
+    info.field_pictures = fields
+    if undecodable:
+        info.warnings.append(
+            f"the file starts inside a group of pictures: its first {undecodable} frame(s) "
+            "refer to pictures it does not hold and are left out"
+        )
+
+
+def _build_info(path, container, stream, pts, keyframes, rotation, fields) -> FilmInfo:
     tb = stream.time_base
     deltas = [b - a for a, b in zip(pts, pts[1:])]
     typical = sorted(deltas)[len(deltas) // 2] if deltas else 0
     rate = stream.average_rate or stream.guessed_rate
     if typical:
-        fps = float(1 / (typical * tb)) if not rate else float(rate)
+        # a stream of field pictures may state the field rate: its frames are what it holds
+        fps = float(1 / (typical * tb)) if not rate or fields else float(rate)
     else:
         fps = float(rate or 25)
     last_duration = typical or (1 / fps) / tb
@@ -144,6 +206,7 @@ def _build_info(path, container, stream, pts, keyframes, rotation) -> FilmInfo:
     if rotation in (90, 270):
         width, height = height, width
     container_duration = container.duration / av.time_base if container.duration else None
+    sar, sar_warning = _sample_aspect(stream)
     info = FilmInfo(
         path=str(path.resolve()),
         film_id=content_id(path),
@@ -161,13 +224,40 @@ def _build_info(path, container, stream, pts, keyframes, rotation) -> FilmInfo:
         keyframes=keyframes,
         container_duration=container_duration,
         has_audio=bool(container.streams.audio),
+        sar=f"{sar.numerator}:{sar.denominator}",
     )
+    if sar_warning:
+        info.warnings.append(sar_warning)
     if container_duration and duration < 0.9 * container_duration - 0.5:
         info.warnings.append(
             f"the video stream ends at {duration:.2f} s but the container "
             f"claims {container_duration:.2f} s: the file looks truncated"
         )
     return info
+
+
+def _sample_aspect(stream) -> tuple[Fraction, str | None]:
+    """The stored pixels' aspect: what the video stream itself says (H.264's VUI, MPEG-2's
+    sequence header), else what the container says (MP4's pasp box, Matroska's display size,
+    through FFmpeg's guess), else square. A disagreement is kept as a warning, since players
+    differ in which they follow."""
+    own = _valid(stream.codec_context.sample_aspect_ratio)
+    container = _valid(stream.sample_aspect_ratio)  # FFmpeg's guess: the container's first
+    warning = None
+    if own and container and own != container:
+        warning = (
+            f"the video stream says SAR {own.numerator}:{own.denominator} and the container "
+            f"{container.numerator}:{container.denominator}; the stream's is used"
+        )
+    return own or container or Fraction(1), warning
+
+
+def _valid(ratio) -> Fraction | None:
+    """A usable aspect ratio, or None for FFmpeg's 'unknown' (0:1) and absurd values."""
+    if not ratio or ratio.numerator <= 0 or ratio.denominator <= 0:
+        return None
+    ratio = Fraction(ratio)
+    return ratio if Fraction(1, 8) <= ratio <= 8 else None
 
 
 def _reason(exc: Exception) -> str:

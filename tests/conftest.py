@@ -167,6 +167,43 @@ def make_video(
     return path
 
 
+def resized_copy(
+    source: Path,
+    path: Path,
+    size: tuple[int, int],
+    sar: Fraction = Fraction(1),
+    *,
+    shown: float | None = None,
+    num_frames: int = 10,
+    crf: int = 16,
+) -> Path:
+    """A copy of a film's first frames stored at `size` (w, h) with pixels of `sar`, the way DVD
+    authoring makes one: the centre of the source cut to the `shown` aspect (the picture's, as
+    displayed; None keeps the whole frame), then resized to the stored size whatever its shape.
+    The SAR goes into the H.264 stream (its VUI) and from there into the container."""
+    width, height = size
+    with av.open(str(source)) as film, av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.codec_context.sample_aspect_ratio = sar
+        stream.options = {"crf": str(crf), "preset": "ultrafast"}
+        for index, frame in enumerate(film.decode(video=0)):
+            if index == num_frames:
+                break
+            rgb = frame.to_ndarray(format="rgb24")
+            if shown is not None:
+                keep = min(rgb.shape[1], int(round(rgb.shape[0] * shown)))
+                left = (rgb.shape[1] - keep) // 2
+                rgb = rgb[:, left : left + keep]
+            rgb = cv2.resize(rgb, (width, height), interpolation=cv2.INTER_AREA)
+            picture = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            for packet in stream.encode(picture):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return path
+
+
 def _texture(rng, size, scene) -> np.ndarray:
     """A bright, blocky random texture with its own colour, so cuts are unmistakable."""
     height, width = size
@@ -248,6 +285,58 @@ def sintel_dataset(tmp_path_factory) -> Path:
     )
 
 
+# ---------------------------------------------------------------- field-coded films
+
+FIELD_FILM_FRAMES = range(76, 190)  # bikes.mp4's: a cut at 137 and 187 inside, 4.56 s at 25 fps
+FIELD_FILM_SIZE = (352, 288)  # PAL's CIF size, pixels of SAR 12:11: a 4:3 picture
+
+
+def field_film_frames() -> list[np.ndarray]:
+    """The RGB frames the field-coded films hold: bikes.mp4's FIELD_FILM_FRAMES at CIF size."""
+    with av.open(str(BIKES)) as film:
+        return [
+            cv2.resize(frame.to_ndarray(format="rgb24"), FIELD_FILM_SIZE)
+            for index, frame in enumerate(film.decode(video=0))
+            if index in FIELD_FILM_FRAMES
+        ]
+
+
+def field_film_planes(rgb: np.ndarray):
+    """The Y, U, V planes a field-coded film stores a frame with (its decoded frame's, exactly)."""
+    from field_films import source_planes
+
+    return source_planes(rgb)
+
+
+@pytest.fixture(scope="session")
+def field_coded_films(tmp_path_factory) -> dict[str, Path]:
+    """tests/field_films.py: FIELD_FILM_FRAMES as a field-coded PAL capture in MPEG-TS (a packet
+    per field, 50 a second), whole (`whole`) and starting 7 fields in (`mid_gop`: the first 3
+    frames and the top field of the 4th missing)."""
+
+    def build(folder: Path) -> dict[str, str]:
+        from field_films import write_field_coded
+
+        frames = field_film_frames()
+        sar = Fraction(12, 11)
+        return {
+            "whole": str(write_field_coded(folder / "capture.ts", frames, sar=sar)),
+            "mid_gop": str(
+                write_field_coded(folder / "mid_gop.ts", frames, sar=sar, skip_packets=7)
+            ),
+        }
+
+    return {k: Path(v) for k, v in built_once(tmp_path_factory, "field_coded", build).items()}
+
+
+def soft_telecine_film(path: Path) -> Path:
+    """FIELD_FILM_FRAMES at 352x240 as MPEG-2 with soft 3:2 pulldown flags (tests/field_films.py)."""
+    from field_films import write_soft_telecine
+
+    frames = [cv2.resize(rgb, (352, 240)) for rgb in field_film_frames()]
+    return write_soft_telecine(path, frames)
+
+
 # ---------------------------------------------------------------- labelled overlay films
 
 
@@ -287,6 +376,38 @@ def academy_film(tmp_path_factory):
 def signs_film(tmp_path_factory):
     """640x360 with in-world signs and no overlay."""
     from overlay_films import signs_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
+@pytest.fixture(scope="session")
+def noted_film(tmp_path_factory):
+    """640x360 with one translator's note at the top for 2 s, and nothing else."""
+    from overlay_films import noted_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
+@pytest.fixture(scope="session")
+def short_logo_film(tmp_path_factory):
+    """1920x1080, 19 s, six shots (three views), an opaque logo on every frame."""
+    from overlay_films import short_logo_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
+@pytest.fixture(scope="session")
+def player_film(tmp_path_factory):
+    """640x360 screen capture with a player's control bar that comes and goes."""
+    from overlay_films import player_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
+@pytest.fixture(scope="session")
+def gate_film(tmp_path_factory):
+    """480x360 with a film gate's rounded black corners on every frame."""
+    from overlay_films import gate_film as make
 
     return _labelled_film(tmp_path_factory, make)
 
@@ -732,7 +853,7 @@ GAME_TURN = {
 @pytest.fixture(scope="session")
 def backbones(tmp_path_factory) -> dict:
     """Tiny random-weight CLIP, T5, CogVideoX and Mistral folders (trainer.tiny), once a run."""
-    from trainer.tiny import write_tiny_backbones
+    from trainer.shared.tiny import write_tiny_backbones
 
     return built_once(tmp_path_factory, "backbones", write_tiny_backbones)
 
@@ -762,7 +883,7 @@ def tiny_settings(backbones: dict) -> dict:
 
 def tiny_config(phase: str, backbones: dict, shards: Path, out: Path, **settings):
     """A phase config on tiny backbones; settings the phase does not have are skipped."""
-    from trainer.config import CONFIG_CLASSES, set_field
+    from trainer.shared.config import CONFIG_CLASSES, set_field
 
     config = CONFIG_CLASSES[phase]()
     values = {**tiny_settings(backbones), "shards": [str(shards)], "out_dir": str(out), **settings}

@@ -46,6 +46,7 @@ FONT_FILES = {
 }
 WHITE, YELLOW, BLACK = (255, 255, 255), (255, 222, 40), (0, 0, 0)
 SUBTITLE, LOGO, IN_WORLD = "subtitle", "logo", "in_world"
+PLAYER, GATE = "player", "gate"  # a web player's interface; a film gate's rounded corners
 
 
 class FontMissing(RuntimeError):
@@ -199,6 +200,17 @@ class LabelledFilm:
         }
 
 
+def shows(film: LabelledFilm, kind: str, row: dict) -> bool:
+    """Whether any frame of a clip (a shard row: its frame_indices and crop_x/y/w/h window)
+    shows a mark of `kind` inside the clip's window."""
+    x, y, w, h = row["crop_x"], row["crop_y"], row["crop_w"], row["crop_h"]
+    return any(
+        bx < x + w and bx + bw > x and by < y + h and by + bh > y
+        for i in range(row["frame_indices"][0], row["frame_indices"][-1] + 1)
+        for bx, by, bw, bh in film.boxes(kind, i)
+    )
+
+
 # ---------------------------------------------------------------- drawing
 
 
@@ -268,6 +280,56 @@ def _logo_patch(width: int, text: str = "ANI+") -> _Patch:
     rgba = np.asarray(plate).copy()
     rgba[..., 3] = (rgba[..., 3] * 0.55).astype(np.uint8)
     return _Patch(rgba, width - rgba.shape[1] - 10, 10, LOGO, text)
+
+
+def _opaque_logo_patch(width: int) -> _Patch:
+    """A streaming site's opaque mark, scaled with the picture: white bold text on a solid
+    blue plate, in the top-right corner."""
+    size = max(15, width // 40)
+    glyphs = _text_patch(("STREAMX",), "latin_bold", size, WHITE, "outline")
+    h, w = glyphs.shape[:2]
+    pad = size // 2
+    plate = Image.new("RGBA", (w + 2 * pad, h + pad), (30, 60, 140, 255))
+    plate.alpha_composite(Image.fromarray(glyphs), (pad, pad // 2))
+    rgba = np.asarray(plate).copy()
+    inset = width // 48
+    return _Patch(rgba, width - rgba.shape[1] - inset, inset, LOGO, "STREAMX")
+
+
+def _player_patch(width: int, height: int) -> _Patch:
+    """A web player's control bar along the bottom: a dark translucent panel, a red progress
+    line across most of the width, a play button and a time code."""
+    bar_h = max(24, height // 9)
+    layer = Image.new("RGBA", (width, bar_h), (10, 10, 10, 170))
+    draw = ImageDraw.Draw(layer)
+    line_y = bar_h // 4
+    draw.rectangle((width // 40, line_y, width - width // 40, line_y + 2), fill=(90, 90, 90, 255))
+    draw.rectangle((width // 40, line_y, width // 3, line_y + 2), fill=(230, 30, 30, 255))
+    icon = bar_h // 2
+    top = line_y + 6
+    draw.polygon(
+        [(12, top), (12, top + icon - 4), (12 + icon // 2, top + (icon - 4) // 2)], fill=WHITE
+    )
+    font = _font("latin", max(10, bar_h // 3))
+    draw.text((20 + icon, top), "4:07 / 23:40", font=font, fill=(*WHITE, 255))
+    return _Patch(np.asarray(layer).copy(), 0, height - bar_h, PLAYER, "player bar")
+
+
+def _gate_patches(width: int, height: int, radius: int) -> list[_Patch]:
+    """A film gate's four rounded black corners (what lies outside a quarter circle)."""
+    patches = []
+    yy, xx = np.mgrid[0:radius, 0:radius]
+    outside = (xx - radius + 0.5) ** 2 + (yy - radius + 0.5) ** 2 > radius**2  # top-left corner
+    for flip_x, flip_y in ((False, False), (True, False), (False, True), (True, True)):
+        mask = outside[:, ::-1] if flip_x else outside
+        mask = mask[::-1] if flip_y else mask
+        rgba = np.zeros((radius, radius, 4), np.uint8)
+        rgba[..., :3] = 6
+        rgba[..., 3] = mask * 255
+        x = width - radius if flip_x else 0
+        y = height - radius if flip_y else 0
+        patches.append(_Patch(rgba, x, y, GATE, "gate corner"))
+    return patches
 
 
 @functools.cache
@@ -365,16 +427,24 @@ def write_labelled_film(
     size: tuple[int, int],
     shots: list[Shot],
     subtitles: list[Subtitle] = (),
-    logo: bool = False,
+    logo: bool | str = False,
     fps: int = 24,
     margin: int = 10,
+    player: tuple[tuple[int, int], ...] = (),
+    gate: int = 0,
 ) -> LabelledFilm:
     """Write the film (H.264, crf 18) and return it with its labels. `size` is (width, height);
-    `margin` is the subtitles' distance from the frame's top or bottom edge."""
+    `margin` is the subtitles' distance from the frame's top or bottom edge; `logo` True (a
+    semi-transparent plate) or "opaque"; `player`: frame ranges [start, stop) that show a web
+    player's control bar; `gate`: the radius of a film gate's rounded black corners (0: none)."""
     width, height = size
     pictures = read_pictures({shot.picture for shot in shots})
     patches = {event: _subtitle_patch(event, width, height, margin) for event in subtitles}
-    corner = _logo_patch(width) if logo else None
+    corner = (
+        (_opaque_logo_patch(width) if logo == "opaque" else _logo_patch(width)) if logo else None
+    )
+    bar = _player_patch(width, height) if player else None
+    corners = _gate_patches(width, height, gate) if gate else []
     marks: list[list[Mark]] = []
     cuts: list[int] = []
     with av.open(str(path), "w") as container:
@@ -387,8 +457,12 @@ def write_labelled_film(
             source = _pan_source(pictures[shot.picture], shot, width, height)
             for k in range(shot.frames):
                 frame, frame_marks = _shot_frame(source, shot, k, width, len(marks))
-                for patch in [p for e, p in patches.items() if e.start <= len(marks) < e.stop] + (
-                    [corner] if corner else []
+                showing = any(start <= len(marks) < stop for start, stop in player)
+                for patch in (
+                    [p for e, p in patches.items() if e.start <= len(marks) < e.stop]
+                    + ([corner] if corner else [])
+                    + ([bar] if bar and showing else [])
+                    + corners
                 ):
                     box = _composite(frame, patch)
                     if box is not None:
@@ -482,3 +556,57 @@ def signs_film(path: Path) -> LabelledFilm:
         Shot("sintel_town", 56, -2, signs=(Sign("車站", 300, 60, 24, "cjk"),)),
     ]
     return write_labelled_film(path, (640, 360), shots)
+
+
+def noted_film(path: Path) -> LabelledFilm:
+    """640x360: four shots of 48 frames (cuts at 48, 96, 144) and one translator's note at the
+    top for 2 s (frames 60-108), 13 pixels: too rare to make a band. No other overlay."""
+    shots = [
+        Shot("bikes_road", 48, 2),
+        Shot("sintel_snow", 48, -2),
+        Shot("bunny_meadow", 48, 1),
+        Shot("bikes_turn", 48, 2),
+    ]
+    note = Subtitle(60, 108, ("T/N: Senpai means an older schoolmate",), 13, "top", YELLOW)
+    return write_labelled_film(path, (640, 360), shots, [note])
+
+
+def short_logo_film(path: Path) -> LabelledFilm:
+    """1920x1080, 19 s at 8 fps: six shots of 25 frames, a dialogue's shot / reverse shot (the
+    street, the snow, the street, the snow) and two of the meadow, with an opaque streaming
+    site's mark in the top-right corner of every frame."""
+    shots = [
+        Shot("bikes_street", 25, 2),
+        Shot("sintel_snow", 25, -2),
+        Shot("bikes_street", 25, -2),
+        Shot("sintel_snow", 25, 2),
+        Shot("bunny_meadow", 25, 2),
+        Shot("bunny_tree", 25, -2),
+    ]
+    return write_labelled_film(path, (1920, 1080), shots, logo="opaque", fps=8)
+
+
+def player_film(path: Path) -> LabelledFilm:
+    """640x360: a screen capture of a web player, four shots of 60 frames; the control bar
+    (a progress line and a time code on a dark panel) comes and goes: frames 0-40, 90-150 and
+    200-240."""
+    shots = [
+        Shot("bikes_street", 60, 2),
+        Shot("sintel_town", 60, -2),
+        Shot("bunny_tree", 60, 1),
+        Shot("bikes_rider", 60, 2),
+    ]
+    return write_labelled_film(path, (640, 360), shots, player=((0, 40), (90, 150), (200, 240)))
+
+
+def gate_film(path: Path) -> LabelledFilm:
+    """480x360 (4:3): a transfer of old film, five shots of 56 frames with the gate's rounded
+    black corners (radius 28) on every frame, and no overlay."""
+    shots = [
+        Shot("bikes_road", 56, 2),
+        Shot("sintel_snow", 56, -2),
+        Shot("bunny_meadow", 56, 1),
+        Shot("bikes_rider", 56, 2),
+        Shot("sintel_town", 56, -1),
+    ]
+    return write_labelled_film(path, (480, 360), shots, gate=28)

@@ -12,35 +12,33 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
-from bench import flops
-from bench import gpu as bench_gpu
-from bench import gpu_models as models
+from bench.gpu import captioning, cli, common, flops, models, training
 
 
 def test_without_cuda_it_says_so_and_exits_0(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     out = tmp_path / "gpu.json"
-    assert bench_gpu.main(["--out", str(out)]) == 0
-    assert capsys.readouterr().out.strip() == bench_gpu.NO_CUDA
+    assert cli.main(["--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == cli.NO_CUDA
     assert not out.exists()
 
 
 def test_a_setting_that_runs_out_of_memory_becomes_an_error_row(monkeypatch):
     released = []
-    monkeypatch.setattr(bench_gpu, "release_memory", lambda: released.append(True))
+    monkeypatch.setattr(common, "release_memory", lambda: released.append(True))
 
     def too_big() -> dict:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
 
-    assert bench_gpu.within_memory(too_big) == {
+    assert common.within_memory(too_big) == {
         "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 80.00 GiB"
     }
-    assert bench_gpu.within_memory(lambda: {"pairs_per_s": 9.2}) == {"pairs_per_s": 9.2}
+    assert common.within_memory(lambda: {"pairs_per_s": 9.2}) == {"pairs_per_s": 9.2}
     assert released == [True, True]  # memory is given back after a failure and a success
 
 
 def test_unknown_part_is_refused(capsys):
-    assert bench_gpu.main(["--device", "cpu", "--parts", "memflow,warp"]) == 2
+    assert cli.main(["--device", "cpu", "--parts", "memflow,warp"]) == 2
     assert "warp" in capsys.readouterr().err
 
 
@@ -92,7 +90,7 @@ def test_lora_step_flops_match_pytorchs_counter():
         out.logits.float().pow(2).mean().backward()
     counted = counter.get_total_flops()
     attention = flops.Attention(config.num_hidden_layers, config.hidden_size)
-    formula = bench_gpu.training_flops_of(llm, tokens, attention)
+    formula = training.training_flops_of(llm, tokens, attention)
     assert flops.matmul_weights(llm, trainable=True) == sum(
         p.numel() for p in model.parameters() if p.requires_grad
     )
@@ -150,7 +148,7 @@ def test_phase_a_decoder_step_flops_at_real_size():
     assert (tc.num_layers, tc.num_attention_heads * tc.attention_head_dim) == (30, 1920)
     tokens = 226 + 5 * (480 // 8 // tc.patch_size) * (720 // 8 // tc.patch_size)
     assert tokens == 6976
-    step = bench_gpu.training_flops_of(transformer, tokens, flops.Attention(30, 1920))
+    step = training.training_flops_of(transformer, tokens, flops.Attention(30, 1920))
     # 2 x 2NT with N ~ 1.69B matmul weights, plus 3 x 4 L T^2 D of attention: ~81 TFLOP
     assert step == pytest.approx(80.9e12, rel=0.01)
 
@@ -181,13 +179,13 @@ def test_table_and_report_keep_every_row(tmp_path):
         {"part": "caption", "setting": "lmdeploy-turbomind", "error": "RuntimeError: no TurboMind"},
         {"part": "train_b", "setting": "batch 4", "s_per_step": 0.807, "mfu": 0.169},
     ]
-    table = bench_gpu.format_table(rows).splitlines()
+    table = cli.format_table(rows).splitlines()
     assert table[0].split()[:3] == ["part", "setting", "pairs_per_s"]
     assert len(table) == 4
     assert "9.17" in table[1] and table[2].endswith("RuntimeError: no TurboMind")
     assert "0.169" in table[3]
     path = tmp_path / "out" / "gpu.json"
-    bench_gpu.write_report({"device": "cpu", "rows": rows}, path)
+    cli.write_report({"device": "cpu", "rows": rows}, path)
     assert json.loads(path.read_text())["rows"] == rows
     assert not list(path.parent.glob("*.tmp"))
 
@@ -201,9 +199,9 @@ def test_a_failing_part_becomes_a_row_and_the_next_part_runs(tmp_path):
         yield {"setting": "ok", "s_per_step": 2.0}
 
     rows, saved = [], []
-    settings = bench_gpu.Settings(device="cpu", tiny=True, workdir=tmp_path, film=tmp_path)
-    bench_gpu.run_part("memflow", broken, settings, rows, lambda: saved.append(len(rows)))
-    bench_gpu.run_part("train_a", fine, settings, rows, lambda: saved.append(len(rows)))
+    settings = common.Settings(device="cpu", tiny=True, workdir=tmp_path, film=tmp_path)
+    common.run_part("memflow", broken, settings, rows, lambda: saved.append(len(rows)))
+    common.run_part("train_a", fine, settings, rows, lambda: saved.append(len(rows)))
     assert [r["part"] for r in rows] == ["memflow", "memflow", "train_a"]
     assert rows[1] == {"part": "memflow", "setting": "-", "error": "ValueError: kaputt"}
     assert saved == [1, 3]  # written after each measured row
@@ -219,11 +217,11 @@ def test_a_failed_request_is_an_error_not_throughput():
         def generate(self, requests):
             return [Completion("a", "text"), Completion("b", None, "AssertionError: 0 vs 2")]
 
-    counted = bench_gpu.CountingEngine(HalfBroken())
+    counted = captioning.CountingEngine(HalfBroken())
     counted.generate([])
     timed = {"clips": 1, "requests": 2, "seconds": 0.5, "by_status": {"caption_failed": 1}}
-    settings = bench_gpu.Settings(device="cpu", tiny=True, workdir=None, film=None)
-    row = bench_gpu.caption_row("lmdeploy-pytorch", 8, timed, counted, settings)
+    settings = common.Settings(device="cpu", tiny=True, workdir=None, film=None)
+    row = captioning.caption_row("lmdeploy-pytorch", 8, timed, counted, settings)
     assert row["engine_errors"] == 1 and "clips_per_s" not in row
     assert row["error"] == "1 of 2 requests failed: AssertionError: 0 vs 2"
 
@@ -236,11 +234,11 @@ def test_clips_per_second_counts_only_the_clips_sent_to_the_engine():
         def load(self):
             pass
 
-    counted = bench_gpu.CountingEngine(Fine())
+    counted = captioning.CountingEngine(Fine())
     by_status = {"caption_failed": 3, "skipped_unusable": 4}
     timed = {"clips": 7, "requests": 6, "seconds": 1.5, "by_status": by_status}
-    settings = bench_gpu.Settings(device="cpu", tiny=True, workdir=None, film=None)
-    row = bench_gpu.caption_row("transformers", 8, timed, counted, settings)
+    settings = common.Settings(device="cpu", tiny=True, workdir=None, film=None)
+    row = captioning.caption_row("transformers", 8, timed, counted, settings)
     assert (row["clips"], row["film_clips"], row["clips_per_s"]) == (3, 7, 2.0)
 
 
@@ -251,7 +249,7 @@ def test_training_parts_run_at_toy_size_on_the_cpu(tmp_path):
     out = tmp_path / "gpu.json"
     args = ["--tiny", "--device", "cpu", "--parts", "train_a,train_b", "--steps", "1"]
     args += ["--encoder-batches", "1", "--mllm-batches", "1", "--mllm-checkpointed-batches", "2"]
-    assert bench_gpu.main([*args, "--workdir", str(tmp_path), "--out", str(out)]) == 0
+    assert cli.main([*args, "--workdir", str(tmp_path), "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["part"] for r in rows] == ["train_a", "train_b", "train_b"]
     assert all("error" not in r for r in rows), rows
@@ -266,7 +264,7 @@ def test_transnet_part_runs_the_real_network_on_the_cpu(tmp_path, capsys):
     its 100-frame windows); only the CUDA figure is left to a GPU."""
     out = tmp_path / "gpu.json"
     args = ["--tiny", "--device", "cpu", "--parts", "transnet", "--workdir", str(tmp_path)]
-    assert bench_gpu.main([*args, "--out", str(out)]) == 0
+    assert cli.main([*args, "--out", str(out)]) == 0
     [row] = json.loads(out.read_text())["rows"]
     assert row["part"] == "transnet" and "error" not in row, row
     assert row["frames_per_s"] > 0

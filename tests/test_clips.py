@@ -135,7 +135,7 @@ def test_sintel_letterbox_is_cropped(sintel_dataset):
     manifest = _manifest(sintel_dataset)
     # 14 since every cut and every black run splits (issue 13); 11 once fades are trimmed and
     # the fog of frames 117-128 is a boundary (issue 18); 7 once the opening fade, the dragon's
-    # dissolve and the logo fading in are blend spans (stages/scenes.py BlendSpans)
+    # dissolve and the logo fading in are blend spans (stages/scenes/blends.py BlendSpans)
     assert len(manifest) >= 7
     _assert_no_clip_spans_a_cut(manifest, _summary(sintel_dataset)["scenes"])
 

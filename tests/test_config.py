@@ -74,7 +74,7 @@ def test_ip_manifests(tmp_path):
 )
 def test_a_bad_settings_file_is_one_error_naming_it(tmp_path, loader, text, message):
     """The pipeline's and the trainer's --config go through one reader (core.settings)."""
-    from trainer.config import load_config as load_trainer_config
+    from trainer.shared.config import load_config as load_trainer_config
 
     path = tmp_path / "bad.yaml"
     path.write_text(text)

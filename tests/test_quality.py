@@ -39,7 +39,7 @@ from stages.quality import (
     hamming,
     own_reasons,
 )
-from trainer.data import ClipCatalog
+from trainer.shared.data import ClipCatalog
 
 THRESHOLDS = RejectConfig()
 
@@ -175,7 +175,7 @@ def test_sample_film_keeps_real_shots_and_rejects_black_title_logo_and_credits(s
     assert (kept["quality_text_area"] == 0.0).all()
     assert {571, 869} <= set(kept["start_frame"])
     # the hand's shot fades in from black: trimmed (the fade is a transition span,
-    # stages/scenes.py), so its clip starts where the picture is whole
+    # stages/scenes/black.py), so its clip starts where the picture is whole
     assert any(682 < r.start_frame < 710 for r in kept.itertuples())
     # no kept clip holds the white fog (117-128), the dragon's dissolve into the desert
     # (about 827-867) or the SINTEL logo fading in over the desert (from about 950)

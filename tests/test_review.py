@@ -24,7 +24,7 @@ from pipeline.data.review import ReviewError, ReviewStore, effective_quality, re
 from pipeline.inspection.explore import open_dataset
 from pipeline.inspection.review_server import ReviewApp, ReviewServer, check_fields
 from stages.captioning.parsing import ParseError, parse_state
-from trainer.data import ClipCatalog, clip_samples, game_sequences
+from trainer.shared.data import ClipCatalog, clip_samples, game_sequences
 
 SHEET = ["Sintel", "Scales"]  # manifests/sintel.yaml's protagonists
 VALID_STATE = (

@@ -207,7 +207,7 @@ def test_motion_calibrate_rewrites_an_s3_dataset_in_place(s3_dataset, bucket):
 def test_the_trainer_reads_shards_in_s3_in_place(s3_dataset, bucket, local_reference, tmp_path):
     """The trainer's catalog lists the committed films' shards and reads them by byte range,
     without a local copy: the same clips and media bytes as from local disk."""
-    from trainer.data import ClipCatalog
+    from trainer.shared.data import ClipCatalog
 
     out = copy_dataset(s3_dataset.out, f"{bucket}/dataset")
     garbage = tmp_path / "garbage.parquet"

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
-from trainer.config import ConfigError, load_config
-from trainer.data import (
+from trainer.shared.config import ConfigError, load_config
+from trainer.shared.data import (
     ClipCatalog,
     ShotDataset,
     StepBatches,
@@ -18,7 +18,7 @@ from trainer.data import (
     clip_samples,
     game_sequences,
 )
-from trainer.prompt import (
+from trainer.shared.prompt import (
     IGNORE,
     PromptBuilder,
     add_game_tokens,
@@ -101,7 +101,7 @@ def test_no_usable_clip_is_an_error_naming_the_shards(catalog):
 
 
 def test_instruction_is_composed_from_caption_fields_when_missing():
-    from trainer.data import instruction_of
+    from trainer.shared.data import instruction_of
 
     row = {
         "instruction": None,
@@ -140,7 +140,7 @@ def test_batches_split_ranks_disjointly_and_restart_exactly():
 
 @pytest.mark.slow
 def test_loader_workers_share_out_whole_batches_in_step_order(catalog):
-    from trainer.data import make_loader
+    from trainer.shared.data import make_loader
 
     dataset = ShotDataset(catalog, game_sequences(catalog.rows, 2), (16, 24), 17, with_video=False)
     keys = []
@@ -159,7 +159,7 @@ def test_loader_workers_share_out_whole_batches_in_step_order(catalog):
 
 @pytest.fixture(scope="module")
 def prompts() -> PromptBuilder:
-    from trainer.tiny import mistral_tokenizer
+    from trainer.shared.tiny import mistral_tokenizer
 
     tokenizer = mistral_tokenizer()
     add_game_tokens(tokenizer, num_queries=5)
@@ -268,7 +268,7 @@ def test_shipped_configs_load(name, phase):
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
-    from trainer.backbones import MissingCheckpoint, resolve
+    from trainer.shared.backbones import MissingCheckpoint, resolve
 
     with pytest.raises(MissingCheckpoint, match="mistral_model=.*nowhere.*docs/training.md"):
         resolve("mistral_model", str(tmp_path / "nowhere"))
@@ -299,7 +299,7 @@ def test_a_film_named_twice_is_read_once(catalog):
 def test_a_checkpoint_missing_trainable_weights_is_refused():
     import torch
 
-    from trainer.checkpoint import restore_trainable
+    from trainer.shared.checkpoint import restore_trainable
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
     saved = {"0.weight": torch.zeros(2, 2), "0.bias": torch.zeros(2)}  # layer 1 is left out

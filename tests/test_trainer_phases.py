@@ -21,9 +21,9 @@ import torch
 from conftest import tiny_config, tiny_settings, with_captions, write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
-from trainer import checkpoint
-from trainer.data import collate
-from trainer.loop import train
+from trainer.phases.loop import train
+from trainer.shared import checkpoint
+from trainer.shared.data import collate
 
 ROOT = Path(__file__).parent.parent
 
@@ -41,7 +41,7 @@ def shards(request, tmp_path_factory) -> Path:
 def run_phase(phase: str, config, resume: bool = True) -> list[dict]:
     import importlib
 
-    module = importlib.import_module(f"trainer.train_{phase}")
+    module = importlib.import_module(f"trainer.phases.{phase}")
     return train(phase, config, module.build_phase, resume=resume, log=lambda *_: None)
 
 
@@ -171,7 +171,7 @@ def _overfit(module_name: str, config, steps: int, lr: float) -> list[dict]:
 @pytest.mark.slow
 def test_encoder_and_decoder_overfit_one_batch(backbones, shards, tmp_path):
     config = tiny_config("encoder", backbones, shards, tmp_path, encoder_warmup_steps=0)
-    history = losses(_overfit("trainer.train_encoder", config, steps=10, lr=3e-2))
+    history = losses(_overfit("trainer.phases.encoder", config, steps=10, lr=3e-2))
     assert history[-1] < 0.85 * history[0], history
 
 
@@ -212,7 +212,7 @@ def test_mllm_overfits_one_batch(backbones, shards, encoder_run, tmp_path):
     config = tiny_config(
         "mllm", backbones, shards, tmp_path, max_turns=3, encoder_checkpoint=str(encoder_run[0])
     )
-    history = _overfit("trainer.train_mllm", config, steps=12, lr=1e-2)
+    history = _overfit("trainer.phases.mllm", config, steps=12, lr=1e-2)
     first, last = history[0], history[-1]
     assert last["loss"] < 0.5 * first["loss"], (first, last)
     assert last["ce"] < 0.5 * first["ce"] and last["mse"] < first["mse"]
@@ -234,7 +234,7 @@ def test_adapt_phase_starts_from_phase_a_and_trains_only_the_decoder(adapt_run, 
 @pytest.mark.slow
 def test_play_predicts_states_and_renders_shots(mllm_run, adapt_run, tmp_path):
     from core.video import decode_mp4
-    from trainer.play import play
+    from trainer.delivery.play import play
 
     instructions = [
         "Character: girl; Motion: quickly riding a bike; Background: road.",
@@ -257,7 +257,7 @@ def test_play_predicts_states_and_renders_shots(mllm_run, adapt_run, tmp_path):
 
 
 def test_play_rejects_a_malformed_instruction_file(tmp_path, capsys):
-    from trainer.play import main
+    from trainer.delivery.play import main
 
     path = tmp_path / "demo.txt"
     path.write_text("Character: girl; Motion: run; Background: road.\nrun left\n")
@@ -267,7 +267,7 @@ def test_play_rejects_a_malformed_instruction_file(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_train_cli_names_a_missing_checkpoint(backbones, shards, tmp_path, capsys):
-    from trainer.cli import main
+    from trainer.phases.cli import main
 
     settings = {**tiny_settings(backbones), "clip_model": tmp_path / "no-clip"}
     argv = ["--phase", "encoder", "--shards", str(shards), "--out", str(tmp_path)]
@@ -315,7 +315,7 @@ def test_two_gloo_processes_agree_with_one(backbones, shards, encoder_run, mllm_
         "--out",
         str(tmp_path / "two"),
     ]
-    from trainer.config import MllmConfig
+    from trainer.shared.config import MllmConfig
 
     for name, value in settings.items():
         if name in MllmConfig.__dataclass_fields__:
@@ -367,7 +367,7 @@ def _run_group(command, env, timeout):
 @pytest.mark.slow
 def test_gradient_checkpointing_really_runs_in_the_mllm(backbones, shards, tmp_path):
     """transformers checkpoints only in training mode: the frozen LLM must not sit in eval()."""
-    from trainer.build import game_state_model
+    from trainer.models.build import game_state_model
 
     config = tiny_config("mllm", backbones, shards, tmp_path, gradient_checkpointing=True)
     model = game_state_model(config, torch.device("cpu"), torch.float32)

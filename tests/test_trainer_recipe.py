@@ -11,9 +11,9 @@ import torch
 from conftest import GAME_TURN, tiny_config
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
-from trainer.config import EncoderConfig
-from trainer.loop import describe_trainable
-from trainer.tiny import TINY, mistral_tokenizer
+from trainer.phases.loop import describe_trainable
+from trainer.shared.config import EncoderConfig
+from trainer.shared.tiny import TINY, mistral_tokenizer
 
 # trainer.build (transformers, peft, diffusers: seconds) is imported in the tests that build a
 # part, not at collection, which every test worker pays.
@@ -31,7 +31,7 @@ def _trainable(model: torch.nn.Module) -> dict[str, int]:
 def test_decoder_lora_scale_is_the_releases_one_over_rank(backbones, shards, tmp_path):
     from peft.tuners.lora import LoraLayer
 
-    from trainer import build
+    from trainer.models import build
 
     # the default rank (64) and alpha, on the tiny transformer
     config = tiny_config("encoder", backbones, shards, tmp_path, decoder_lora_rank=64)
@@ -50,7 +50,7 @@ def test_decoder_lora_scale_is_the_releases_one_over_rank(backbones, shards, tmp
 
 
 def test_shipped_decoder_configs_use_the_release_scale():
-    from trainer.config import load_config
+    from trainer.shared.config import load_config
 
     root = Path(__file__).parent.parent / "trainer" / "configs"
     for phase in ("encoder", "adapt"):
@@ -69,7 +69,7 @@ def _tiny_adaln_count() -> int:
 
 
 def test_phase_a_trains_encoder_lora_adaln_and_motion_mlp(backbones, shards, tmp_path):
-    from trainer.train_encoder import EncoderPhase
+    from trainer.phases.encoder import EncoderPhase
 
     config = tiny_config("encoder", backbones, shards, tmp_path)
     names = _trainable(EncoderPhase(config, CPU, torch.float32))
@@ -102,7 +102,7 @@ def test_phase_a_trains_encoder_lora_adaln_and_motion_mlp(backbones, shards, tmp
 
 
 def test_warm_up_steps_the_motion_mlp_with_the_encoder_only(backbones, shards, tmp_path):
-    from trainer.train_encoder import EncoderPhase
+    from trainer.phases.encoder import EncoderPhase
 
     config = tiny_config("encoder", backbones, shards, tmp_path, encoder_warmup_steps=5)
     phase = EncoderPhase(config, CPU, torch.float32)
@@ -124,7 +124,7 @@ def test_warm_up_steps_the_motion_mlp_with_the_encoder_only(backbones, shards, t
 
 
 def test_mllm_trains_lora_embeddings_lm_head_and_every_rmsnorm(backbones, shards, tmp_path):
-    from trainer import build
+    from trainer.models import build
 
     config = tiny_config("mllm", backbones, shards, tmp_path)
     model = build.game_state_model(config, CPU, torch.float32)
@@ -160,7 +160,7 @@ def test_mllm_trains_lora_embeddings_lm_head_and_every_rmsnorm(backbones, shards
 
 
 def test_fully_trained_modules_are_fp32_inside_a_bf16_backbone(backbones, shards, tmp_path):
-    from trainer import build
+    from trainer.models import build
 
     config = tiny_config("mllm", backbones, shards, tmp_path)
     model = build.game_state_model(config, CPU, torch.bfloat16)
@@ -176,8 +176,8 @@ def test_fully_trained_modules_are_fp32_inside_a_bf16_backbone(backbones, shards
 
 
 def test_the_start_up_line_counts_trainable_weights_by_part(backbones, shards, tmp_path):
-    from trainer.loop import train
-    from trainer.train_encoder import build_phase
+    from trainer.phases.encoder import build_phase
+    from trainer.phases.loop import train
 
     config = tiny_config("encoder", backbones, shards, tmp_path, max_steps=0)
     lines: list[str] = []
@@ -191,8 +191,8 @@ def test_the_start_up_line_counts_trainable_weights_by_part(backbones, shards, t
 
 
 def test_default_mllm_loss_is_ce_plus_mse(backbones, shards, tmp_path):
-    from trainer import build
-    from trainer.config import load_config
+    from trainer.models import build
+    from trainer.shared.config import load_config
 
     config = tiny_config("mllm", backbones, shards, tmp_path)
     defaults = load_config("mllm")
@@ -216,8 +216,8 @@ def test_default_mllm_loss_is_ce_plus_mse(backbones, shards, tmp_path):
 
 
 def _one_step(backbones, shards, out: Path, **settings) -> dict[str, torch.Tensor]:
-    from trainer.loop import train
-    from trainer.train_encoder import build_phase
+    from trainer.phases.encoder import build_phase
+    from trainer.phases.loop import train
 
     config = tiny_config(
         "encoder",
@@ -231,7 +231,7 @@ def _one_step(backbones, shards, out: Path, **settings) -> dict[str, torch.Tenso
         **settings,
     )
     train("encoder", config, build_phase, resume=False, log=lambda *_: None)
-    from trainer import checkpoint
+    from trainer.shared import checkpoint
 
     return checkpoint.load(out)["trainable"]
 
@@ -256,7 +256,7 @@ def test_accumulated_micro_batches_make_the_large_batch_step(backbones, shards, 
 
 def test_global_batch_must_divide_into_micro_batches(backbones, shards, tmp_path):
     from core.settings import ConfigError
-    from trainer.loop import accumulation_steps
+    from trainer.phases.loop import accumulation_steps
 
     config = tiny_config("encoder", backbones, shards, tmp_path, batch_size=2, global_batch=8)
     assert accumulation_steps(config, 2) == 2
@@ -266,7 +266,7 @@ def test_global_batch_must_divide_into_micro_batches(backbones, shards, tmp_path
 
 
 def test_micro_batches_cover_the_large_batch_on_every_split():
-    from trainer.data import StepBatches
+    from trainer.shared.data import StepBatches
 
     def covered(batch, world, accum, step):
         return sorted(
@@ -285,7 +285,7 @@ def test_micro_batches_cover_the_large_batch_on_every_split():
 
 
 def test_t5_runs_without_a_mask_in_fp32(backbones, shards, tmp_path):
-    from trainer import build
+    from trainer.models import build
 
     config = tiny_config("encoder", backbones, shards, tmp_path)
     encoder = build.shot_encoder(config, CPU, torch.bfloat16)

@@ -15,7 +15,7 @@ from conftest import GAME_TURN, tiny_config
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from prompts.game import action_text, instruction_text
-from trainer import checkpoint
+from trainer.shared import checkpoint
 
 # trainer.build (transformers, peft, diffusers: seconds) is imported in the tests that build a
 # part, not at collection, which every test worker pays.
@@ -44,7 +44,7 @@ def test_action_text_puts_the_adverb_first_as_the_paper():
 
 
 def test_condition_dropout_drops_and_is_counted(backbones, shards, tmp_path):
-    from trainer import build
+    from trainer.models import build
     from trainer.models.encoder import ConditionDrop
 
     config = _encoder_config(backbones, shards, tmp_path)
@@ -77,7 +77,7 @@ def test_condition_dropout_drops_and_is_counted(backbones, shards, tmp_path):
 
 
 def test_clip_sees_the_whole_frame_by_default(backbones, shards, tmp_path):
-    from trainer import build
+    from trainer.models import build
 
     frame = torch.zeros(1, 3, 48, 72, dtype=torch.uint8)
     frame[:, 0, :, :12] = 255  # a red band in the left sixth of the frame
@@ -95,7 +95,7 @@ def test_clip_sees_the_whole_frame_by_default(backbones, shards, tmp_path):
 
 
 def test_guidance_changes_the_sample_and_scale_one_is_unguided(backbones, shards, tmp_path):
-    from trainer import build
+    from trainer.models import build
     from trainer.models.decoder import Guidance, guidance_from
 
     torch.manual_seed(0)  # the perturbation and the shots below: the same test every run
@@ -152,7 +152,7 @@ def test_dynamic_guidance_weights_follow_the_release_formula():
 
 
 def test_the_noise_schedule_is_the_release_zero_snr_shift_3(backbones, shards, tmp_path):
-    from trainer import build
+    from trainer.models import build
 
     config = _encoder_config(backbones, shards, tmp_path)
     scheduler = build.shot_decoder(config, torch.device("cpu"), torch.float32).scheduler
@@ -171,8 +171,8 @@ def test_the_noise_schedule_is_the_release_zero_snr_shift_3(backbones, shards, t
 
 
 def test_release_layout_writes_turns_as_the_released_model_reads_them():
-    from trainer.prompt import IGNORE, PromptBuilder, add_game_tokens, parse_states
-    from trainer.tiny import mistral_tokenizer
+    from trainer.shared.prompt import IGNORE, PromptBuilder, add_game_tokens, parse_states
+    from trainer.shared.tiny import mistral_tokenizer
 
     tokenizer = mistral_tokenizer()
     add_game_tokens(tokenizer, 3, "release")
@@ -193,8 +193,8 @@ def test_release_layout_writes_turns_as_the_released_model_reads_them():
 
 
 def test_play_reads_states_in_the_release_layout(backbones, shards, tmp_path):
-    from trainer import build
-    from trainer.play import predict_turn
+    from trainer.delivery.play import predict_turn
+    from trainer.models import build
 
     config = tiny_config("mllm", backbones, shards, tmp_path, prompt_format="release")
     model = build.game_state_model(config, torch.device("cpu"), torch.float32).eval()
@@ -207,7 +207,7 @@ def test_play_reads_states_in_the_release_layout(backbones, shards, tmp_path):
 
 
 def test_the_shot_encoder_reads_the_action_with_its_adverb(shards):
-    from trainer.data import ClipCatalog
+    from trainer.shared.data import ClipCatalog
 
     catalog = ClipCatalog([shards])
     captioned = [r for r in catalog.rows if r["motion_description"]]
@@ -263,7 +263,7 @@ def test_a_run_records_the_levels_file_its_shards_were_labelled_with(backbones, 
 
     from core.shards import ShardConfig, ShardWriter, read_clips
     from stages.motion_levels import MotionLevels, write_levels
-    from trainer.data import ClipCatalog, record_motion_levels
+    from trainer.shared.data import ClipCatalog, record_motion_levels
 
     out = Path(shutil.copytree(shards, tmp_path / "data"))  # write_bikes_dataset's, to change
     calibrated = MotionLevels("mine-v1", (1.0, 2.0, 3.0, 4.0), (0.7, 1.5, 2.5, 3.5, 9.0))
@@ -341,7 +341,7 @@ def _read_like_the_release(tar: Path, meta_names: list[str]) -> list[dict]:
 def test_webdataset_export_reads_back_as_the_release_reads_it(shards, tmp_path):
     from core.shards import read_table
     from core.video import decode_mp4
-    from trainer.export import export
+    from trainer.delivery.export import export
 
     marked = _mark_unusable(shards, "bikes-a", 1, tmp_path / "marked")
     summary = export([str(marked)], tmp_path / "wds", "webdataset", samples_per_tar=3)
@@ -372,7 +372,7 @@ def test_webdataset_export_reads_back_as_the_release_reads_it(shards, tmp_path):
 
 
 def test_the_trainer_reads_only_usable_clips_unless_told(shards, tmp_path):
-    from trainer.data import ClipCatalog, ShotDataset, clip_samples, game_sequences
+    from trainer.shared.data import ClipCatalog, ShotDataset, clip_samples, game_sequences
 
     marked = _mark_unusable(shards, "bikes-a", 1, tmp_path / "marked")
     plain, usable_only = ClipCatalog([shards]), ClipCatalog([marked])
@@ -392,7 +392,7 @@ def test_the_trainer_reads_only_usable_clips_unless_told(shards, tmp_path):
 
 
 def test_cogvideox_export_writes_videos_and_prompt_lines(shards, tmp_path):
-    from trainer.export import export
+    from trainer.delivery.export import export
 
     summary = export([str(shards)], tmp_path / "cog", "cogvideox")
     videos = (tmp_path / "cog" / "videos.txt").read_text().splitlines()
@@ -416,10 +416,10 @@ def _tiny_eval_models(folder: Path) -> dict:
         ViTModel,
     )
 
-    from trainer.tiny import _word_tokenizer
+    from trainer.shared.tiny import word_tokenizer
 
     torch.manual_seed(0)
-    tokenizer = _word_tokenizer(
+    tokenizer = word_tokenizer(
         {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "bos_token": "<s>"}
     )
     vision = dict(
@@ -473,7 +473,7 @@ def _write_clip(path: Path, frames: np.ndarray) -> None:
 
 
 def test_eval_scores_identical_clips_at_the_maximum(tmp_path, eval_models):
-    from trainer.evaluate import EvalConfig, evaluate
+    from trainer.evaluation.evaluate import EvalConfig, evaluate
 
     config = EvalConfig(**eval_models, frames=4)
     rng = np.random.default_rng(0)
@@ -503,7 +503,7 @@ def test_eval_scores_identical_clips_at_the_maximum(tmp_path, eval_models):
 
 
 def test_eval_names_the_setting_of_a_missing_checkpoint(tmp_path, capsys):
-    from trainer.evaluate import main
+    from trainer.evaluation.evaluate import main
 
     _write_clip(tmp_path / "gen" / "a.mp4", np.zeros((4, 16, 16, 3), np.uint8))
     _write_clip(tmp_path / "ref" / "a.mp4", np.zeros((4, 16, 16, 3), np.uint8))
@@ -569,7 +569,7 @@ def _benchmark(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_eval_compares_each_turn_with_its_games_character_picture(tmp_path, eval_models):
-    from trainer.evaluate import EvalConfig, evaluate
+    from trainer.evaluation.evaluate import EvalConfig, evaluate
 
     generated, refs = _benchmark(tmp_path)
     config = EvalConfig(**eval_models, frames=4)
@@ -590,7 +590,7 @@ def test_eval_compares_each_turn_with_its_games_character_picture(tmp_path, eval
 
 
 def test_judge_scores_parse_the_six_criteria():
-    from trainer.judge import CRITERIA, parse_scores
+    from trainer.evaluation.judge import CRITERIA, parse_scores
 
     answer = (
         "Overall Quality: 7\nText Alignment: 8\nContextual coherence - 6\n"
@@ -608,12 +608,12 @@ def test_judge_scores_parse_the_six_criteria():
 
 
 def test_the_judge_sees_five_frames_in_a_row_and_the_games_instructions(tmp_path):
-    from trainer.evaluate import EvalConfig, _mp4s, shot_texts
-    from trainer.judge import judge_requests
+    from trainer.evaluation.evaluate import EvalConfig, clips_by_name, shot_texts
+    from trainer.evaluation.judge import judge_requests
 
     generated, _ = _benchmark(tmp_path)
     config = EvalConfig(judge_frame_height=40)
-    shots = _mp4s(generated)
+    shots = clips_by_name(generated)
     requests = {r.key: r for r in judge_requests(config, shots, shot_texts(generated, shots, None))}
     second = requests["game-a/turn-002"]
     (row,) = second.images
@@ -626,8 +626,8 @@ def test_the_judge_sees_five_frames_in_a_row_and_the_games_instructions(tmp_path
 
 
 def test_eval_runs_the_judge_on_a_local_tiny_internvl(tmp_path, tiny_internvl, capsys):
-    from trainer.evaluate import EvalConfig, evaluate, main
-    from trainer.judge import CRITERIA
+    from trainer.evaluation.evaluate import EvalConfig, evaluate, main
+    from trainer.evaluation.judge import CRITERIA
 
     generated, _ = _benchmark(tmp_path)
     config = EvalConfig(

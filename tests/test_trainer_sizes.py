@@ -10,9 +10,9 @@ import torch
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 
 # The released checkpoints' config.json values: one place, shared with the GPU benchmark.
-from bench.gpu_models import CLIP_VIT_B16, T5_V11_XXL
+from bench.gpu.models import CLIP_VIT_B16, T5_V11_XXL
 from trainer.models.encoder import ShotEncoder
-from trainer.tiny import mistral_tokenizer
+from trainer.shared.tiny import mistral_tokenizer
 
 # The decoder and the MLLM (diffusers, peft, transformers: seconds) are imported in the tests
 # that build them, not at collection, which every test worker pays.

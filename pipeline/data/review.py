@@ -10,8 +10,8 @@ rules) and read wherever clips are used, so that decisions win everywhere:
   the automatic flags;
 - `apply_review` turns a clip row as the pipeline wrote it into the row a consumer sees: the
   corrected fields replace the model's, the instruction is rebuilt from them, and the row gains
-  `review_decision`. The manifest (pipeline/data/manifest.py) and the trainer (trainer/data.py) both go
-  through it; the shards keep the model's own answers.
+  `review_decision`. The manifest (pipeline/data/manifest.py) and the trainer
+  (trainer/shared/data.py) both go through it; the shards keep the model's own answers.
 
 Decisions are keyed by clip id, which depends only on the film and the clip settings: a rerun of
 the pipeline, a motion re-calibration or a re-caption rewrites shards but never review.parquet, so

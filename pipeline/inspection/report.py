@@ -163,6 +163,7 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
         ("Film id", facts.film_id),
         ("Source file", facts.path),
         ("Source size", format_size(facts.width, facts.height)),
+        ("Pixel shape", _pixel_shape(facts)),
         ("Source frame rate", format_number(facts.fps, "{:.3f} fps")),
         ("Variable frame rate", facts.vfr),
         ("Rotation", facts.rotation),
@@ -187,6 +188,14 @@ def _facts_table(film: Film, manifest: pd.DataFrame, drops: pd.DataFrame) -> str
     return html_table(
         ["", ""], [(name, format_value(value)) for name, value in rows], show_header=False
     )
+
+
+def _pixel_shape(facts) -> str | None:
+    """`anamorphic 720x480 SAR 32:27, shown as 853x480`, `square`, or None where summary.json
+    predates the record of the sample aspect ratio."""
+    if facts.sar is None:
+        return None
+    return facts.shape_words() or "square"
 
 
 def _upscaled_text(summary) -> str:
@@ -301,6 +310,7 @@ def _shown_region(
     if window is not None and not {"x", "y", "w", "h"} & window.absent:
         return window.region
     try:
+        from core.pixels import pixel_aspect
         from stages.clips import ClipConfig, output_region
         from stages.crop import CropBox
 
@@ -308,7 +318,8 @@ def _shown_region(
         known = {f.name for f in fields(ClipConfig)}
         config = ClipConfig(**{k: v for k, v in settings.items() if k in known})
         x, y, w, h = box
-        return output_region(CropBox(x, y, w, h, source=""), config)
+        aspect = pixel_aspect(summary.film.sar, summary.film.rotation)
+        return output_region(CropBox(x, y, w, h, source=""), config, aspect)
     except (ImportError, TypeError, ValueError):
         return None
 

@@ -26,8 +26,9 @@ from pipeline.data.ip import IP
 from pipeline.running.finalize import complete_summary, finalize, summary_line
 from pipeline.running.segments import SegmentJob, limit_threads, plan_segments, run_segment
 from stages.clips import place_window
-from stages.crop import BorderCrop, CropBox, sample_luma_frames
-from stages.overlays import film_overlays, overlay_frames
+from stages.crop import BorderCrop, CropBox
+from stages.film_samples import sample_film, sample_luma_frames
+from stages.overlays import film_overlays, overlay_sample_plan
 from stages.probe import FilmError, FilmInfo, Probe
 
 
@@ -99,7 +100,7 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
     limit_threads(job.config.run.task_threads)
     crop, overlay_record, seconds = _film_pictures(film, job.config)
     seconds = {"probe": probe_seconds, **seconds}
-    window = place_window(crop, job.config.clips, overlay_record)
+    window = place_window(crop, job.config.clips, overlay_record, film.pixel_aspect)
     segments = plan_segments(film, job.config.run.segment_seconds)
     if storage.is_remote(job.path):
         film.path = str(job.path)  # every task fetches the film by its URL (once per node)
@@ -109,20 +110,26 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
 def _film_pictures(
     film: FilmInfo, config: PipelineConfig
 ) -> tuple[CropBox, OverlayRecord | None, dict[str, float]]:
-    """The border crop and the overlay pass, on one sample of the film's key frames (each timed
-    as its own stage); the overlay pass is None when `overlays.enabled` is off."""
+    """The border crop and the overlay pass, on one sample of the film's frames, decoded once
+    (stages/film_samples.py; each pass timed as its own stage, the decode as the crop's); the
+    overlay pass is None when `overlays.enabled` is off (the crop then reads its key frames)."""
     began = time.perf_counter()
     overlays = config.overlays if config.overlays.enabled else None
-    samples = max(config.crop.samples, overlays.samples) if overlays else config.crop.samples
-    needed = config.crop.box is None or overlays is not None
-    frames = sample_luma_frames(film, samples) if needed else None
+    if overlays is not None:
+        most = max(config.crop.samples, overlays.samples)
+        frames = sample_film(film, overlay_sample_plan(film, overlays, most)).frames
+    elif config.crop.box is None:
+        frames = sample_luma_frames(film, config.crop.samples)
+    else:
+        frames = None
     crop = BorderCrop(config.crop).process(film, frames)
     seconds = {"crop": time.perf_counter() - began}
     if overlays is None:
         return crop, None, seconds
     began = time.perf_counter()
-    pictures = overlay_frames(film, frames or [], overlays)
-    record = film_overlays(config).process(pictures, crop)
+    passes = film_overlays(config)
+    crop, player = passes.without_player(frames or [], crop)
+    record = passes.process(frames or [], crop, player)
     seconds["overlays"] = time.perf_counter() - began
     return crop, record, seconds
 

@@ -108,7 +108,9 @@ def _summary(
         film=FilmFacts.from_dict(film.facts()),
         ip=ip.name,
         crop=CropRecord(x=crop.x, y=crop.y, w=crop.w, h=crop.h, source=crop.source),
-        upscaled=source_scale(output_region(crop, config.clips), config.clips),  # the window's size
+        upscaled=source_scale(  # the window's size, as shown
+            output_region(crop, config.clips, film.pixel_aspect), config.clips, film.pixel_aspect
+        ),
         segments=len(done) + len(failed),
         segments_reused=sum(stats.skipped for stats in done),
         segment_runs=[_segment_run(stats) for stats in done],
@@ -208,6 +210,7 @@ def summary_line(film: FilmInfo, summary: FilmSummary) -> str:
         f"{film.film_name}: {state}: {summary.clips_written} clips "
         f"({summary.clips_failed} failed), {len(summary.scenes or [])} scenes, drops: {drops}; "
         f"{film.duration:.1f} s of film in {summary.wall_seconds or 0:.1f} s{reused}"
+        + (f"; {summary.film.shape_words()}" if summary.film.shape_words() else "")
         + (f"; {summary.upscaled.note}" if summary.upscaled else "")
         + (f"; {summary.overlays.line()}" if summary.overlays is not None else "")
         + (f"; {summary.window.line()}" if summary.window and summary.window.line() else "")

@@ -17,7 +17,7 @@ from peft import LoraConfig, get_peft_model
 from peft.utils import ModulesToSaveWrapper
 
 from trainer.models.precision import train_in_fp32
-from trainer.prompt import (
+from trainer.shared.prompt import (
     IGNORE,
     PromptBuilder,
     add_game_tokens,

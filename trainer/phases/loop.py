@@ -22,8 +22,8 @@ import torch
 
 from core.io import write_text_atomic
 from core.settings import ConfigError
-from trainer import checkpoint, distributed
-from trainer.data import make_loader
+from trainer.shared import checkpoint, distributed
+from trainer.shared.data import make_loader
 
 
 def sample_generators(seed: int, uids: torch.Tensor, stream: int = 0) -> list[torch.Generator]:
@@ -74,7 +74,9 @@ def train(phase: str, config, build, resume: bool = True, log=print) -> list[dic
     metrics, clock = [], time.time()
     for step in range(start, config.max_steps):
         batches = list(itertools.islice(micro_batches, accum))
-        record = _step(wrapped, model, optimizer, trainable, batches, step, config, env, dtype)
+        record = optimizer_step(
+            wrapped, model, optimizer, trainable, batches, step, config, env, dtype
+        )
         metrics.append(record)
         if env.is_main:
             _log(phase, record, config, start, clock, log)
@@ -137,7 +139,9 @@ def make_optimizer(model, config) -> tuple[list, torch.optim.Optimizer]:
     return trainable, optimizer
 
 
-def _step(wrapped, model, optimizer, trainable, batches, step: int, config, env, dtype) -> dict:
+def optimizer_step(
+    wrapped, model, optimizer, trainable, batches, step: int, config, env, dtype
+) -> dict:
     """One optimiser step over `batches` (micro-batches of equal size, whose gradients add up);
     returns its metrics averaged over micro-batches and ranks."""
     for group in optimizer.param_groups:

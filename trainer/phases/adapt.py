@@ -5,7 +5,7 @@ its phase (a) LoRA and motion MLP and learns to render the target clip from the 
 With `shot_drop_rate` a sample's prediction is replaced by E_a's unconditional shot, so the
 adapted decoder keeps the unconditional prediction guidance needs. (In the release this phase
 feeds the MLLM output past the conditioner, so its dropout never acts; see docs/training.md.)
-Run: `python -m trainer.train_adapt --config trainer/configs/adapt.yaml --shards DATASET`.
+Run: `python -m trainer.phases.adapt --config trainer/configs/adapt.yaml --shards DATASET`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from trainer import build, checkpoint
-from trainer.data import game_sequence_dataset
-from trainer.loop import sample_generators
-from trainer.train_mllm import encode_turns
+from trainer.models import build
+from trainer.phases.loop import sample_generators
+from trainer.phases.mllm import encode_turns
+from trainer.shared import checkpoint
+from trainer.shared.data import game_sequence_dataset
 
 
 class AdaptPhase(nn.Module):
@@ -87,6 +88,6 @@ def build_phase(config, device, dtype):
 
 
 if __name__ == "__main__":
-    from trainer.cli import main_for_phase
+    from trainer.phases.cli import main_for_phase
 
     raise SystemExit(main_for_phase("adapt"))

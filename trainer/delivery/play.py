@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from core.cli import input_errors, run_command
+from core.cli import input_errors, module_parser, run_command
 from prompts.game import INSTRUCTION_PATTERN
 
 HELP = "Play game instructions with a trained MLLM (+ decoder): next game states and shots."
@@ -115,7 +115,7 @@ def play(
     guidance_scale=None,
 ):
     """Yield one record per turn (and write them to out/states.jsonl)."""
-    from trainer import checkpoint
+    from trainer.shared import checkpoint
 
     # A folder without a checkpoint is named before torch and the model code (transformers,
     # peft, diffusers: seconds) are imported.
@@ -124,7 +124,8 @@ def play(
     import torch
 
     from core.device import pick_device
-    from trainer import build, distributed
+    from trainer.models import build
+    from trainer.shared import distributed
 
     device = torch.device(pick_device(device_setting, "--device", 0))
     dtype = distributed.pick_dtype("auto", device)
@@ -165,7 +166,7 @@ def predict_turn(model, turns: list[dict], history_shots: list):
     """The target turn's predicted shot (tokens x width) and states, field by field."""
     import torch
 
-    from trainer.prompt import STATE_VALUES, Sequence
+    from trainer.shared.prompt import STATE_VALUES, Sequence
 
     base = model.prompts.sequence(turns, target_states=False)
     layout = model.prompts.layout
@@ -227,8 +228,9 @@ class Renderer:
     @classmethod
     def load(cls, location: str, device, dtype, steps=None, guidance_scale=None) -> Renderer:
         """Rebuilt from the checkpoint's saved config; its weights and unconditional shot."""
-        from trainer import build, checkpoint
-        from trainer.config import config_from_dict
+        from trainer.models import build
+        from trainer.shared import checkpoint
+        from trainer.shared.config import config_from_dict
 
         state = checkpoint.load(location)
         if state["phase"] not in ("encoder", "adapt"):
@@ -275,8 +277,6 @@ class Renderer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trainer.cli import module_parser
-
     args = module_parser("python -m trainer.play", __doc__, add_arguments).parse_args(argv)
     return run_command("play", run, args)
 

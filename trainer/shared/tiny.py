@@ -55,7 +55,7 @@ def write_tiny_backbones(out_dir: str | Path, seed: int = 0) -> dict[str, str | 
     }
 
 
-def _word_tokenizer(special: dict[str, str]):
+def word_tokenizer(special: dict[str, str]):
     """A word-level fast tokenizer trained on the fly (the real ones need files we cannot fetch)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -94,7 +94,7 @@ def _write_clip(path: Path) -> None:
 def _write_t5(path: Path) -> None:
     from transformers import T5Config, T5EncoderModel
 
-    tokenizer = _word_tokenizer({"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"})
+    tokenizer = word_tokenizer({"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"})
     config = T5Config(
         vocab_size=len(tokenizer),
         d_model=TINY["t5_dim"],
@@ -153,7 +153,7 @@ def _write_cogvideox(path: Path) -> None:
 
 
 def mistral_tokenizer():
-    return _word_tokenizer(
+    return word_tokenizer(
         {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "</s>"}
     )
 

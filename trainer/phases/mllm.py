@@ -3,7 +3,7 @@
 Every turn's shot is represented by the phase (a) E_a (first frame + motion description); the
 history's shots are the MLLM's inputs and the target's shot is what its query tokens must predict,
 together with the target's state tokens.
-Run: `python -m trainer.train_mllm --config trainer/configs/mllm.yaml --shards DATASET`.
+Run: `python -m trainer.phases.mllm --config trainer/configs/mllm.yaml --shards DATASET`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 import torch.nn as nn
 from peft import get_peft_model_state_dict
 
-from trainer import build
-from trainer.data import game_sequence_dataset
+from trainer.models import build
+from trainer.shared.data import game_sequence_dataset
 
 
 class MllmPhase(nn.Module):
@@ -60,6 +60,6 @@ def build_phase(config, device, dtype):
 
 
 if __name__ == "__main__":
-    from trainer.cli import main_for_phase
+    from trainer.phases.cli import main_for_phase
 
     raise SystemExit(main_for_phase("mllm"))

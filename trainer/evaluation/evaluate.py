@@ -144,7 +144,7 @@ def evaluate(
 ) -> dict:
     """The metrics the inputs allow: CLIP-I and DreamSim need references, CLIP-T and the judge
     texts (given, or each game folder's play states.jsonl), ACC-F/MAE-F requested levels."""
-    shots = _mp4s(generated)
+    shots = clips_by_name(generated)
     result: dict = {"clips": len(shots)}
     per_clip: dict[str, dict] = {name: {} for name in shots}
     frames = {name: sample_frames(path, config.frames) for name, path in shots.items()}
@@ -166,7 +166,7 @@ def evaluate(
         clip = ClipScorer(config.clip_model, config.image_size, device)
         _score(per_clip, "clip_t", {n: clip.text_similarity(frames[n], text_of[n]) for n in shots})
     if judge:
-        from trainer.judge import judge_turns
+        from trainer.evaluation.judge import judge_turns
 
         judged = judge_turns(config, shots, text_of)
         for name, values in judged.pop("per_clip").items():
@@ -236,7 +236,9 @@ def _score(per_clip: dict, metric: str, values: dict) -> None:
         per_clip[name][metric] = value
 
 
-def _mp4s(folder: Path) -> dict[str, Path]:
+def clips_by_name(folder: Path) -> dict[str, Path]:
+    """The folder's .mp4 clips at any depth, by their path in it without the suffix (the shot's
+    name); a missing folder or one without clips is an error naming it."""
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: not a folder of clips")
     found = {
@@ -341,7 +343,7 @@ class ClipScorer:
     def __init__(self, location: str, size: int, device):
         from transformers import AutoTokenizer, CLIPModel
 
-        from trainer.backbones import resolve
+        from trainer.shared.backbones import resolve
 
         root = resolve("clip_model", location, hub=False)
         self.model = CLIPModel.from_pretrained(root).to(device).eval()
@@ -378,7 +380,7 @@ class DreamSim:
     def __init__(self, locations: list[str], size: int, device):
         from transformers import AutoConfig, AutoModel, CLIPVisionModelWithProjection
 
-        from trainer.backbones import resolve
+        from trainer.shared.backbones import resolve
 
         self.size, self.device, self.backbones = size, device, []
         for location in locations:
@@ -434,8 +436,7 @@ def _unit(x):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from core.cli import run_command
-    from trainer.cli import module_parser
+    from core.cli import module_parser, run_command
 
     args = module_parser("python -m trainer.evaluate", __doc__, add_arguments).parse_args(argv)
     return run_command("eval", run, args)

@@ -106,7 +106,7 @@ def _rows(locations: list[str]) -> Iterator[dict]:
     # Imported once there are shards to read: trainer.data imports torch (seconds), which a wrong
     # folder should not wait for.
     from prompts.game import action_text
-    from trainer.data import CATALOG_COLUMNS, instruction_of
+    from trainer.shared.data import CATALOG_COLUMNS, instruction_of
 
     for path in paths:
         parquet = pq.ParquetFile(path)
@@ -211,8 +211,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from core.cli import run_command
-    from trainer.cli import module_parser
+    from core.cli import module_parser, run_command
 
     args = module_parser("python -m trainer.export", __doc__, add_arguments).parse_args(argv)
     return run_command("export", run, args)

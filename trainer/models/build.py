@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from trainer import backbones, checkpoint
-from trainer.config import MllmConfig, config_from_dict, saved_settings
 from trainer.models.decoder import ShotDecoder
 from trainer.models.encoder import ShotEncoder
 from trainer.models.mllm import GameStateModel
+from trainer.shared import backbones, checkpoint
+from trainer.shared.config import MllmConfig, config_from_dict, saved_settings
 
 
 def decoder_shape(config) -> tuple[int, int]:

@@ -4,7 +4,7 @@ For the first `encoder_warmup_steps` steps E_a and the decoder's motion MLP lear
 LoRA and adaLN modulation get no update), then all of them together, as the release; the loss is the decoder's diffusion loss. Condition
 dropout (models/encoder.py) zeroes parts of E_a's input per sample, so the decoder also learns the
 unconditional prediction that guidance needs; each step logs the share of each kind of drop.
-Run: `python -m trainer.train_encoder --config trainer/configs/encoder.yaml --shards DATASET`.
+Run: `python -m trainer.phases.encoder --config trainer/configs/encoder.yaml --shards DATASET`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from trainer import build
-from trainer.data import ClipCatalog, ShotDataset, clip_samples, record_motion_levels
-from trainer.loop import sample_generators
+from trainer.models import build
 from trainer.models.encoder import ConditionDrop
+from trainer.phases.loop import sample_generators
+from trainer.shared.data import ClipCatalog, ShotDataset, clip_samples, record_motion_levels
 
 
 class EncoderPhase(nn.Module):
@@ -72,6 +72,6 @@ def build_phase(config, device, dtype):
 
 
 if __name__ == "__main__":
-    from trainer.cli import main_for_phase
+    from trainer.phases.cli import main_for_phase
 
     raise SystemExit(main_for_phase("encoder"))

@@ -7,7 +7,7 @@ import argparse
 import importlib
 import sys
 
-from core.cli import OneLineParser, input_errors, run_command
+from core.cli import input_errors, module_parser, run_command
 
 HELP = """Train AnimeGamer from clip shards, one phase at a time:
   encoder  phase (a): shot encoder E_a + CogVideoX decoder D_a (warm-up, then joint)
@@ -18,9 +18,9 @@ Settings come from the phase's defaults (the paper's), then --config YAML, then 
 Several processes: torchrun --nproc_per_node N -m trainer.cli --phase ... (gloo on CPU, NCCL on GPU)."""
 
 PHASE_MODULES = {
-    "encoder": "trainer.train_encoder",
-    "mllm": "trainer.train_mllm",
-    "adapt": "trainer.train_adapt",
+    "encoder": "trainer.phases.encoder",
+    "mllm": "trainer.phases.mllm",
+    "adapt": "trainer.phases.adapt",
 }
 
 
@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser, phase: str | None = None) -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.config import ConfigError, apply_overrides, describe, load_config
+    from trainer.shared.config import ConfigError, apply_overrides, describe, load_config
 
     if args.settings:
         for name, default, text in describe(args.phase):
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("no shards given (--shards or the `shards` setting)")
         # Only now torch and the phase's model code (transformers, peft, diffusers: seconds): the
         # settings above are refused at once, before any of it is imported.
-        from trainer.loop import train
+        from trainer.phases.loop import train
 
         module = importlib.import_module(PHASE_MODULES[args.phase])
         train(args.phase, config, module.build_phase, resume=not args.fresh)
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main_for_phase(phase: str, argv: list[str] | None = None) -> int:
-    """Entry point of one phase's module (`python -m trainer.train_mllm ...`)."""
+    """Entry point of one phase's module (`python -m trainer.phases.mllm ...`)."""
     parser = module_parser(f"python -m {PHASE_MODULES[phase]}", HELP, add_arguments, phase)
     args = parser.parse_args(argv)
     args.phase = phase
@@ -88,16 +88,6 @@ def main_for_phase(phase: str, argv: list[str] | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = module_parser("python -m trainer.cli", HELP, add_arguments).parse_args(argv)
     return run_command("train", run, args)
-
-
-def module_parser(prog: str, description: str, add, *add_args) -> argparse.ArgumentParser:
-    """The parser of a module run on its own (`python -m ...`, e.g. under torchrun), with the same
-    arguments as its `animegamer` sub-command."""
-    parser = OneLineParser(
-        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add(parser, *add_args)
-    return parser
 
 
 if __name__ == "__main__":

@@ -392,7 +392,7 @@ def mistral(shape: dict):
 
 
 def decoder_width_and_slot(shape: dict) -> tuple[int, int]:
-    """(shot width, shot tokens) of the decoder's text slot, as trainer.build.decoder_shape reads
+    """(shot width, shot tokens) of the decoder's text slot, as trainer.models.build.decoder_shape reads
     them from a checkpoint's transformer/config.json."""
     import inspect
 
@@ -425,12 +425,13 @@ def _made_on(device: torch.device, dtype: torch.dtype):
 def random_backbones(shape: dict, device: torch.device):
     """Within the block, the trainer's backbone loaders return random models of `shape`.
 
-    `trainer.build` calls `trainer.backbones.load_*` and `decoder_shape`; these are swapped for
-    builders of the same networks from their configurations, made on `device` in the requested
-    dtype and frozen as the real loaders freeze them. A backbone asked for twice is built once
+    `trainer.models.build` calls `trainer.shared.backbones.load_*` and `decoder_shape`; these are
+    swapped for builders of the same networks from their configurations, made on `device` in the
+    requested dtype and frozen as the real loaders freeze them. A backbone asked for twice is built once
     (frozen weights are shared, as the page cache would share a file read twice).
     """
-    from trainer import backbones, build
+    from trainer.models import build
+    from trainer.shared import backbones
 
     built: dict = {}
 
