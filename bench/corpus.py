@@ -123,16 +123,19 @@ def _warm_up(job, report) -> None:
     time.sleep(1.0)
 
 
-def run_corpus(films: Sequence[str | Path], out: Path, num_cpus: int | None) -> tuple[float, float]:
+def run_corpus(
+    films: Sequence[str | Path], out: Path, num_cpus: int | None, overrides: Sequence[str] = ()
+) -> tuple[float, float]:
     """Seconds to cut every film with the default executor on `num_cpus` CPUs (None: every core),
-    and the mean number of tasks at work (worker seconds of every stage over the wall time)."""
+    and the mean number of tasks at work (worker seconds of every stage over the wall time).
+    `overrides`: settings (KEY=VALUE) for the films."""
     from pipeline.data.config import load_config
     from pipeline.data.ip import load_ip
     from pipeline.executors import make_executor
     from pipeline.running.runner import run_films
 
     shutil.rmtree(out, ignore_errors=True)
-    config = load_config(None, ["run.progress=false"])
+    config = load_config(None, ["run.progress=false", *overrides])
     executor = make_executor("auto", num_cpus, progress=False)
     try:
         executor.start()
@@ -150,13 +153,11 @@ def run_corpus(films: Sequence[str | Path], out: Path, num_cpus: int | None) -> 
     return seconds, busy / seconds
 
 
-def corpus_figure(work: Path) -> dict:
-    import os
-
+def corpus_figure(work: Path, overrides: Sequence[str] = ()) -> dict:
     films = make_corpus(work / "corpus_films")
     load_before = os.getloadavg()[0]
-    one, busy_one = run_corpus(films, work / "corpus_1cpu", 1)
-    every, busy_every = run_corpus(films, work / "corpus_allcpu", None)
+    one, busy_one = run_corpus(films, work / "corpus_1cpu", 1, overrides)
+    every, busy_every = run_corpus(films, work / "corpus_allcpu", None, overrides)
     same = all(
         (work / "corpus_1cpu" / p.relative_to(work / "corpus_allcpu")).read_bytes()
         == p.read_bytes()
@@ -164,6 +165,7 @@ def corpus_figure(work: Path) -> dict:
     )
     return {
         "films": len(films),
+        "settings": list(overrides),
         "cores": os.cpu_count(),
         "seconds_one_cpu": round(one, 1),
         "seconds_all_cores": round(every, 1),

@@ -7,7 +7,9 @@ Films, made here from the bundled sample and kept in bench/out/ (the telecined o
         (the shorter one also runs with the quality stage off and then on again, in the same
         run, to give the wall time the stage adds);
     1080p at --hd-minutes: the trailer upscaled to 1920x1080 and encoded once with x264 the way
-        films are delivered (B-frames, CABAC), then repeated the same way.
+        films are delivered (veryfast, crf 20, B-frames, CABAC), then repeated the same way;
+    a folder of 20 films of 6 s (bench/clip_folder.py), cut as one folder against a bare decode
+        of its 20 files.
 
 Each film is decoded bare (FFmpeg's own threads, every core) right before and right after the
 pipeline runs on it; the ratio is pipeline time over the mean of the two. Both wall-clock and CPU
@@ -17,25 +19,30 @@ does. The executor's workers run at this process's niceness, as the bare decode 
 is the largest summed resident size of this process tree, sampled every 0.2 s.
 Stage shares are shares of the workers' CPU seconds (summary.json's stage_seconds).
 
-    python -m bench.run [--minutes 10] [--hd-minutes 5] [--executor auto|processes|ray|local]
+    python -m bench.run [--minutes 10] [--hd-minutes 6] [--executor auto|processes|ray|local]
                         [--profile] [--only-films] [--set KEY=VALUE ...]
 
---only-films measures the films only; --set changes a setting for them (the cost of one rule:
-the same films with it switched off, e.g. `--set scenes.blend_gate=-1`, in the same session).
+--only-films measures the films and the folder of short films only; --set changes a setting for
+them and for the corpus figure (the cost of one rule: the same films with it switched off, e.g.
+`--set scenes.blend_gate=-1`, in the same session).
 
---profile records the pipeline on the half-length film in one process with py-spy (pip install
-py-spy, the `test` extra has it) and prints where the time goes, function by function.
+--profile [480p|1080p|folder|corpus] records one `animegamer dataset` run with py-spy over its
+whole process tree (pip install py-spy, the `test` extra has it): the half-length film (the
+default), the 1080p film, the folder of short films or the corpus folder, and prints where the
+time goes, function by function (docs/speed.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 
@@ -43,6 +50,8 @@ import av
 import cv2
 import numpy as np
 
+from bench.clip_folder import folder_figure
+from bench.decoding import bare_decode
 from bench.process_tree import ProcessTree
 from core.film import FilmSummary
 from pipeline.executors import EXECUTORS
@@ -85,7 +94,7 @@ def make_long_film(minutes: float, path: Path, source: Path = SAMPLE) -> Path:
 
 def make_hd_sample(path: Path) -> Path:
     """The sample upscaled to 1920x1080 (bicubic), encoded as a delivered film would be: x264
-    veryfast, crf 18, B-frames, CABAC, key frames every 10 s. Once: about a minute of CPU."""
+    veryfast, crf 20, B-frames, CABAC, key frames every 10 s. Once: about a minute of CPU."""
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +104,7 @@ def make_hd_sample(path: Path) -> Path:
         rate = source.streams.video[0].average_rate or Fraction(24)
         stream = out.add_stream("libx264", rate=rate)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.options = {"crf": "18", "preset": "veryfast", "bf": "3", "g": str(int(rate * 10))}
+        stream.options = {"crf": "20", "preset": "veryfast", "bf": "3", "g": str(int(rate * 10))}
         for index, frame in enumerate(source.decode(video=0)):
             planes = [
                 cv2.resize(plane, size, interpolation=cv2.INTER_CUBIC)
@@ -163,21 +172,6 @@ def _planes(frame: av.VideoFrame) -> list[np.ndarray]:
         np.frombuffer(memoryview(p), np.uint8).reshape(p.height, p.line_size)[:, : p.width]
         for p in frame.planes
     ][:3]
-
-
-def bare_decode(path: Path) -> dict:
-    """Decode every frame with FFmpeg's default threading (one thread per core), convert none."""
-    wall, cpu, frames = time.perf_counter(), time.process_time(), 0
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
-        for _ in container.decode(stream):
-            frames += 1
-    return {
-        "wall": time.perf_counter() - wall,
-        "cpu": time.process_time() - cpu,
-        "frames": frames,
-    }
 
 
 def run_pipeline(
@@ -300,61 +294,60 @@ def motion_figures() -> dict:
     return figures
 
 
-def profile(film: Path) -> None:
-    """py-spy on the pipeline in one process (local executor): inclusive share per function."""
-    if shutil.which("py-spy") is None and not (Path(sys.executable).parent / "py-spy").exists():
-        raise SystemExit("--profile needs py-spy: pip install py-spy")
+PROFILED = ("480p", "1080p", "folder", "corpus")  # what --profile records
+PROJECT = ("core/", "stages/", "pipeline/")  # the inclusive list: these modules' functions
+PY_FRAME = re.compile(r"\(\S+\.py(:\d+)?\)$")  # py-spy's `name (path/file.py:line)`
+
+
+def profile(target: Path, spy_out: Path, overrides: Sequence[str] = ()) -> None:
+    """py-spy over the whole process tree of `animegamer dataset TARGET` (the default executor:
+    the driver, the fork server and its workers), then where the time goes, function by function.
+    `target` is a film or a folder of films."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    raw = OUT / "profile.txt"
-    script = (
-        "import sys; from bench.run import run_pipeline; from pathlib import Path; "
-        f"run_pipeline(Path({str(film)!r}), Path({str(OUT / 'dataset-profile')!r}), 'local')"
-    )
-    shutil.rmtree(OUT / "dataset-profile", ignore_errors=True)
-    subprocess.run(
-        [
-            spy,
-            "record",
-            "-r",
-            "50",
-            "-f",
-            "raw",
-            "-o",
-            str(raw),
-            "--",
-            sys.executable,
-            "-c",
-            script,
-        ],
-        check=True,
-        cwd=ROOT,
-    )
-    print_profile(raw)
+    if not Path(spy).exists() and shutil.which("py-spy") is None:
+        raise SystemExit("--profile needs py-spy: pip install py-spy")
+    out = OUT / "dataset-profile"
+    shutil.rmtree(out, ignore_errors=True)
+    command = [sys.executable, "-m", "pipeline.cli", "dataset", str(target), "--out", str(out)]
+    command += [a for setting in overrides for a in ("--set", setting)]
+    spy_command = [spy, "record", "-r", "50", "--subprocesses", "-f", "raw", "-o", str(spy_out)]
+    subprocess.run([*spy_command, "--", *command, "--quiet"], check=True, cwd=ROOT)
+    print_profile(spy_out)
 
 
 def print_profile(raw: Path, top: int = 25) -> None:
-    """Inclusive share of the samples for each Python function (both threads counted)."""
+    """Inclusive share of the samples for each of the project's functions (the executor's plumbing
+    left out), every process and thread of the tree together (idle threads are not sampled), and
+    the Python functions the samples were in (self)."""
     inclusive: Counter = Counter()
+    own: Counter = Counter()
     total = 0
     for line in raw.read_text().splitlines():
         stack, _, samples = line.rpartition(" ")
+        frames = [_function(frame) for frame in stack.split(";") if PY_FRAME.search(frame)]
         total += int(samples)
-        names = {
-            frame.split(" (")[0] + " (" + frame.split(" (")[-1].split(":")[0] + ")"
-            for frame in stack.split(";")
-            if ".py" in frame
-        }
-        for name in names:
-            inclusive[name] += int(samples)
-    print(f"\npy-spy, {total} samples of busy threads (main and clip lane): inclusive share")
+        for name in set(frames):
+            if name.split(" (")[-1].startswith(PROJECT) and "executors/" not in name:
+                inclusive[name] += int(samples)
+        if frames:
+            own[frames[-1]] += int(samples)
+    print(f"\npy-spy, {total} samples of busy threads, every process: the project's functions")
     for name, count in inclusive.most_common(top):
         print(f"{count / total:6.1%}  {name}")
+    print("self share (the Python function a sample was in, its native calls included)")
+    for name, count in own.most_common(top // 2):
+        print(f"{count / total:6.1%}  {name}")
+
+
+def _function(frame: str) -> str:
+    """`name (path/file.py)` of py-spy's `name (path/file.py:line)`."""
+    return frame.split(" (")[0] + " (" + frame.split(" (")[-1].split(":")[0] + ")"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--hd-minutes", type=float, default=5.0, help="0 leaves the 1080p film out")
+    parser.add_argument("--hd-minutes", type=float, default=6.0, help="0 leaves the 1080p film out")
     parser.add_argument(
         "--telecined-minutes",
         type=float,
@@ -362,7 +355,14 @@ def main(argv=None) -> int:
         help="the sample telecined (3:2) for restoration's cost; 0 leaves it out",
     )
     parser.add_argument("--executor", default="auto", choices=EXECUTORS)
-    parser.add_argument("--profile", action="store_true", help="py-spy the half-length film")
+    parser.add_argument(
+        "--profile",
+        nargs="?",
+        const="480p",
+        choices=PROFILED,
+        help="py-spy over the process tree of one run: the half-length film (480p, the default), "
+        "the 1080p film, the folder of short films or the corpus folder",
+    )
     parser.add_argument(
         "--only-corpus", action="store_true", help="only the corpus figure (a folder of films)"
     )
@@ -390,12 +390,12 @@ def main(argv=None) -> int:
         ),
     ]
     if args.hd_minutes:
-        hd = make_hd_sample(OUT / "sintel_1080p.mp4")
+        hd = make_hd_sample(OUT / "sintel_1080p_crf20.mp4")
         films.append(
             (
                 f"1080p-{args.hd_minutes:g}min",
                 make_long_film(
-                    args.hd_minutes, OUT / f"sintel_1080p_x{args.hd_minutes:g}min.mp4", hd
+                    args.hd_minutes, OUT / f"sintel_1080p_crf20_x{args.hd_minutes:g}min.mp4", hd
                 ),
             )
         )
@@ -408,7 +408,16 @@ def main(argv=None) -> int:
             )
         )
     if args.profile:
-        profile(films[0][1])
+        from bench.clip_folder import make_clip_folder
+        from bench.corpus import make_corpus
+
+        targets = {
+            "480p": lambda: films[0][1],
+            "1080p": lambda: dict(films)[f"1080p-{args.hd_minutes:g}min"],
+            "folder": lambda: make_clip_folder(OUT / "clip_folder")[0].parent,
+            "corpus": lambda: make_corpus(OUT / "corpus_films")[0].parent,
+        }
+        profile(targets[args.profile](), OUT / f"profile-{args.profile}.txt", args.set)
         return 0
     from pipeline.executors import make_executor
 
@@ -426,14 +435,22 @@ def main(argv=None) -> int:
             run |= quality_cost(film, OUT / f"dataset-{name}-quality", args.executor, executor)
         report["runs"].append(run)
         print(json.dumps(run, indent=2), flush=True)
+    folder = folder_figure(OUT, executor, tuple(args.set))
+    report["runs"].append(folder)
+    print(json.dumps(folder, indent=2), flush=True)
     if not args.only_films:
         report["motion"] = motion_figures()
         print(json.dumps(report["motion"], indent=2), flush=True)
     executor.close()  # the corpus figures start executors of their own sizes
     if not args.only_films:
-        _print_corpus(report)
+        _print_corpus(report, tuple(args.set))
     print()
-    for run in report["runs"]:
+    print(
+        f"{folder['film']}: pipeline {folder['pipeline_seconds']} s vs bare decode "
+        f"{folder['bare_decode_seconds']} s: x{folder['ratio_pipeline_to_decode']} wall, "
+        f"x{folder['cpu_ratio']} CPU, {folder['cores_busy']} cores busy; {folder['clips']} clips"
+    )
+    for run in report["runs"][:-1]:
         print(
             f"{run['film']} ({run['size']}, {run['frames']} frames): pipeline "
             f"{run['pipeline_seconds']} s vs bare decode {run['bare_decode_seconds']} s: "
@@ -448,10 +465,10 @@ def main(argv=None) -> int:
     return 0
 
 
-def _print_corpus(report: dict) -> int:
+def _print_corpus(report: dict, overrides: tuple[str, ...] = ()) -> int:
     from bench.corpus import corpus_figure, executors_figure
 
-    report["corpus"] = corpus_figure(OUT)
+    report["corpus"] = corpus_figure(OUT, overrides)
     print(json.dumps(report["corpus"], indent=2), flush=True)
     report["corpus_executors"] = executors_figure(OUT)
     print(json.dumps(report["corpus_executors"], indent=2), flush=True)

@@ -6,7 +6,9 @@ PyAV bundles FFmpeg (with libx264), so nothing here needs a system ffmpeg.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 
 import av
 import cv2
@@ -108,6 +110,9 @@ class FrameReader:
         self.threads = threads
         self.corrupt_packets = 0
         self.unmatched_frames = 0  # decoded frames whose timestamp the probe did not list
+        # CPU seconds of the decoder's own threads (frame threading), which the calling thread's
+        # clock does not see
+        self.codec_thread_seconds = 0.0
 
     def frames(
         self, first: int, stop: int, only: Collection[int] | None = None
@@ -118,7 +123,7 @@ class FrameReader:
         they refer to is); a packet without a known timestamp is decoded."""
         # keyed by int | None: a frame without a timestamp is simply not found (unmatched)
         index_of: dict[int | None, int] = {pts: i for i, pts in enumerate(self.frame_pts)}
-        with av.open(self.path) as container:
+        with av.open(self.path) as container, self._codec_threads_timed():
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             stream.codec_context.thread_count = self.threads
@@ -138,6 +143,15 @@ class FrameReader:
                 if index >= stop:
                     break
                 yield index, frame
+
+    @contextmanager
+    def _codec_threads_timed(self) -> Iterator[None]:
+        """Adds the decoder threads' CPU to `codec_thread_seconds` as the decoder closes (its
+        threads end with it)."""
+        try:
+            yield
+        finally:
+            self.codec_thread_seconds += codec_threads_cpu()
 
     def keyframes(self, count: int, total: int) -> Iterator[tuple[int, av.VideoFrame]]:
         """About `count` of the film's `total` key frames, spread evenly, decoding nothing else.
@@ -167,6 +181,27 @@ class FrameReader:
                 yield from packet.decode()
             except av.error.InvalidDataError:
                 self.corrupt_packets += 1
+
+
+def codec_threads_cpu() -> float:
+    """CPU seconds so far of this process's FFmpeg codec threads alive now (FFmpeg names them
+    `av:CODEC:...`), read from /proc; 0.0 where there is none or no /proc."""
+    ticks = 0
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for thread in threads:
+        try:
+            with open(f"/proc/self/task/{thread}/comm") as comm:
+                if not comm.read().startswith("av:"):
+                    continue
+            with open(f"/proc/self/task/{thread}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, ValueError, IndexError):  # the thread ended meanwhile
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def rotate_frame(image: np.ndarray, rotation: int) -> np.ndarray:

@@ -477,3 +477,23 @@ def test_the_scan_runs_as_many_threads_as_the_run_may_use():
     )
     with search_threads(None):
         assert numba.get_num_threads() == before
+
+
+@pytest.mark.parametrize("width", [1, 4])
+def test_a_small_search_gives_the_kernels_pairs_in_its_order(width, monkeypatch):
+    """Up to SMALL_SEARCH codes numpy searches, without numba: the same arrays as the compiled
+    scan, element for element (the index lists the pairs in the order they were found)."""
+    from pipeline.passes import bitscan
+
+    rng = np.random.default_rng(30 + width)
+    codes = codes_with_copies(rng, bitscan.SMALL_SEARCH, width)
+    for start, max_bits in [(0, 12 * width), (300, 12 * width), (0, 0), (511, 64 * width)]:
+        small = bitscan.range_pairs(codes, start, max_bits)
+        with monkeypatch.context() as patch:
+            patch.setattr(bitscan, "SMALL_SEARCH", 1)  # the same search by the kernel
+            compiled = bitscan.range_pairs(codes, start, max_bits)
+        assert len(compiled[0]) > 0
+        for mine, theirs in zip(small, compiled):
+            assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs), (start, max_bits)
+        found = sorted(zip(*(column.tolist() for column in small)))
+        assert found == pairs_by_numpy(codes, start, max_bits)

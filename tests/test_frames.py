@@ -167,7 +167,7 @@ def test_decoder_threads_do_not_change_the_output(tmp_path):
     for threads in (1, 3):
         # every column is compared, the overlay pass's too, with 8 sampled frames for its 48
         # (its text detector calls were half of each run: 1.1 CPU-s a run, 0.5 with 8)
-        config = local_config(run__task_threads=threads, overlays__samples=8)
+        config = local_config(run__decode_threads=threads, overlays__samples=8)
         result = run_film(film, tmp_path / f"t{threads}", config, load_ip(None))
         rows.append([clip.to_row() for clip in read_clips(result.film_dir)])
     assert rows[0] and rows[0] == rows[1]
@@ -217,3 +217,19 @@ def test_a_pass_for_some_frames_skips_others_and_decodes_those_alike():
     assert everything == film.num_frames and fewer < everything
     assert some.keys() == full.keys() == wanted
     assert all(np.array_equal(some[i], full[i]) for i in wanted)
+
+
+def test_the_decoders_own_threads_are_timed():
+    """With frame threading the decoding runs in FFmpeg's threads, which the segment thread's
+    clock does not see: the reader adds their CPU, and adds none with one thread."""
+    from core.video import FrameReader
+    from stages.probe import Probe
+
+    film = Probe().process(BIKES)
+    seconds = {}
+    for threads in (1, 2):
+        reader = FrameReader(str(BIKES), film.frame_pts, threads)
+        for _ in range(3):  # bikes decodes in about 0.1 CPU-s: enough clock ticks to see
+            assert sum(1 for _ in reader.frames(0, film.num_frames)) == film.num_frames
+        seconds[threads] = reader.codec_thread_seconds
+    assert seconds[1] == 0.0 and seconds[2] > 0.0

@@ -64,8 +64,13 @@ class RunConfig(Settings):
     """Films being probed, cut or finalized at once; None: twice the cluster's CPUs. Bounds the
     driver's and the object store's memory on corpora of thousands of films."""
     task_threads: int = 1
-    """Decoder, OpenCV and torch threads per task: tasks already run one per CPU, so more threads
-    per task would oversubscribe the node."""
+    """OpenCV and torch threads per task: tasks already run one per CPU, so more threads per task
+    would oversubscribe the node."""
+    decode_threads: int = 2
+    """Decoder threads per segment task (FFmpeg's frame threading; the frames are the same with
+    any number). Two let a segment take a core its neighbours left idle (a film's last segment,
+    the tail of a folder), while on a busy node they share the task's core at no measurable cost
+    (docs/speed.md); 1 holds each task to one thread."""
     progress: bool = True
 
     content_fields = ("segment_seconds",)  # segment boundaries are forced scene boundaries

@@ -8,9 +8,13 @@ through the per-clip stages (motion, encoding) while their pixels are still in m
 written to part files, on a second thread (`_ClipLane`), so that encoding overlaps decoding where a
 core is free. A DONE marker (core/film.py), written last, makes the segment skippable on rerun.
 
-A segment is one task with one CPU: the decoder runs `run.task_threads` threads (1 by default),
-swscale, OpenCV and x264 one each, so tasks side by side on a node never oversubscribe it.
-`stage_seconds` are CPU seconds of the thread that ran each stage.
+A segment is one task with one CPU: swscale, OpenCV and x264 run one thread each (OpenCV and torch
+`run.task_threads`, 1 by default), so tasks side by side on a node never oversubscribe it. The
+decoder alone runs `run.decode_threads` (2): where a neighbour's core is idle, the tail of a
+film or a folder, the segment's decoding moves onto it; where none is, the two threads share the
+task's core.
+`stage_seconds` are CPU seconds of the thread that ran each stage (decode: the decoder's own
+threads as well).
 
 Segment boundaries are forced scene boundaries: the decoder starts a little before the segment
 (warm-up, so a cut in the segment's first frames is still seen) and runs a little past its end
@@ -185,15 +189,16 @@ class _SegmentRun:
         for stage in self.stages:
             stage.for_film(context)
             _timed(self.seconds, stage.name, stage.setup)
-        threads = self.job.config.run.task_threads
-        limit_threads(threads)
+        limit_threads(config.run.task_threads)
         film = self.job.film
-        reader = FrameReader(str(storage.local_film(film.path)), film.frame_pts, threads)
+        path = str(storage.local_film(film.path))
+        reader = FrameReader(path, film.frame_pts, config.run.decode_threads)
         shards = self.job.config.shards
         with ShardWriter(self.job.directory, "part", shards, clip_schema()) as writer:
             self.lane = _ClipLane(self.stages, writer)
             try:
                 self._decode_and_cut(reader)
+                self.seconds["decode"] += reader.codec_thread_seconds
                 self.lane.drain()
             finally:
                 self.lane.close()
