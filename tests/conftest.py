@@ -36,6 +36,7 @@ from core.schema import MANIFEST_SCHEMA, rows_to_table
 from core.shards import ShardConfig, ShardWriter, read_clips
 from core.video import encode_image, encode_mp4
 from prompts.game import instruction_text
+from stages.base import clip_schema
 from stages.captioning.engines import CaptionEngine, Completion
 from stages.motion_levels import DEFAULT_LEVELS
 
@@ -713,7 +714,8 @@ def with_captions(film_dir: Path, out: Path) -> Path:
         if clip.motion_scope is None:  # keep the pipeline's motion where its stage ran
             fill_motion(clip, clip.clip_index)
         fill_captions(clip, clip.clip_index)
-    with ShardWriter(out / Path(film_dir).name / "shards", "clips") as writer:
+    # the pipeline's rows carry the registered stages' columns too (stages.base.clip_schema)
+    with ShardWriter(out / Path(film_dir).name / "shards", "clips", schema=clip_schema()) as writer:
         writer.write_all(clips)
     return out
 

@@ -17,6 +17,7 @@ from PIL import Image
 
 from core.shards import ShardConfig, ShardWriter
 from pipeline.inspection.explore import DatasetError, open_dataset
+from stages.base import clip_schema
 
 # ---------------------------------------------------------------- tests of the notebook API
 
@@ -46,7 +47,10 @@ def test_clips_are_found_in_any_row_group_of_any_shard(film_dir, tmp_path):
     shutil.rmtree(copy / "shards")
     two_clips = sum(len(r["video"]) + len(r["first_frame"]) + 512 for r in rows[:2])
     with ShardWriter(
-        copy / "shards", "clips", ShardConfig(max_bytes=two_clips, rows_per_group=1)
+        copy / "shards",
+        "clips",
+        ShardConfig(max_bytes=two_clips, rows_per_group=1),
+        clip_schema(),  # the pipeline's rows carry the registered stages' columns too
     ) as writer:
         writer.write_all(rows)
     assert len(writer.paths) >= 2 and pq.ParquetFile(writer.paths[0]).num_row_groups == 2

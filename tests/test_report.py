@@ -145,7 +145,7 @@ def test_report_renders_in_headless_chromium(annotated_film, chromium, tmp_path)
     width = ReportOptions().preview_width
     assert all(p["loaded"] and p["width"] == width for p in state["previews"])
     plots = {p["name"] for p in state["plots"] if p["loaded"]}
-    assert plots == {"crop", "timeline", "timings", "motion", "captions", "drops"}
+    assert plots == {"crop", "timeline", "timings", "motion", "captions", "drops", "scores"}
     assert state["external"] == []
     edges = ", ".join(f"{e:g}" for e in LEVEL_EDGES)
     assert f"Level edges, version test-1: {edges}." in state["text"]
@@ -162,7 +162,7 @@ def test_report_of_an_early_film_renders_and_names_what_is_missing(bare_film, ch
     state, errors = _render(chromium, report, "report-bare.png")
     assert errors == []
     assert state["broken"] == []
-    assert {p["name"] for p in state["plots"]} == {"crop", "timeline"}
+    assert {p["name"] for p in state["plots"]} == {"crop", "timeline", "scores"}
     text = state["text"]
     assert "Not available: no clip has a motion_scope value yet" in text
     assert "Not available: no clip has caption fields yet" in text

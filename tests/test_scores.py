@@ -100,7 +100,7 @@ def test_quality_calibrate_takes_score_thresholds_and_refuses_bad_ones(sintel_co
     for bad, said in (
         ("{clarity: high}", "clarity='high': give a number"),
         ("{camera_motion: [sideways]}", "give a list of labels among"),
-        ("{sharpness: 1}", "no score named sharpness (scores: camera_motion, clarity"),
+        ("{sharpness: 1}", "no score named sharpness (scores: aesthetic_score, camera_motion,"),
     ):
         assert (
             cli_main(["quality-calibrate", str(sintel_copy), "--set", f"reject.scores={bad}"]) == 2

@@ -219,7 +219,13 @@ def print_plan(plans: list) -> int:
 
 
 def _caption_hint(results, config, out: Path) -> None:
-    if config.caption.model or not any(r.ok for r in results):
+    if not any(r.ok for r in results):
+        return
+    if not config.clip_scores.model:  # after the run, beside the captions' hint: not on stderr
+        from stages.scoring.clip_scores import CLIP_SCORES_OFF
+
+        print(CLIP_SCORES_OFF)
+    if config.caption.model:
         return
     print(
         "captions: pending (no caption model configured). Caption later with\n"

@@ -32,7 +32,6 @@ from pipeline.running.finalize import complete_summary
 from pipeline.running.folder_passes import caption_pass, quality_pass
 from pipeline.running.scheduler import FilmScheduler
 from pipeline.running.segments import plan_segments
-from stages.clip_scores import CLIP_SCORES_OFF
 from stages.probe import FilmError, Probe
 
 log = logging.getLogger(__name__)
@@ -108,8 +107,6 @@ def _run_films(
             work.append((index, path, film_config(config, film_ip, path), film_ip))
         except ConfigError as exc:
             results[index] = FilmResult(str(path), None, False, str(exc))
-    if not config.clip_scores.model:
-        log.info(CLIP_SCORES_OFF)
     scheduler = FilmScheduler(executor, out_dir, config.run.films_in_flight, force)
     for index, outcome in scheduler.run_resumable(work).items():
         results[index] = _as_result(paths[index], outcome)
