@@ -32,8 +32,8 @@ from pipeline.running.finalize import complete_summary
 from pipeline.running.folder_passes import caption_pass, quality_pass
 from pipeline.running.scheduler import FilmScheduler
 from pipeline.running.segments import plan_segments
-from stages.clip_scores import CLIP_SCORES_OFF
 from stages.probe import FilmError, Probe
+from stages.scoring.clip_scores import CLIP_SCORES_OFF
 
 log = logging.getLogger(__name__)
 
