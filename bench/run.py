@@ -55,7 +55,7 @@ from bench.decoding import bare_decode
 from bench.process_tree import ProcessTree
 from core.film import FilmSummary
 from pipeline.executors import EXECUTORS
-from stages.field_restore import pulled_frames
+from stages.sources.field_restore import pulled_frames
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sintel_trailer.mp4"

@@ -143,7 +143,7 @@ class CropRecord(JsonRecord):
 
 @dataclass
 class OverlayRecord(JsonRecord):
-    """summary.json's `overlays`: what was drawn over the film's picture (stages/overlays.py),
+    """summary.json's `overlays`: what was drawn over the film's picture (stages/burned_in/overlays.py),
     in the film's displayed source pixels, the crop box's coordinates."""
 
     subtitle_bands: list[list[int]] = field(default_factory=list)  # [[y0, y1], ...], y1 exclusive
@@ -168,7 +168,7 @@ class OverlayRecord(JsonRecord):
 
 @dataclass
 class FieldRecord(JsonRecord):
-    """summary.json's `fields`: the film's field structure (stages/field_pass.py) and what was
+    """summary.json's `fields`: the film's field structure (stages/sources/field_pass.py) and what was
     done about it. `structure` is progressive, telecined, interlaced or hybrid; `parts` are the
     probed runs of frames, [start, stop, kind] (kind: progressive, telecined, interlaced or
     still); `restored_frames` and `restored_fps` are filled once the film is cut: the frames
@@ -398,7 +398,9 @@ class SegmentStats(JsonRecord):
     unmatched_frames: int = 0
     late_cuts: int = 0
     black_frames: int = 0
-    fields_dropped: int = 0  # telecine duplicates decimation left out (stages/field_restore.py)
+    fields_dropped: int = (
+        0  # telecine duplicates decimation left out (stages/sources/field_restore.py)
+    )
     drop_list: list[Drop] = field(default_factory=list)
     scenes: list[list[int]] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)

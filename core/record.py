@@ -106,12 +106,12 @@ class Clip:
     quality_text_area: float | None = None  # share 0-1 of the frame marked as text (max)
     quality_hashes: list[int] | None = None  # 64-bit perceptual hashes of a few frames
     quality_version: str | None = None
-    # overlays (stages/overlays.py; docs/quality.md "Overlays")
+    # overlays (stages/burned_in/overlays.py; docs/quality.md "Overlays")
     overlay_subtitle_area: float | None = None  # share of the film's subtitle band that is text
     overlay_logo_share: float | None = None  # largest share of a film logo inside the window
-    # field structure (stages/fields.py; docs/sources.md)
+    # field structure (stages/sources/fields.py; docs/sources.md)
     combing: float | None = None  # share of comb teeth in a frame's densest band of rows (max)
-    # scores (docs/scores.md): camera motion (stages/camera.py) and clarity (stages/clarity.py)
+    # scores (docs/scores.md): camera motion (stages/scoring/camera.py) and clarity (stages/scoring/clarity.py)
     camera_motion: str | None = None  # static, pan_left, ..., complex
     camera_tx: float | None = None  # px per frame at 480x720, + when the picture slides right
     camera_ty: float | None = None  # + when the picture slides down

@@ -63,7 +63,7 @@ from core.record import Clip
 from core.resources import Resources
 from core.schema import CLIP_SCHEMA
 from core.settings import Settings
-from stages.scores import Score
+from stages.scoring.scores import Score
 
 
 @dataclass
@@ -109,7 +109,7 @@ class FrameStage(Protocol[Found]):
 @dataclass(frozen=True)
 class FilmContext:
     """What a film's prepare step found that a clip stage may need: the overlays of the film
-    (stages/overlays.py; None when that pass is off), how clips fit their window
+    (stages/burned_in/overlays.py; None when that pass is off), how clips fit their window
     (`clips.resize`), and the text detector the film pass used (`quality.text_model` and
     `quality.text_pixel_probability`), so that a clip is looked at as its film was."""
 
@@ -178,7 +178,7 @@ def register_clip_stage(
     scores: Sequence[Score] = (),
 ) -> Callable[[BuildFn], BuildFn]:
     """Declare a clip stage, its settings section, the columns it fills, the scores among them
-    (stages/scores.py) and its place (see the module docstring)."""
+    (stages/scoring/scores.py) and its place (see the module docstring)."""
 
     def register(build: BuildFn) -> BuildFn:
         known = _CLIP_STAGES.get(name)

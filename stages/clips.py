@@ -57,7 +57,7 @@ class ClipConfig(Settings):
     """Encoding of first_frame: jpeg or png."""
     avoid_overlays: bool = True
     """center_crop: move the window inside the crop box, where the box is wider or taller than
-    the clips, away from the film's burned-in subtitle bands and logos (stages/overlays.py);
+    the clips, away from the film's burned-in subtitle bands and logos (stages/burned_in/overlays.py);
     False keeps it centred. Films without overlays keep the centred window either way."""
     min_source_height: int = 0
     """A film whose clips show fewer source rows than this (the crop, cut to the clip's aspect

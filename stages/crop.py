@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.settings import Settings
-from stages.film_samples import sample_luma_frames
 from stages.probe import FilmError, FilmInfo
+from stages.sources.film_samples import sample_luma_frames
 
 
 @dataclass

@@ -156,7 +156,7 @@ def pair_scope(speed: np.ndarray, background_ratio: float, reference_percentile:
 @dataclass(frozen=True)
 class PairFlows:
     """A clip's flow as the motion stage measured it, kept on its frames (`ClipFrames.memo`) for
-    camera motion (stages/camera.py), which fits the same flow instead of measuring it again.
+    camera motion (stages/scoring/camera.py), which fits the same flow instead of measuring it again.
 
     `held[i]`: pair (i, i + 1) is a held drawing; `flows[i]`: the (x, y) flow of each moving pair,
     in pixels of a 480x720 frame, as fields of the backend's working `size` (h, w); `source`: the

@@ -16,7 +16,7 @@ from pathlib import Path
 import av
 
 from core.pixels import pixel_aspect
-from stages.field_coding import FieldPairing
+from stages.sources.field_coding import FieldPairing
 
 HASH_CHUNK = 8 * 1024 * 1024
 
@@ -133,7 +133,7 @@ def _first_frame(path: Path) -> tuple[int, int | None]:
 
 def _demux_timeline(container, stream, path: Path) -> tuple[list[int], int, int]:
     """Every frame's timestamp in display order, the key frames, and the field pictures paired
-    into frames (stages/field_coding.py: an H.264 stream that codes fields one by one has a
+    into frames (stages/sources/field_coding.py: an H.264 stream that codes fields one by one has a
     packet per field; only a frame's first field starts one). The key frames of a stream of
     field pictures are its IDR frames, the ones a decoder that skips non-key pictures gives
     (FrameReader.keyframes; it decodes their second fields too): a demuxer may flag every intra

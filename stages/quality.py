@@ -46,8 +46,8 @@ from core.vocabulary import (
     TEXT,
 )
 from stages.base import ClipStage, register_clip_stage, registered_scores
-from stages.in_world_text import without_in_world_text
-from stages.scores import Score, rejected, score_limits
+from stages.burned_in.in_world_text import without_in_world_text
+from stages.scoring.scores import Score, rejected, score_limits
 
 LUMA_SIZE = (60, 90)  # (h, w) grey copy the brightness values are measured on
 HASH_INPUT_SIZE = (120, 180)  # (h, w) grey copy a hashed frame is shrunk from
@@ -77,7 +77,7 @@ class QualityConfig(Settings):
     text_pixel_probability: float = 0.3
     """A pixel is text when the detector's probability exceeds this (PP-OCR's own default)."""
     in_world_min_shift: float = 2.0
-    """Text that moves with the picture is in-world and not counted (stages/in_world_text.py):
+    """Text that moves with the picture is in-world and not counted (stages/burned_in/in_world_text.py):
     the picture must shift by more than this many pixels (at the detector's size) between the
     sampled frame and the clip's first or last frame, else nothing can be told apart."""
     in_world_tolerance: float = 1.5
@@ -121,12 +121,12 @@ class RejectConfig(Settings):
     A one-line subtitle at 720 pixels covers about 0.013, the SINTEL logo 0.015, real shots 0."""
     subtitle_max_area: float = 0.01
     """A clip is `subtitle` when, in a sampled frame, more than this share of the film's subtitle
-    band (as the clip shows it) is subtitle-like text (stages/overlays.py; docs/quality.md)."""
+    band (as the clip shows it) is subtitle-like text (stages/burned_in/overlays.py; docs/quality.md)."""
     logo_max_share: float = 0.1
     """A clip is `logo` when its window shows more than this share of a logo's box."""
     combed_max_share: float = 0.004
     """A clip is `combed` when, in a sampled frame, more than this share of a band of rows
-    is comb teeth where the picture moves (stages/fields.py): a frame woven from two moments.
+    is comb teeth where the picture moves (stages/sources/fields.py): a frame woven from two moments.
     Measured: telecined frames 0.03 to 0.46, progressive anime at most 0.0003 (docs/sources.md)."""
     reject_static: bool = False
     """Also reject clips whose every frame pair is a held drawing (motion scope 0): `static`.
@@ -364,7 +364,7 @@ def overlay_limits(thresholds: RejectConfig) -> list[tuple[str, str, float, str]
 
 
 def field_limits(thresholds: RejectConfig) -> list[tuple[str, str, float, str]]:
-    """The field reason, in overlay_limits' terms: comb teeth restoration left (stages/fields.py)."""
+    """The field reason, in overlay_limits' terms: comb teeth restoration left (stages/sources/fields.py)."""
     return [(COMBED, "combing", thresholds.combed_max_share, "comb teeth in a band of rows")]
 
 

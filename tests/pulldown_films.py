@@ -29,7 +29,7 @@ import av
 import cv2
 import numpy as np
 
-from stages.field_restore import pulled_frames
+from stages.sources.field_restore import pulled_frames
 
 ROOT = Path(__file__).resolve().parent
 SOURCE = ROOT / "media" / "bigbuckbunny_5s.mp4"

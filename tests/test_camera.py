@@ -18,7 +18,8 @@ from conftest import BUNNY, SINTEL, make_clip
 from core.frames import ClipFrames
 from core.record import make_clip_id
 from core.video import decode_mp4, encode_mp4
-from stages.camera import (
+from stages.motion import FLOW_MEMO, MotionConfig, MotionScope
+from stages.scoring.camera import (
     COMPLEX,
     LABELS,
     PAN_LEFT,
@@ -32,7 +33,6 @@ from stages.camera import (
     CameraStage,
     fit_pairs,
 )
-from stages.motion import FLOW_MEMO, MotionConfig, MotionScope
 
 SIZE = (480, 720)  # the clips' (h, w)
 

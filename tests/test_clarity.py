@@ -11,7 +11,7 @@ from conftest import BIKES, BUNNY, SINTEL, make_clip
 
 from core.frames import ClipFrames
 from core.record import make_clip_id
-from stages.clarity import ClarityConfig, ClarityStage, frame_clarity
+from stages.scoring.clarity import ClarityConfig, ClarityStage, frame_clarity
 
 SIZE = (720, 480)  # (w, h) of a clip
 

@@ -15,9 +15,9 @@ from conftest import BIKES, ScriptedEngine, answer_well, local_config, make_clip
 
 from core.settings import ConfigError
 from core.shards import ShardConfig, ShardWriter, read_clips
-from stages.aesthetic import AestheticHeadError, load_head
 from stages.base import build_clip_stages, clip_schema
-from stages.clip_scores import CLIP_SCORE_COLUMNS, ClipScoreConfig
+from stages.scoring.aesthetic import AestheticHeadError, load_head
+from stages.scoring.clip_scores import CLIP_SCORE_COLUMNS, ClipScoreConfig
 
 DIM = 16  # the tiny CLIP's projection
 
@@ -188,7 +188,7 @@ def test_every_usable_clip_gets_an_embedding_an_aesthetic_score_and_a_caption_ma
         )
         assert clip.extra["caption_match"] == pytest.approx(expected, abs=1e-4)
 
-    # both are declared scores (stages/scores.py): reject.scores thresholds them, with reasons
+    # both are declared scores (stages/scoring/scores.py): reject.scores thresholds them, with reasons
     from pipeline.passes.quality import apply_quality
     from stages.quality import RejectConfig
 

@@ -1,5 +1,5 @@
 """Field-coded streams are counted, timed and sampled by the frames they hold (stages/probe.py,
-stages/field_coding.py), and a capture that starts mid-GOP loses only what it cannot decode."""
+stages/sources/field_coding.py), and a capture that starts mid-GOP loses only what it cannot decode."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from core.video import FrameReader
 from pipeline.data.ip import load_ip
 from pipeline.running.runner import run_film
 from stages.crop import sample_luma_frames
-from stages.field_coding import FieldPairing
 from stages.probe import Probe
+from stages.sources.field_coding import FieldPairing
 
 
 def test_a_capture_of_field_pictures_is_counted_by_its_frames(field_coded_films):

@@ -14,11 +14,11 @@ from conftest import built_once, local_config, shard_rows
 
 from core.film import FieldRecord
 from core.video import FrameReader
-from stages.field_pass import find_fields
-from stages.field_restore import FieldRestorer
-from stages.fields import FieldConfig, clip_combing, comb_share
 from stages.probe import Probe
 from stages.quality import RejectConfig
+from stages.sources.field_pass import find_fields
+from stages.sources.field_restore import FieldRestorer
+from stages.sources.fields import FieldConfig, clip_combing, comb_share
 
 LIMIT = RejectConfig().combed_max_share
 WHOLE_ERROR = 6.0  # grey levels: a clip frame within this of one moment in every band is whole

@@ -576,3 +576,24 @@ def test_the_old_import_paths_still_work():
 
     assert open_dataset is in_its_room
     assert new_path("pipeline.cli") is None and new_path("stages.quality") is None
+    # stages/ in rooms too: the two stage modules that were public before theirs
+    import stages.in_world_text
+    import stages.overlays
+
+    import stages.burned_in.in_world_text
+    import stages.burned_in.overlays
+
+    assert stages.overlays is stages.burned_in.overlays
+    assert stages.in_world_text is stages.burned_in.in_world_text
+
+
+def test_no_folder_holds_more_than_about_fifteen_modules():
+    """Issue 37: a folder past about 15 modules side by side wants rooms. 17 is the line: core/
+    holds 17 small ones, each one idea (records, schema, video, frames, storage, ...)."""
+    crowded = {
+        str(folder.relative_to(ROOT)): count
+        for package in PACKAGES
+        for folder in [ROOT / package, *(ROOT / package).rglob("*/")]
+        if folder.is_dir() and (count := len(list(folder.glob("*.py")))) > 17
+    }
+    assert crowded == {}

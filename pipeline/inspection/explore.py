@@ -46,7 +46,7 @@ from core.video import decode_image, decode_mp4
 from pipeline.data.manifest import build_manifest
 from pipeline.data.review import Review, read_reviews, review_counts
 from stages.base import registered_scores
-from stages.scores import Score, filter_names, matches, score_filter
+from stages.scoring.scores import Score, filter_names, matches, score_filter
 
 # Nullable Arrow integers become pandas' nullable integers, not floats with NaN: a motion level
 # of 3 stays 3, and a clip without one shows <NA>.

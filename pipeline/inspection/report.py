@@ -292,7 +292,7 @@ def _crop_plot(
 
 def _draw_overlays(ax, overlays: OverlayRecord, box: tuple) -> None:
     """The film's subtitle bands (shaded rows across the crop box) and logos (boxes), as the
-    overlay pass found them (stages/overlays.py)."""
+    overlay pass found them (stages/burned_in/overlays.py)."""
     x, _, w, _ = box
     for y0, y1 in overlays.subtitle_bands:
         ax.add_patch(Rectangle((x, y0), w, y1 - y0, color="#0a84ff", alpha=0.35, linewidth=0))

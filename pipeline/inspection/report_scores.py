@@ -1,4 +1,4 @@
-"""The report's scores (stages/scores.py; docs/scores.md): a line per score in each film's facts,
+"""The report's scores (stages/scoring/scores.py; docs/scores.md): a line per score in each film's facts,
 a figure per score across the films, and what a score's reject reason means. Every declared
 score shows, with no edit here."""
 
@@ -12,7 +12,7 @@ import pandas as pd
 from core.vocabulary import REJECT_REASONS
 from pipeline.inspection.report_html import new_figure, not_available, plot_img
 from stages.base import registered_scores
-from stages.scores import Score
+from stages.scoring.scores import Score
 
 
 def score_facts(manifest: pd.DataFrame) -> list[tuple[str, str]]:

@@ -45,7 +45,7 @@ from pipeline.inspection.review_snapshot import (
 from stages.base import registered_scores
 from stages.captioning.parsing import ParseError, check_character_names, check_state_value
 from stages.quality import RejectConfig, quality_measures
-from stages.scores import Score, filter_names, matches, passes, score_filter
+from stages.scoring.scores import Score, filter_names, matches, passes, score_filter
 
 MAX_NOTE = 2000
 FILTERS = ("film", "usable", "reason", "caption_status", "motion_level", "character", "decision")
@@ -315,7 +315,7 @@ def _clip_json(slug: str, row: dict, review: Review | None, thresholds: RejectCo
 
 def filters_taken() -> list[str]:
     """The filters GET /api/clips takes: the page's own and every declared score's
-    (stages/scores.py: `camera_motion=pan_left`, `clarity_min=0.5`)."""
+    (stages/scoring/scores.py: `camera_motion=pan_left`, `clarity_min=0.5`)."""
     return [*FILTERS, *filter_names(registered_scores())]
 
 

@@ -6,7 +6,7 @@ stored first frame), and a small JSON API that the page uses and scripts can use
 
     GET  /api/clips?film=&usable=&reason=&caption_status=&motion_level=&character=&decision=
          &offset=&limit=   (a page of the matching clips; no limit: all of them)
-         and the scores' filters (stages/scores.py): &camera_motion=pan_left&clarity_min=0.5...
+         and the scores' filters (stages/scoring/scores.py): &camera_motion=pan_left&clarity_min=0.5...
     POST /api/review  {"clip_id": "...", "decision": "accept"|"reject", "note": "...",
                        "fields": {"subject": "girl", "characters": ["Sintel"], ...}}
 

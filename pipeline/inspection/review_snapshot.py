@@ -27,7 +27,7 @@ SHOWN_COLUMNS = (
     "num_frames fps width height status error motion_scope motion_level caption_status "
     "instruction num_characters"
 ).split() + [*EDITABLE_FIELDS, *QUALITY_COLUMNS]
-SHOWN_COLUMNS += [score.column for score in registered_scores()]  # stages/scores.py
+SHOWN_COLUMNS += [score.column for score in registered_scores()]  # stages/scoring/scores.py
 # the measured values behind the automatic flags: shown beside their thresholds, not sent raw
 MEASURED = ("quality_luma_mean", "quality_luma_peak", "quality_text_area")
 SHOWN_COLUMNS += MEASURED

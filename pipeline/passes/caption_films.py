@@ -33,7 +33,7 @@ from pipeline.executors import StageRunner, make_stage_runner
 from stages.base import clip_schema
 from stages.captioning.cache import CaptionCache
 from stages.captioning.stage import CaptionConfig, CaptionStage
-from stages.clip_scores import ClipScores
+from stages.scoring.clip_scores import ClipScores
 
 log = logging.getLogger(__name__)
 

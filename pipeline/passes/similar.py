@@ -1,5 +1,5 @@
 """Semantic duplicates of a dataset folder: every pair of clips whose CLIP embeddings
-(stages/clip_scores.py, `clip_embedding`) are at least `reject.similar_min_cosine` alike, found
+(stages/scoring/clip_scores.py, `clip_embedding`) are at least `reject.similar_min_cosine` alike, found
 incrementally, so that a folder of a million clips takes a new film in seconds.
 
 pHash (pipeline/passes/duplicates.py) finds re-encodes of the same frames; an embedding also
@@ -45,7 +45,7 @@ from pipeline.passes.duplicates import category_codes, kept_copies
 INDEX_DIR = "similar_index"
 PAIRS_FILE = "pairs.parquet"
 INDEX_VERSION = "1"
-EMBEDDING = "clip_embedding"  # stages/clip_scores.py's column
+EMBEDDING = "clip_embedding"  # stages/scoring/clip_scores.py's column
 BF16_MARGIN = 0.02  # above the 2^-7 + 2^-8 that bfloat16 rounding can move a cosine
 ROW_BLOCK = 4096  # query rows per product
 GROUP_ROWS = 32768  # indexed rows per product: 4096 x 32768 float32 cosines are 512 MiB

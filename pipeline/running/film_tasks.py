@@ -26,13 +26,13 @@ from pipeline.data.config import PipelineConfig
 from pipeline.data.ip import IP
 from pipeline.running.finalize import complete_summary, finalize, summary_line
 from pipeline.running.segments import SegmentJob, limit_threads, plan_segments, run_segment
+from stages.burned_in.overlays import film_overlays, overlay_sample_plan
 from stages.clips import place_window
 from stages.crop import BorderCrop, CropBox
-from stages.field_pass import find_fields
-from stages.field_restore import restored
-from stages.film_samples import sample_film, sample_luma_frames
-from stages.overlays import film_overlays, overlay_sample_plan
 from stages.probe import FilmError, FilmInfo, Probe
+from stages.sources.field_pass import find_fields
+from stages.sources.field_restore import restored
+from stages.sources.film_samples import sample_film, sample_luma_frames
 
 
 def _no_report(n: int) -> None:
@@ -117,7 +117,7 @@ def _film_pictures(
     film: FilmInfo, config: PipelineConfig
 ) -> tuple[CropBox, OverlayRecord | None, FieldRecord | None, dict[str, float]]:
     """The border crop, the overlay pass and the field pass, on one sample of the film's frames,
-    decoded once (stages/film_samples.py; each pass timed as its own stage, the decode as the
+    decoded once (stages/sources/film_samples.py; each pass timed as its own stage, the decode as the
     crop's); a pass switched off gives None (the crop then reads its key frames)."""
     began = time.perf_counter()
     overlays = config.overlays if config.overlays.enabled else None

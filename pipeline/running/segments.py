@@ -54,9 +54,9 @@ from pipeline.data.config import PipelineConfig
 from stages.base import ClipStage, FilmContext, Frame, build_clip_stages, clip_schema
 from stages.clips import ClipSplitter
 from stages.crop import CropBox
-from stages.field_restore import FieldRestorer
 from stages.probe import FilmInfo
 from stages.scenes import BlackRuns, BlendSpans, SceneConfig, SceneCuts
+from stages.sources.field_restore import FieldRestorer
 from stages.transnet import GatedTransNet, TransNetSpans
 
 WARMUP_SECONDS = 1.0
@@ -72,7 +72,9 @@ class SegmentJob:
     segment: SegmentSpan
     folder: FilmFolder  # always local: where the segment's parts and DONE.json are made
     store: str | None = None  # the film folder's URL when the outputs live in object storage
-    overlays: OverlayRecord | None = None  # the film's (stages/overlays.py), None when off
+    overlays: OverlayRecord | None = (
+        None  # the film's (stages/burned_in/overlays.py), None when off
+    )
     window: WindowRecord = field(kw_only=True)  # what every clip shows (stages/clips.py)
     fields: FieldRecord | None = field(default=None, kw_only=True)  # the film's field structure
 
@@ -283,7 +285,7 @@ class _SegmentRun:
         self.shown = frame
 
     def _stand_in(self, index: int) -> None:
-        """Frames decimation left out before `index` (stages/field_restore.py) reach the clip
+        """Frames decimation left out before `index` (stages/sources/field_restore.py) reach the clip
         splitter as one-frame flashes do: a sample due at one shows the kept frame before it."""
         if self.restorer is None or self.shown is None:
             return

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from stages import clip_model
-from stages.clip_model import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, paired, unit
+from stages.scoring.clip_model import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, paired, unit
 
 HELP = "CLIP-I, CLIP-T, DreamSim, ACC-F, MAE-F and the MLLM judge of generated game shots."
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
@@ -316,7 +316,7 @@ def _device(setting: str):
 
 
 class ClipScorer(clip_model.ClipScorer):
-    """The shared CLIP embeddings (stages/clip_model.py) of the `clip_model` setting's folder."""
+    """The shared CLIP embeddings (stages/scoring/clip_model.py) of the `clip_model` setting's folder."""
 
     def __init__(self, location: str, device):
         from trainer.shared.backbones import resolve

@@ -1,4 +1,4 @@
-"""Text lines as the overlay passes see them (stages/overlays.py, stages/edge_text.py): the text
+"""Text lines as the overlay passes see them (stages/burned_in/overlays.py, stages/burned_in/edge_text.py): the text
 detector's map turned into line boxes at a chosen scale, and the rule for a line that looks like
 an overlay's (a subtitle's, a note's) rather than the picture's."""
 

@@ -1,6 +1,6 @@
 """Logos and watermarks (issue 28; the few-views and gate-corner rules, issue 35): edges that stay
 put across the film's views while the picture changes behind them. The film pass
-(stages/overlays.py `FilmOverlays`) calls `persistent_edges` on its sampled pictures;
+(stages/burned_in/overlays.py `FilmOverlays`) calls `persistent_edges` on its sampled pictures;
 docs/quality.md ("Overlays") has the rules and figures."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 
-from stages.overlays_text import Box
+from stages.burned_in.overlays_text import Box
 
-if TYPE_CHECKING:  # the settings' type only: stages/overlays.py imports this module
-    from stages.overlays import OverlayConfig
+if TYPE_CHECKING:  # the settings' type only: stages/burned_in/overlays.py imports this module
+    from stages.burned_in.overlays import OverlayConfig
 
 BLACK_PEAK = 24  # a corner whose grey is at most this in every view is black (a gate's)
 LOGO_WIDTH = 480  # the persistent-edge map is made at this width (the crop box's)

@@ -1,6 +1,6 @@
 """Restoring a film's progressive pictures while a segment decodes (issue 35).
 
-The field pass (stages/field_pass.py) names a filter chain in its `FieldRecord.restoration`:
+The field pass (stages/sources/field_pass.py) names a filter chain in its `FieldRecord.restoration`:
 
 - telecined or hybrid: libavfilter's `fieldmatch` (each frame's field woven with the matching
   field of itself or a neighbour, so the frames that wove two pictures are whole again),

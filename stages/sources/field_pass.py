@@ -10,7 +10,7 @@ The stream's flags (field order, interlaced frames) say how the fields are store
 hold, and many files carry wrong ones, so the pictures decide:
 
 1. The key frames the border crop decoded already are looked at for comb teeth
-   (stages/fields.py `teeth`). None combed and no interlace in the stream's flags: the film is
+   (stages/sources/fields.py `teeth`). None combed and no interlace in the stream's flags: the film is
    progressive, and the pass has cost next to nothing.
 2. Otherwise `fields.probes` runs of `fields.probe_frames` consecutive frames are decoded, spread
    over the film. In each, a frame that moves and shows teeth is tried against its neighbours'
@@ -21,7 +21,7 @@ hold, and many files carry wrong ones, so the pictures decide:
 3. The runs decide the film: progressive, telecined (with its cadence), interlaced (with its
    field order), or hybrid when both telecined and interlaced runs are found.
 
-The answer is a `FieldRecord` (core/film.py, summary.json's `fields`); stages/field_restore.py
+The answer is a `FieldRecord` (core/film.py, summary.json's `fields`); stages/sources/field_restore.py
 restores the film from it while the segments decode.
 """
 
@@ -35,8 +35,8 @@ import numpy as np
 
 from core.film import FieldRecord
 from core.video import FrameReader, rotate_frame
-from stages.fields import FieldConfig, changed, comb_share
 from stages.probe import FilmInfo
+from stages.sources.fields import FieldConfig, changed, comb_share
 
 MOVING_SHARE = 0.002  # a frame moves when this share of its pixels changed since the frame before
 MENDED_SHARE = 0.6  # a run is telecined when this share of its combed frames a match mends
@@ -115,7 +115,7 @@ def _decide(record: FieldRecord, runs: list[_Run]) -> FieldRecord:
 
 def _ivtc(order: str) -> str:
     """Field matching, the frames it cannot mend deinterlaced, then decimation (our own:
-    stages/field_restore.py)."""
+    stages/sources/field_restore.py)."""
     parity = "tff" if order == "top" else "bff"
     return (
         f"fieldmatch=order={parity}:combmatch=full,bwdif=mode=send_frame:deint=interlaced,decimate"

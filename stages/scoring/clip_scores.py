@@ -1,7 +1,7 @@
 """Clip stage (registered, order 70): the CLIP scores of a clip, from a checkpoint the user gives.
 
 Per clip, while its frames are in memory, `frames` evenly spaced frames of the 16 are embedded by
-the CLIP checkpoint of `clip_scores.model` (stages/clip_model.py, the code the trainer's CLIP-I
+the CLIP checkpoint of `clip_scores.model` (stages/scoring/clip_model.py, the code the trainer's CLIP-I
 and CLIP-T use), and their unit embeddings averaged and scaled to unit length again:
 
 - `clip_embedding`: that embedding, float16 (768 values, 1,536 bytes, for ViT-L/14; 1,024 for
@@ -9,7 +9,7 @@ and CLIP-T use), and their unit embeddings averaged and scaled to unit length ag
   clip's own row (a sidecar would need its own commit rule on object storage), the manifest and
   `open_dataset` carry it for notebooks, and the folder's semantic duplicate pass
   (pipeline/passes/similar.py) reads that one column, cheaply, from Parquet;
-- `aesthetic_score`: the head of `clip_scores.aesthetic_head` (stages/aesthetic.py: LAION's
+- `aesthetic_score`: the head of `clip_scores.aesthetic_head` (stages/scoring/aesthetic.py: LAION's
   linear and MLP heads) over that embedding; null without a head;
 - `caption_match`: filled by the caption pass once the clip is captioned
   (pipeline/passes/caption_films.py): the CLIP similarity of the embedding with the clip's
@@ -34,10 +34,10 @@ from core.device import pick_device, resolve_device, uses_cuda
 from core.record import CAPTION_OK, STATUS_OK, Clip
 from core.resources import Resources
 from core.settings import ConfigError, Settings, check_choice
-from stages.aesthetic import ACTIVATIONS, AestheticHead, AestheticHeadError, load_head
 from stages.base import ClipStage, register_clip_stage
-from stages.clip_model import ClipCheckpointError, ClipScorer, checkpoint_folder
-from stages.scores import Score
+from stages.scoring.aesthetic import ACTIVATIONS, AestheticHead, AestheticHeadError, load_head
+from stages.scoring.clip_model import ClipCheckpointError, ClipScorer, checkpoint_folder
+from stages.scoring.scores import Score
 
 SECTION = "clip_scores"
 EMBEDDING, AESTHETIC, CAPTION_MATCH = "clip_embedding", "aesthetic_score", "caption_match"
@@ -185,7 +185,7 @@ class ClipScores(ClipStage):
 
     def caption_match(self, clips: list[Clip]) -> int:
         """Fill `caption_match` of every captioned clip with an embedding: the trainer's CLIP-T
-        (stages/clip_model.py) of its stored embedding with its instruction. Other clips get
+        (stages/scoring/clip_model.py) of its stored embedding with its instruction. Other clips get
         null (a clip recaptioned and failed keeps no old score). Returns the clips scored."""
         scored = [
             c
@@ -212,7 +212,7 @@ def stored_embedding(value) -> np.ndarray | None:
 
 
 # What the report, the review page's filters, the notebook API and reject.scores offer of them
-# (stages/scores.py); the embedding is no score: the semantic duplicate pass reads it.
+# (stages/scoring/scores.py); the embedding is no score: the semantic duplicate pass reads it.
 CLIP_SCORES = (
     Score(
         AESTHETIC,

@@ -1,6 +1,6 @@
 """CLIP image and text embeddings of a local checkpoint: the one implementation that the trainer's
 CLIP-I and CLIP-T metrics (trainer/evaluate.py) and the pipeline's clip scores
-(stages/clip_scores.py: embedding, aesthetic score, caption match) share.
+(stages/scoring/clip_scores.py: embedding, aesthetic score, caption match) share.
 
 Frames are embedded whole: the uint8 RGB frame is resized to the model's square input (bicubic,
 antialiased; no crop, so a 3:2 frame is squeezed rather than cut) and normalised with the

@@ -30,7 +30,7 @@ from core.resources import Resources
 from core.schema import CLIP_SCHEMA
 from core.settings import ConfigError, Settings
 from stages.base import ClipStage, register_clip_stage
-from stages.scores import Score
+from stages.scoring.scores import Score
 
 BLUR_TAPS = 9  # the box the frame is blurred with, along each direction
 CONTRAST_SIDE = 7  # the neighbourhood whose range marks an edge

@@ -38,7 +38,7 @@ from stages.motion import (
     PairFlows,
     pair_flows,
 )
-from stages.scores import Score
+from stages.scoring.scores import Score
 
 STATIC, COMPLEX = "static", "complex"
 PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN = "pan_left", "pan_right", "tilt_up", "tilt_down"

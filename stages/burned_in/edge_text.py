@@ -13,7 +13,7 @@ border), and runs the text detector once on it.
 A frame that is four fifths black is a card (a title, the credits): text on it is the
 picture's own, the whole-frame `text` rule's to judge, and it is left out here.
 
-What counts is what counts in a band (stages/overlays.py `band_text_share`): lines at least as
+What counts is what counts in a band (stages/burned_in/overlays.py `band_text_share`): lines at least as
 wide as tall that are centred (their middle in the middle half of the width) or that hold
 still between the two frames (IoU 0.9: the overlay's own timing, not the picture's). The
 measure is the largest share of one zone of one frame that such lines cover; the clip pass
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stages.overlays_text import Box, subtitle_like, text_lines
+from stages.burned_in.overlays_text import Box, subtitle_like, text_lines
 from stages.quality import TextDetector
 
 BORDER = 16  # grey level of the padding between and around the zones (near black)

@@ -34,14 +34,14 @@ from core.frames import as_clip_frames
 from core.record import Clip
 from core.settings import ConfigError, Settings
 from stages.base import ClipStage, FilmContext, register_clip_stage
+from stages.burned_in.edge_text import edge_text_share, edge_zones
+from stages.burned_in.logos import persistent_edges, views
+from stages.burned_in.overlays_text import Box, subtitle_like, text_lines
+from stages.burned_in.player_bars import player_rows
 from stages.crop import CropBox
-from stages.edge_text import edge_text_share, edge_zones
-from stages.film_samples import SamplePlan, sample_plan
-from stages.logos import persistent_edges, views
-from stages.overlays_text import Box, subtitle_like, text_lines
-from stages.player_bars import player_rows
 from stages.probe import FilmInfo
 from stages.quality import TextDetector
+from stages.sources.film_samples import SamplePlan, sample_plan
 
 BLACK_PEAK = 24  # a sampled frame whose 98th-percentile grey is at most this shows no picture
 
@@ -54,7 +54,7 @@ class OverlayConfig(Settings):
     """Find subtitle bands and logos once per film, and measure each clip against them."""
     samples: int = 48
     """At most this many frames sampled evenly across the film (the border crop reads the same
-    frames: stages/film_samples.py)."""
+    frames: stages/sources/film_samples.py)."""
     seconds_per_sample: float = 1.0
     """One sampled frame per this many seconds of film, within min_samples..samples: the pass's
     work follows the film's length (a 6-s clip needs 8 frames, a film of 48 s or more 48)."""
@@ -113,7 +113,7 @@ class OverlayConfig(Settings):
 
     player_zone: float = 0.15
     """Share of the picture's height, from the bottom and from the top, where a web player's
-    interface is looked for (stages/player_bars.py)..."""
+    interface is looked for (stages/burned_in/player_bars.py)..."""
     player_step: int = 24
     """...as rows where the grey level steps by at least this much from the row above..."""
     player_width: float = 0.6
@@ -125,7 +125,7 @@ class OverlayConfig(Settings):
     middle (the controls and time codes beside the progress line)."""
     edge_frames: list[int] = field(default_factory=lambda: [0, 15])
     """Frames of each clip whose top and bottom edges are looked at for rare overlay text (a
-    note, a sign's caption: too rare to make a band; stages/edge_text.py). A line on screen for
+    note, a sign's caption: too rare to make a band; stages/burned_in/edge_text.py). A line on screen for
     2 s or more that the clip shows at all is on its first or its last frame. Empty: not
     looked at."""
     edge_top: float = 0.12
@@ -188,7 +188,7 @@ class FilmOverlays:
         self, luma_frames: Sequence[np.ndarray], crop: CropBox
     ) -> tuple[CropBox, list[list[int]]]:
         """The crop box with a web player's interface cropped away, and the rows it covered
-        (source pixels); the box itself when none is found (stages/player_bars.py)."""
+        (source pixels); the box itself when none is found (stages/burned_in/player_bars.py)."""
         config = self.config
         pictures = _pictures(luma_frames, crop)
         if config.player_min_views < 1 or not pictures:
@@ -380,7 +380,7 @@ class OverlayStage(ClipStage):
         return clip
 
     def _edge_text(self, clip: Clip, frames: np.ndarray, text_scale: float) -> float:
-        """Rare overlay text at the clip's top and bottom edges (stages/edge_text.py)."""
+        """Rare overlay text at the clip's top and bottom edges (stages/burned_in/edge_text.py)."""
         picked = sorted({min(i, len(frames) - 1) for i in self.config.edge_frames})
         if not picked:
             return 0.0
