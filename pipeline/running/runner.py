@@ -33,7 +33,6 @@ from pipeline.running.folder_passes import caption_pass, quality_pass
 from pipeline.running.scheduler import FilmScheduler
 from pipeline.running.segments import plan_segments
 from stages.probe import FilmError, Probe
-from stages.scoring.clip_scores import CLIP_SCORES_OFF
 
 log = logging.getLogger(__name__)
 

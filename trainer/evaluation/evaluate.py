@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stages import clip_model
+from stages.scoring import clip_model
 from stages.scoring.clip_model import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, paired, unit
 
 HELP = "CLIP-I, CLIP-T, DreamSim, ACC-F, MAE-F and the MLLM judge of generated game shots."
