@@ -83,6 +83,7 @@ def test_teeth_found_in_a_weave_of_two_moments_and_not_in_fine_lines():
     assert comb_share(lines) < LIMIT / 4
 
 
+@pytest.mark.slow  # builds and decodes the labelled films (seconds each)
 def test_the_labelled_films_hold_what_they_say(telecined, interlaced, fine_lines):
     """3:2 telecine combs two frames in five; a woven moment pair combs every frame."""
     combed = telecined.combed_frames()
@@ -95,6 +96,7 @@ def test_the_labelled_films_hold_what_they_say(telecined, interlaced, fine_lines
 # ------------------------------------------------------------------------------ the film pass
 
 
+@pytest.mark.slow  # builds and decodes the labelled films (seconds each)
 @pytest.mark.parametrize(
     ("name", "structure", "order", "cadence"),
     [
@@ -129,6 +131,7 @@ def test_a_progressive_film_is_decided_on_the_key_frames_alone():
 # ------------------------------------------------------------------------------ restoration
 
 
+@pytest.mark.slow  # builds and decodes the labelled films (seconds each)
 def test_telecine_restored_to_its_film_pictures(telecined):
     """Field matching and decimation give back the 23.976 pictures, whole, each once, in order."""
     info = Probe().process(telecined.path)
