@@ -21,6 +21,7 @@ import av
 
 from bench.decoding import bare_decode
 from bench.process_tree import ProcessTree
+from core.video import mux_pictures
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sintel_trailer.mp4"
@@ -51,13 +52,8 @@ def _encode(pictures: list, rate: Fraction, path: Path) -> None:
         stream = out.add_stream("libx264", rate=rate)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.options = {"crf": "20", "preset": "veryfast"}
-        for index, picture in enumerate(pictures):
-            frame = av.VideoFrame.from_ndarray(picture, format="yuv420p")
-            frame.pts, frame.time_base = index, 1 / rate
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
+        frames = (av.VideoFrame.from_ndarray(p, format="yuv420p") for p in pictures)
+        mux_pictures(out, stream, frames, rate)
     tmp.rename(path)
 
 

@@ -54,6 +54,7 @@ from bench.clip_folder import folder_figure
 from bench.decoding import bare_decode
 from bench.process_tree import ProcessTree
 from core.film import FilmSummary
+from core.video import mux_pictures
 from pipeline.executors import EXECUTORS
 from stages.sources.field_restore import pulled_frames
 
@@ -105,21 +106,18 @@ def make_hd_sample(path: Path) -> Path:
         stream = out.add_stream("libx264", rate=rate)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.options = {"crf": "20", "preset": "veryfast", "bf": "3", "g": str(int(rate * 10))}
-        for index, frame in enumerate(source.decode(video=0)):
+        sizes = [(width, height), (width // 2, height // 2)] * 2
+
+        def upscaled(frame: av.VideoFrame) -> av.VideoFrame:
             planes = [
                 cv2.resize(plane, size, interpolation=cv2.INTER_CUBIC)
-                for plane, size in zip(
-                    _planes(frame), [(width, height), (width // 2, height // 2)] * 2
-                )
+                for plane, size in zip(_planes(frame), sizes)
             ]
-            big = av.VideoFrame.from_ndarray(
+            return av.VideoFrame.from_ndarray(
                 np.concatenate([p.reshape(-1, width) for p in planes]), format="yuv420p"
             )
-            big.pts, big.time_base = index, 1 / rate
-            for packet in stream.encode(big):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
+
+        mux_pictures(out, stream, (upscaled(f) for f in source.decode(video=0)), rate)
     tmp.rename(path)
     return path
 

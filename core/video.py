@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 
 import av
@@ -44,15 +44,23 @@ def encode_mp4(
         # lets a 16-frame clip decode without reordering.
         stream.options = {"crf": str(crf), "preset": preset, "threads": str(threads), "bf": "0"}
         stream.codec_context.thread_count = threads
-        for index in range(count):
-            picture = av.VideoFrame.from_ndarray(frames.i420(index), format="yuv420p")
-            # explicit timestamps: the encoder's rate control reads them
-            picture.pts, picture.time_base = index, 1 / rate
-            for packet in stream.encode(picture):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+        pictures = (
+            av.VideoFrame.from_ndarray(frames.i420(index), format="yuv420p")
+            for index in range(count)
+        )
+        mux_pictures(container, stream, pictures, rate)
     return buffer.getvalue()
+
+
+def mux_pictures(container, stream, pictures: Iterable[av.VideoFrame], rate) -> None:
+    """Encode `pictures` in order into `stream` of `container`, picture i at time i / rate
+    (explicit timestamps: the encoder's rate control reads them), then flush the encoder."""
+    for index, picture in enumerate(pictures):
+        picture.pts, picture.time_base = index, 1 / rate
+        for packet in stream.encode(picture):
+            container.mux(packet)
+    for packet in stream.encode():
+        container.mux(packet)
 
 
 def decode_mp4(data: bytes) -> np.ndarray:

@@ -29,6 +29,7 @@ import av
 import cv2
 import numpy as np
 
+from core.video import mux_pictures
 from stages.sources.field_restore import pulled_frames
 
 ROOT = Path(__file__).resolve().parent
@@ -173,13 +174,10 @@ def _encode(frames, path: Path, rate: Fraction, interlaced: bool, crf: int = 14)
         if interlaced:
             options |= {"x264-params": "tff=1", "flags": "+ildct+ilme"}
         stream.options = options
-        for index, array in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(array), format="rgb24")
-            frame.pts, frame.time_base = index, 1 / rate
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+        pictures = (
+            av.VideoFrame.from_ndarray(np.ascontiguousarray(a), format="rgb24") for a in frames
+        )
+        mux_pictures(container, stream, pictures, rate)
 
 
 def _label(frame: np.ndarray, pictures: np.ndarray, near: int) -> tuple[int, int]:

@@ -15,7 +15,6 @@ segment ran).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,8 +32,6 @@ from pipeline.running.folder_passes import caption_pass, quality_pass
 from pipeline.running.scheduler import FilmScheduler
 from pipeline.running.segments import plan_segments
 from stages.probe import FilmError, Probe
-
-log = logging.getLogger(__name__)
 
 
 def film_config(base: PipelineConfig, ip: IP, film_path: str | Path) -> PipelineConfig:
