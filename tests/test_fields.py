@@ -18,7 +18,7 @@ from stages.probe import Probe
 from stages.quality import RejectConfig
 from stages.sources.field_pass import find_fields
 from stages.sources.field_restore import FieldRestorer
-from stages.sources.fields import FieldConfig, clip_combing, comb_share
+from stages.sources.fields import TOOTH_LEVELS, FieldConfig, clip_combing, comb_share, teeth
 
 LIMIT = RejectConfig().combed_max_share
 WHOLE_ERROR = 6.0  # grey levels: a clip frame within this of one moment in every band is whole
@@ -81,6 +81,49 @@ def test_teeth_found_in_a_weave_of_two_moments_and_not_in_fine_lines():
     lines[::4] = 20  # hatching: one row in four
     lines[1::3] = lines[1::3] // 2  # scan lines: one row in three
     assert comb_share(lines) < LIMIT / 4
+
+
+def _teeth_row_by_row(luma: np.ndarray) -> np.ndarray:
+    """The comb rule as docs/sources.md states it, one row at a time (slow, plain): the map of
+    tooth pixels of rows 3 to H - 4 of each picture."""
+    y = luma.astype(int)
+    count, height, width = y.shape
+    found = np.zeros((count, max(height - 6, 0), width), bool)
+    levels = TOOTH_LEVELS
+
+    def kind(k, r):  # +1 lighter than both neighbours, -1 darker, with its own field agreeing
+        here, up, down = y[k, r], y[k, r - 1], y[k, r + 1]
+        own = (abs(here - y[k, r - 2]) <= levels) & (abs(here - y[k, r + 2]) <= levels)
+        lighter = (here - up > levels) & (here - down > levels) & own
+        darker = (here - up < -levels) & (here - down < -levels) & own
+        return lighter.astype(int) - darker.astype(int)
+
+    for k in range(count):
+        for r in range(3, height - 3):
+            before, here, after = kind(k, r - 1), kind(k, r), kind(k, r + 1)
+            found[k, r - 3] = (here != 0) & (before == -here) & (after == -here)
+    return found
+
+
+def test_the_comb_rule_finds_the_pixels_the_rule_names():
+    """`teeth` (vectorised, own-field test only where the runs of steps hold) finds exactly the
+    pixels of the rule written out row by row, on woven, progressive and random pictures."""
+    import pulldown_films
+
+    rng = np.random.default_rng(7)
+    moments = pulldown_films.pan_pictures(3, speed=8).mean(axis=3).astype(np.uint8)
+    woven = moments[0].copy()
+    woven[1::2] = moments[1][1::2]
+    noise = rng.integers(0, 256, (2, 40, 33)).astype(np.uint8)
+    stripes = noise.copy()
+    stripes[:, ::2] = rng.integers(60, 80, stripes[:, ::2].shape)
+    stripes[:, 1::2] = rng.integers(150, 170, stripes[:, 1::2].shape)
+    for pictures in (np.stack([woven, moments[2]]), noise, stripes, noise[:, :6]):
+        picture, row, column = teeth(pictures)
+        found = np.zeros((len(pictures), max(pictures.shape[1] - 6, 0), pictures.shape[2]), bool)
+        found[picture, row - 3, column] = True
+        assert np.array_equal(found, _teeth_row_by_row(pictures))
+    assert len(teeth(woven[None])[0]) > 1000  # the woven pan is full of teeth
 
 
 @pytest.mark.slow  # builds and decodes the labelled films (seconds each)

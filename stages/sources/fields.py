@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 import pyarrow as pa
 
@@ -64,47 +65,75 @@ class FieldConfig(Settings):
             )
 
 
-def teeth(luma: np.ndarray, moved: np.ndarray | None = None) -> np.ndarray:
-    """Comb-tooth pixels of grey pictures (... x H x W), as ... x (H - 6) x W boolean maps of
-    rows 3 to H - 4. `moved` (same shape as `luma`, boolean), where given, is where the picture
-    changes.
+def teeth(luma: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The comb-tooth pixels of grey pictures (N x H x W, uint8) as (picture, row, column)
+    arrays, rows 3 to H - 4, before any motion test.
 
-    A tooth stands out from the rows next to it, and so do those rows, the other way: teeth come
-    in runs of rows that alternate. A lone dark row (a scan line, one line of hatching) does not
-    make its neighbours stand out, so it is no tooth."""
-    y = luma.astype(np.int16)
-    here, up, down = y[..., 2:-2, :], y[..., 1:-3, :], y[..., 3:-1, :]
-    above, below = here - up, here - down
-    lighter = np.minimum(above, below) > TOOTH_LEVELS
-    darker = np.maximum(above, below) < -TOOTH_LEVELS
-    own_field = (abs(here - y[..., :-4, :]) <= TOOTH_LEVELS) & (
-        abs(here - y[..., 4:, :]) <= TOOTH_LEVELS
+    A pixel is a tooth when it stands out from the rows next to it (by more than TOOTH_LEVELS,
+    the same way up or down), its own field's rows two above and two below agree with it
+    (within TOOTH_LEVELS), and the rows next to it are teeth the other way round: teeth come in
+    runs of rows that alternate. A lone dark row (a scan line, one line of hatching) does not
+    make its neighbours stand out, so it is no tooth.
+
+    Why it is written this way (the same pixels as the rule written out row by row, at a third
+    of the CPU, test_fields): with d the step from each row to the next, "stands out from both
+    neighbours, and they the other way" is four steps alternating in sign, which uint8
+    saturating subtractions find over the whole stack; the own-field test, needed only where
+    that holds (a few pixels of a progressive picture), is made there alone."""
+    if luma.dtype != np.uint8:
+        raise TypeError(f"comb teeth are found in uint8 grey pictures, not {luma.dtype}")
+    count, height, width = luma.shape
+    if height < 7:
+        empty = np.zeros(0, np.intp)
+        return empty, empty, empty
+    y = np.ascontiguousarray(luma).reshape(count * height, width)  # pictures stacked
+    up, down = _rises(y[:-1], y[1:]), _rises(y[1:], y[:-1])  # row i to i + 1 steps up / down
+    peak = cv2.bitwise_and(up[:-1], down[1:])  # row i + 1 lighter than both its neighbours
+    dip = cv2.bitwise_and(down[:-1], up[1:])
+    runs = cv2.bitwise_or(  # row i + 2 with peaks (or dips) on both sides: a run of three
+        cv2.bitwise_and(peak[:-2], peak[2:]), cv2.bitwise_and(dip[:-2], dip[2:])
     )
-    lighter &= own_field
-    darker &= own_field
-    found = (lighter[..., 1:-1, :] & darker[..., :-2, :] & darker[..., 2:, :]) | (
-        darker[..., 1:-1, :] & lighter[..., :-2, :] & lighter[..., 2:, :]
-    )
-    if moved is not None:
-        found &= moved[..., 3:-3, :]
-    return found
+    rows = np.flatnonzero(runs.max(axis=1))  # np.nonzero is slow over a whole stack
+    local, column = np.nonzero(runs[rows].view(bool))
+    stacked = rows[local] + 2
+    picture, row = np.divmod(stacked, height)
+    inside = (row >= 3) & (row <= height - 4)  # the run lies within one picture
+    stacked, picture, row, column = stacked[inside], picture[inside], row[inside], column[inside]
+    own_field = np.ones(len(stacked), bool)
+    for step in range(-1, 4):  # each of rows r - 1 .. r + 3 agrees with the row two above it
+        here = y[stacked + step, column].astype(np.int16)
+        own_field &= abs(here - y[stacked + step - 2, column]) <= TOOTH_LEVELS
+    return picture[own_field], row[own_field], column[own_field]
 
 
-def band_share(found: np.ndarray) -> np.ndarray:
-    """The share of tooth pixels in the densest band of BAND_ROWS rows, per picture (a map of
-    `teeth`, ... x rows x W)."""
-    rows = found.mean(axis=-1)
-    band = min(BAND_ROWS, rows.shape[-1])
+def _rises(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """1 where `b` exceeds `a` by more than TOOTH_LEVELS, else 0 (uint8 pictures)."""
+    return cv2.threshold(cv2.subtract(b, a), TOOTH_LEVELS, 1, cv2.THRESH_BINARY)[1]
+
+
+def band_share(picture: np.ndarray, row: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
+    """The share of tooth pixels (`teeth`'s picture and row of each) in the densest band of
+    BAND_ROWS rows of rows 3 to H - 4, per picture of `shape` (N x H x W)."""
+    count, height, width = shape
+    tall = max(height - 6, 0)
+    teeth_in_row = np.bincount(picture * tall + row - 3, minlength=count * tall)
+    rows = teeth_in_row.reshape(count, tall) / width  # each row's share of tooth pixels
+    band = min(BAND_ROWS, tall)
     if band == 0:
-        return np.zeros(rows.shape[:-1])
+        return np.zeros(count)
     sums = np.cumsum(rows, axis=-1)
-    sums = np.concatenate([np.zeros((*rows.shape[:-1], 1)), sums], axis=-1)
+    sums = np.concatenate([np.zeros((count, 1)), sums], axis=-1)
     return (sums[..., band:] - sums[..., :-band]).max(axis=-1) / band
 
 
 def comb_share(luma: np.ndarray, moved: np.ndarray | None = None) -> float:
-    """The share of comb-tooth pixels in one grey picture's densest band of BAND_ROWS rows."""
-    return float(band_share(teeth(luma, moved)))
+    """The share of comb-tooth pixels in one grey picture's densest band of BAND_ROWS rows;
+    where `moved` (a boolean map of the picture) is given, only teeth where it changes count."""
+    picture, row, column = teeth(luma[None])
+    if moved is not None:
+        kept = moved[row, column]
+        picture, row = picture[kept], row[kept]
+    return float(band_share(picture, row, (1, *luma.shape))[0])
 
 
 def changed(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -116,14 +145,17 @@ def clip_combing(luma: np.ndarray) -> float:
     """The largest comb share among a clip's frames (N x H x W grey), every other column (teeth
     run across rows); each frame's teeth are counted where it differs from the frame before or
     after it."""
-    y = luma[:, :, ::2].astype(np.int16)
+    y = np.ascontiguousarray(luma[:, :, ::2])
     if len(y) < 2:
         return 0.0
-    steps = abs(y[1:] - y[:-1]) > TOOTH_LEVELS  # step k: frames k and k + 1
-    moved = np.zeros(y.shape, bool)
-    moved[:-1] |= steps
-    moved[1:] |= steps
-    return float(band_share(teeth(y, moved)).max())
+    picture, row, column = teeth(y)
+    here = y[picture, row, column].astype(np.int16)
+    moved = np.zeros(len(picture), bool)
+    for other in (picture - 1, picture + 1):  # the frame before, the frame after
+        exists = (other >= 0) & (other < len(y))
+        there = y[np.clip(other, 0, len(y) - 1), row, column]
+        moved |= exists & (abs(here - there) > TOOTH_LEVELS)
+    return float(band_share(picture[moved], row[moved], y.shape).max())
 
 
 class CombingStage(ClipStage):
