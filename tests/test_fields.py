@@ -16,7 +16,7 @@ from core.film import FieldRecord
 from core.video import FrameReader
 from stages.probe import Probe
 from stages.quality import RejectConfig
-from stages.sources.field_pass import find_fields
+from stages.sources.field_pass import find_fields, probe_runs
 from stages.sources.field_restore import FieldRestorer
 from stages.sources.fields import TOOTH_LEVELS, FieldConfig, clip_combing, comb_share, teeth
 
@@ -158,6 +158,20 @@ def test_field_pass_decides_from_the_pictures(request, name, structure, order, c
     kinds = [kind for _, _, kind in record.parts]
     if name == "hybrid":  # the film's pictures first, the video-made pan after them
         assert kinds[0] == "telecined" and kinds[-1] == "interlaced"
+
+
+@pytest.mark.parametrize("name", ["bikes", pytest.param("telecined", marks=pytest.mark.slow)])
+def test_the_runs_are_the_same_from_one_pass_and_from_a_seek_each(request, name):
+    """bikes.mp4 (6 key frames, 250 frames: six runs that overlap) and the telecined film: the
+    probed runs show the same whichever way their frames are decoded."""
+    from conftest import BIKES
+
+    film = Probe().process(BIKES if name == "bikes" else request.getfixturevalue(name).path)
+    seeks = probe_runs(film, FieldConfig(), one_pass=False)
+    assert seeks == probe_runs(film, FieldConfig(), one_pass=True)
+    assert seeks and all(run.moving for run in seeks)
+    if name == "telecined":
+        assert any(run.mended for run in seeks)
 
 
 def test_a_progressive_film_is_decided_on_the_key_frames_alone():

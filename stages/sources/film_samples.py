@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.video import FrameReader, rotate_frame
+from core.video import FrameReader, upright_grey
 from stages.probe import FilmInfo
 
 
@@ -69,10 +69,8 @@ def sample_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
     (the segments decode every frame once). Encoders place key frames at scene changes too, so
     they cover the film's variety of shots well."""
     reader = FrameReader(film.path, film.frame_pts)
-    return [
-        rotate_frame(frame.to_ndarray(format="gray"), film.rotation)
-        for _, frame in reader.keyframes(max(1, count), film.keyframes)
-    ]
+    frames = reader.keyframes(max(1, count), film.keyframes)
+    return [plane for _, plane in upright_grey(frames, film.rotation)]
 
 
 def spread_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
@@ -86,11 +84,8 @@ def spread_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
     wanted = {int(i * film.num_frames / count) for i in range(count)}
     for only in (wanted, None):
         reader = FrameReader(film.path, film.frame_pts)
-        found = [
-            (index, rotate_frame(frame.to_ndarray(format="gray"), film.rotation))
-            for index, frame in reader.frames(0, max(wanted) + 1, only)
-            if index in wanted
-        ]
+        frames = reader.frames(0, max(wanted) + 1, only)
+        found = list(upright_grey(((i, f) for i, f in frames if i in wanted), film.rotation))
         if len(found) == len(wanted):
             break
     return [plane for _, plane in found]
