@@ -137,8 +137,8 @@ def comb_share(luma: np.ndarray, moved: np.ndarray | None = None) -> float:
 
 
 def changed(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Where two grey pictures differ by more than TOOTH_LEVELS."""
-    return abs(a.astype(np.int16) - b.astype(np.int16)) > TOOTH_LEVELS
+    """Where two grey pictures (uint8) differ by more than TOOTH_LEVELS."""
+    return cv2.absdiff(np.ascontiguousarray(a), np.ascontiguousarray(b)) > TOOTH_LEVELS
 
 
 def clip_combing(luma: np.ndarray) -> float:
