@@ -306,11 +306,15 @@ def coarse_or_flow(
 
 def coarse_translation(a: np.ndarray, b: np.ndarray, config: CameraConfig) -> PairMotion | None:
     """The translation of grey frame `a` to `b` by phase correlation (px per frame at 480x720),
-    or None when its peak is weak or shifting `a` by it does not take at least a third of the
-    pair's difference away. `fit`: the share of the overlap the shift matches within 12 grey
-    levels."""
-    height, width = a.shape
-    first, second = a.astype(np.float32), b.astype(np.float32)
+    or None when its peak is weak or shifting `a` by it does not take at least `coarse_gain` of
+    the pair's difference away. Measured at half the flow's size (a whip pan's tens of pixels
+    need no finer grid, and it costs half as much). `fit`: the share of the overlap the shift
+    matches within 12 grey levels."""
+    height, width = a.shape[0] // 2, a.shape[1] // 2
+    first, second = (
+        cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA).astype(np.float32)
+        for frame in (a, b)
+    )
     # phaseCorrelate weighs float32 inputs by the window in place: it gets copies
     (dx, dy), response = cv2.phaseCorrelate(first.copy(), second.copy(), _hanning(height, width))
     if response < config.coarse_response or abs(dx) >= width / 2 or abs(dy) >= height / 2:
