@@ -202,6 +202,13 @@ def test_a_still_pair_has_no_coarse_shift(motion):
     assert coarse_translation(greys[3], greys[4], CameraConfig()) is None
 
 
+def test_a_slow_drift_over_a_few_pairs_is_no_pan(motion, camera):
+    """The slow pan of HARD_MOVES over 3 frames instead of 16: 2.4 px in all, too little to tell a
+    pan from a still camera's drift (a clip whose other pairs are held or relit)."""
+    assert camera.measure(measured(camera_move(slide=(1.2, 0.0)), motion)).label == PAN_LEFT
+    assert camera.measure(measured(camera_move(slide=(1.2, 0.0), frames=3), motion)).label == STATIC
+
+
 def test_pairs_that_change_light_are_left_out():
     still = camera_move(frames=2)[0]
     grey = cv2.cvtColor(still, cv2.COLOR_RGB2GRAY)

@@ -76,6 +76,9 @@ class CameraConfig(Settings):
     slow_speed: float = 0.75
     """A clip under `static_speed` whose pairs drift the same way at least this many pixels a
     frame (480x720), together, is a slow pan or tilt (11 px over a 2 s clip of 16 frames)."""
+    slow_travel: float = 8.0
+    """... and whose pairs' drifts add up to at least this many pixels over the clip (a clip
+    whose pairs are mostly held or relit has too few to show a slow pan)."""
     slow_agreement: float = 0.8
     """... when at least this share of all its pairs drifts as its label says."""
     slow_min_fit: float = 0.5
@@ -340,7 +343,7 @@ def _hanning(height: int, width: int) -> np.ndarray:
 
 def _slow_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> str:
     """A clip under the pan threshold: still, unless its pairs drift the same way, together at
-    least `slow_speed` a frame (a slow pan over a painted background, a pixel a frame, is
+    least `slow_speed` a frame and `slow_travel` over the clip (a slow pan over a painted background, a pixel a frame, is
     within the flow's tolerance of no motion pair by pair, but adds up over the clip). Only
     pairs whose motion explains at least `slow_min_fit` of their points count: a character
     moving over a plain, dark background drifts too, and then little of the picture agrees."""
@@ -349,7 +352,8 @@ def _slow_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> st
         return STATIC
     drift_x = share * float(np.median([p.drift[0] for p in voters]))
     drift_y = share * float(np.median([p.drift[1] for p in voters]))
-    if np.hypot(drift_x, drift_y) < config.slow_speed:
+    travel = np.hypot(sum(p.drift[0] for p in pairs), sum(p.drift[1] for p in pairs))
+    if np.hypot(drift_x, drift_y) < config.slow_speed or travel < config.slow_travel:
         return STATIC
     label = _pan_label(drift_x, drift_y)
     agree = [_pan_label(*p.drift) == label for p in pairs]  # the whole clip drifts one way
