@@ -202,6 +202,21 @@ def test_a_still_pair_has_no_coarse_shift(motion):
     assert coarse_translation(greys[3], greys[4], CameraConfig()) is None
 
 
+def test_a_motion_that_explains_little_of_the_picture_is_no_camera_move(motion, camera):
+    """Four characters running four ways over a plain background: each pair's best motion (a
+    turn, a zoom or one character's run) explains a tenth of the textured points. That is the
+    characters' motion, not the camera's: static (the pipeline's clips never span a transition,
+    the other picture that no motion explains)."""
+    small = character()[::2, ::2]
+    frames = np.full((16, *SIZE, 3), 70, np.uint8)
+    for k, frame in enumerate(frames):
+        for j, (vx, vy) in enumerate([(6, 0), (-6, 0), (0, 6), (0, -6)]):
+            x, y = 60 + 160 * j + vx * k, 190 + vy * k
+            frame[y : y + 100, x : x + 100] = small
+    result = camera.measure(measured(frames, motion))
+    assert result.fit < CameraConfig().min_fit and result.label == STATIC, result
+
+
 def test_a_slow_drift_over_a_few_pairs_is_no_pan(motion, camera):
     """The slow pan of HARD_MOVES over 3 frames instead of 16: 2.4 px in all, too little to tell a
     pan from a still camera's drift (a clip whose other pairs are held or relit)."""

@@ -2,19 +2,23 @@
 motion stage already measured (no second flow, no weights).
 
 The rule (docs/scores.md has the reasons and the figures):
-1. Each moving pair's flow (held drawings left out, as for motion scope) is sampled on a grid,
-   at the points where the picture has texture to follow (flat paint gives DIS nothing to
-   match, and its flow there says nothing about the camera).
+1. Each moving pair's flow (held drawings left out, as for motion scope; pairs whose light
+   changes, fades and flashes, too) is sampled on a grid, at the points where the picture has
+   texture to follow (flat paint gives DIS nothing to match, and its flow there says nothing
+   about the camera).
 2. A similarity motion is fitted to those points, robustly (iteratively reweighted least
    squares from the median, Tukey weights): translation (tx, ty), zoom and rotation, about the
    picture's centre. The background is most of the picture, so characters moving over it are
-   outliers; `fit` is the share of points the motion explains.
+   outliers; `fit` is the share of points the motion explains. A pair the flow explains poorly
+   is measured again as one shift of the whole picture (phase correlation: a whip pan).
 3. The clip's motion is the median of its pairs', translation in pixels per frame of a 480x720
    picture, zoom and rotation per second (the clip's frame rate). Labels, in the film
    convention (the camera's move, the opposite of the picture's): `pan_left` (the picture slides
    right), `pan_right`, `tilt_up` (the picture slides down), `tilt_down`, `zoom_in` (it grows),
-   `zoom_out`, `static` (no move above the thresholds), `complex` (the pairs disagree, the
-   motion explains too little of the picture, or it turns, or it pans and zooms at once).
+   `zoom_out`, `static` (no move above the thresholds, or a motion that explains too little of
+   the picture to be the camera's: effects, characters), `complex` (the pairs disagree, or it
+   turns, or it pans and zooms at once). A clip under the thresholds whose pairs drift one way
+   over the clip is a slow pan.
 """
 
 from __future__ import annotations
@@ -67,7 +71,8 @@ class CameraConfig(Settings):
     """Zooms: the picture's scale changes by more than this share per second."""
     min_fit: float = 0.3
     """A moving clip whose motion explains less than this share of its textured points is
-    `complex`."""
+    `static`: what moves is effects or characters, not the camera (no clip spans a transition
+    the scene detector finds)."""
     simpler_margin: float = 0.1
     """A simpler motion (none, then a translation, then a similarity) is kept when it explains
     at most this share of the points fewer than the best."""
@@ -367,7 +372,9 @@ def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str
     moving_zoom = abs(zoom) * fps > config.static_zoom
     if speed <= config.static_speed and not moving_zoom and turn_speed <= config.static_speed:
         return STATIC
-    if fit < config.min_fit or turn_speed > max(speed, zoom_speed):
+    if fit < config.min_fit:
+        return STATIC
+    if turn_speed > max(speed, zoom_speed):
         return COMPLEX
     if moving_zoom and zoom_speed >= speed:
         label = ZOOM_IN if zoom > 0 else ZOOM_OUT
