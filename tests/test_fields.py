@@ -16,9 +16,10 @@ from core.film import FieldRecord
 from core.video import FrameReader
 from stages.probe import Probe
 from stages.quality import RejectConfig
-from stages.sources.field_pass import find_fields, probe_runs
+from stages.sources.field_pass import find_fields, probe_runs, sampled_and_probed
 from stages.sources.field_restore import FieldRestorer
 from stages.sources.fields import TOOTH_LEVELS, FieldConfig, clip_combing, comb_share, teeth
+from stages.sources.film_samples import spread_indices, spread_luma_frames
 
 LIMIT = RejectConfig().combed_max_share
 WHOLE_ERROR = 6.0  # grey levels: a clip frame within this of one moment in every band is whole
@@ -175,6 +176,23 @@ def test_the_runs_are_the_same_from_one_pass_and_from_a_seek_each(request, name)
     assert seeks and all(run.moving for run in seeks)
     if name == "telecined":
         assert any(run.mended for run in seeks)
+
+
+def test_a_short_films_samples_and_runs_come_from_one_decode():
+    """bikes.mp4 (10 s: 10 samples, too few to decide on): the samples and the runs from one
+    decode are the spread pass's samples and the runs probed on their own."""
+    from conftest import BIKES
+
+    film = Probe().process(BIKES)
+    wanted = spread_indices(film, 10)
+    shared = sampled_and_probed(film, wanted, FieldConfig())
+    assert shared is not None
+    samples, runs = shared
+    alone = spread_luma_frames(film, 10)
+    assert len(samples) == len(alone) == len(wanted)
+    assert all(np.array_equal(a, b) for a, b in zip(samples, alone))
+    assert runs == probe_runs(film, FieldConfig())
+    assert sampled_and_probed(film, spread_indices(film, 12), FieldConfig()) is None  # enough
 
 
 def test_a_progressive_film_is_decided_on_the_key_frames_alone():

@@ -26,13 +26,13 @@ from pipeline.data.config import PipelineConfig
 from pipeline.data.ip import IP
 from pipeline.running.finalize import complete_summary, finalize, summary_line
 from pipeline.running.segments import SegmentJob, limit_threads, plan_segments, run_segment
-from stages.burned_in.overlays import film_overlays, overlay_sample_plan
+from stages.burned_in.overlays import OverlayConfig, film_overlays, overlay_sample_plan
 from stages.clips import place_window
 from stages.crop import BorderCrop, CropBox
 from stages.probe import FilmError, FilmInfo, Probe
-from stages.sources.field_pass import find_fields
+from stages.sources.field_pass import find_fields, sampled_and_probed
 from stages.sources.field_restore import restored
-from stages.sources.film_samples import sample_film, sample_luma_frames
+from stages.sources.film_samples import sample_film, sample_luma_frames, spread_indices
 
 
 def _no_report(n: int) -> None:
@@ -121,9 +121,9 @@ def _film_pictures(
     crop's); a pass switched off gives None (the crop then reads its key frames)."""
     began = time.perf_counter()
     overlays = config.overlays if config.overlays.enabled else None
+    runs = None
     if overlays is not None:
-        most = max(config.crop.samples, overlays.samples)
-        frames = sample_film(film, overlay_sample_plan(film, overlays, most)).frames
+        frames, runs = _samples(film, config, overlays)
     elif config.crop.box is None:
         frames = sample_luma_frames(film, config.crop.samples)
     else:
@@ -133,7 +133,7 @@ def _film_pictures(
     fields = None
     if config.fields.enabled:
         began = time.perf_counter()
-        fields = find_fields(film, frames, config.fields)
+        fields = find_fields(film, frames, config.fields, runs)
         seconds["fields"] = time.perf_counter() - began
     if overlays is None:
         return crop, None, fields, seconds
@@ -143,6 +143,18 @@ def _film_pictures(
     record = passes.process(frames or [], crop, player)
     seconds["overlays"] = time.perf_counter() - began
     return crop, record, fields, seconds
+
+
+def _samples(film: FilmInfo, config: PipelineConfig, overlays: OverlayConfig):
+    """The film's samples (the crop's and the overlay pass's), and the field pass's probed runs
+    where one decode gives both (a short film: stages/sources/field_pass.py
+    `sampled_and_probed`; the crop's time then holds the runs' too), else None for the runs."""
+    plan = overlay_sample_plan(film, overlays, max(config.crop.samples, overlays.samples))
+    if plan.spread and config.fields.enabled:
+        shared = sampled_and_probed(film, spread_indices(film, plan.count), config.fields)
+        if shared is not None:
+            return shared
+    return sample_film(film, plan).frames, None
 
 
 def fetched_film(path: str | Path) -> Path:

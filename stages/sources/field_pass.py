@@ -28,7 +28,7 @@ restores the film from it while the segments decode.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import av
@@ -71,10 +71,14 @@ class _Run:
 
 
 def find_fields(
-    film: FilmInfo, key_frames: list[np.ndarray] | None, config: FieldConfig
+    film: FilmInfo,
+    key_frames: list[np.ndarray] | None,
+    config: FieldConfig,
+    runs: list[_Run] | None = None,
 ) -> FieldRecord:
     """The film's field structure: from the key frames alone when they show no teeth and the
-    stream flags no interlace, else from probed runs of frames."""
+    stream flags no interlace, else from probed runs of frames (`runs`, where the caller has
+    them already: `sampled_and_probed`)."""
     stream_order = _stream_field_order(film)
     frames = key_frames if key_frames is not None else sample_luma_frames(film, config.key_frames)
     chosen = _spread(frames, config.key_frames)
@@ -84,9 +88,29 @@ def find_fields(
         key_frames_combed=combed,
         key_frames_seen=len(chosen),
     )
-    if combed == 0 and stream_order is None and 2 * len(chosen) >= config.key_frames:
-        return record  # too few key frames (a short film, long GOPs) are no proof: probe
-    return _decide(record, probe_runs(film, config))
+    if combed == 0 and stream_order is None and not _too_few(len(chosen), config):
+        return record
+    return _decide(record, runs if runs is not None else probe_runs(film, config))
+
+
+def _too_few(samples: int, config: FieldConfig) -> bool:
+    """Fewer than half the wanted key frames (a short film, long GOPs) are no proof: probe."""
+    return 2 * min(samples, config.key_frames) < config.key_frames
+
+
+def sampled_and_probed(
+    film: FilmInfo, wanted: Collection[int], config: FieldConfig
+) -> tuple[list[np.ndarray], list[_Run]] | None:
+    """For a film that will be probed whatever its samples show (too few of them) and whose
+    runs come from one pass: the samples `wanted` (upright grey, by index, as
+    film_samples.spread_luma_frames gives them) and the judged runs, from that one decode.
+    None for any other film. A 6-s film was decoded twice in its prepare step, for its samples
+    and then for its runs."""
+    spans = _spans(film, config)
+    if not _too_few(len(wanted), config) or not _one_pass(film, spans):
+        return None
+    runs, samples = _one_pass_runs(film, spans, config, frozenset(wanted))
+    return samples, runs
 
 
 def _decide(record: FieldRecord, runs: list[_Run]) -> FieldRecord:
@@ -154,29 +178,50 @@ def probe_runs(film: FilmInfo, config: FieldConfig, one_pass: bool | None = None
     (`_one_pass`). A short film has one or two key frames, so each seek decodes it from the
     start again (a 144-frame film's three runs: 275 frames, against 126 in one pass). The frames
     are the same either way."""
-    spans = [
-        (start, min(film.num_frames, start + config.probe_frames))
-        for start in _probe_starts(film, config)
-    ]
+    spans = _spans(film, config)
     if one_pass is None:
         one_pass = _one_pass(film, spans)
     if not one_pass:
         return [
             _judged(start, stop, list(_decoded(film, start, stop)), config) for start, stop in spans
         ]
+    return _one_pass_runs(film, spans, config)[0]
+
+
+def _spans(film: FilmInfo, config: FieldConfig) -> list[tuple[int, int]]:
+    """The probed runs' frames, start..stop - 1 each."""
+    return [
+        (start, min(film.num_frames, start + config.probe_frames))
+        for start in _probe_starts(film, config)
+    ]
+
+
+def _one_pass_runs(
+    film: FilmInfo,
+    spans: list[tuple[int, int]],
+    config: FieldConfig,
+    wanted: Collection[int] = frozenset(),
+) -> tuple[list[_Run], list[np.ndarray]]:
+    """The runs judged from one pass from the film's start, each as it ends (memory: one run and
+    its overlap), and the frames `wanted` on the way (upright grey, by index)."""
     runs: list[_Run] = []
+    samples: list[np.ndarray] = []
     window: list[tuple[int, np.ndarray]] = []  # frames from the first run not judged yet
-    for index, luma in _decoded(film, 0, spans[-1][1]):
+    stop = max(spans[-1][1], max(wanted, default=-1) + 1)
+    reader = FrameReader(film.path, film.frame_pts, threads=1)
+    for index, grey in upright_grey(reader.frames(0, stop), film.rotation):
+        if index in wanted:
+            samples.append(grey)
         if len(runs) == len(spans) or index < spans[len(runs)][0]:
             continue
-        window.append((index, luma))
+        window.append((index, _columns(grey)))
         while len(runs) < len(spans) and index >= spans[len(runs)][1] - 1:
             runs.append(_judged(*spans[len(runs)], window, config))
             if len(runs) < len(spans):
                 window = [f for f in window if f[0] >= spans[len(runs)][0]]
     while len(runs) < len(spans):  # the film ended early (a gap at its end)
         runs.append(_judged(*spans[len(runs)], window, config))
-    return runs
+    return runs, samples
 
 
 def _one_pass(film: FilmInfo, spans: list[tuple[int, int]]) -> bool:

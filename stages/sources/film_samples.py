@@ -81,7 +81,7 @@ def spread_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
     same planes, at 0.9-1.6 instead of 1.4-2.3 CPU-s on the sample film (1253 frames) and 0.2
     instead of 0.3 on bikes.mp4. Should a wanted frame not come out that way (a container whose
     packet timestamps are not its frames'), the pass is made again without skipping."""
-    wanted = {int(i * film.num_frames / count) for i in range(count)}
+    wanted = spread_indices(film, count)
     for only in (wanted, None):
         reader = FrameReader(film.path, film.frame_pts)
         frames = reader.frames(0, max(wanted) + 1, only)
@@ -89,3 +89,8 @@ def spread_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
         if len(found) == len(wanted):
             break
     return [plane for _, plane in found]
+
+
+def spread_indices(film: FilmInfo, count: int) -> set[int]:
+    """The indices of `count` frames spread evenly over the film (`spread_luma_frames`')."""
+    return {int(i * film.num_frames / count) for i in range(count)}
