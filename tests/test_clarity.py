@@ -3,7 +3,8 @@ not read as blur, and the stage on a clip."""
 
 from __future__ import annotations
 
-import av
+from pathlib import Path
+
 import cv2
 import numpy as np
 import pytest
@@ -11,18 +12,23 @@ from conftest import BIKES, BUNNY, SINTEL, make_clip
 
 from core.frames import ClipFrames
 from core.record import make_clip_id
+from core.video import FrameReader
+from stages.probe import Probe
 from stages.scoring.clarity import ClarityConfig, ClarityStage, frame_clarity
 
 SIZE = (720, 480)  # (w, h) of a clip
 
 
 def frames_of(path, count: int = 6) -> list[np.ndarray]:
-    """`count` frames spread over a bundled film, at clip size, with some picture in them."""
-    with av.open(str(path)) as container:
-        decoded = list(container.decode(container.streams.video[0]))
-    picks = np.linspace(0, len(decoded) - 1, count + 2)[1:-1].astype(int)
+    """`count` frames spread over a bundled film, at clip size, with some picture in them
+    (decoded by the pipeline's reader, which skips the frames no wanted frame refers to)."""
+    film = Probe().process(Path(path))
+    picks = {int(i) for i in np.linspace(0, film.num_frames - 1, count + 2)[1:-1]}
+    reader = FrameReader(str(path), film.frame_pts, threads=1)
     frames = [
-        cv2.resize(decoded[i].to_ndarray(format="rgb24"), SIZE, cv2.INTER_AREA) for i in picks
+        cv2.resize(frame.to_ndarray(format="rgb24"), SIZE, cv2.INTER_AREA)
+        for index, frame in reader.frames(min(picks), max(picks) + 1, picks)
+        if index in picks
     ]
     return [f for f in frames if f.std() > 20]
 

@@ -134,7 +134,7 @@ def test_without_a_checkpoint_the_stage_is_off_and_the_fingerprint_is_unchanged(
     ]
 
 
-def test_a_wrong_checkpoint_is_an_error_naming_the_setting(tmp_path, tiny_clip, head_file):
+def test_a_wrong_checkpoint_is_an_error_naming_the_setting(tmp_path, head_file):
     with pytest.raises(ConfigError, match=r"^clip_scores\.model=/no/such: no such checkpoint"):
         ClipScoreConfig(model="/no/such").validate()
     (tmp_path / "vit").mkdir()
@@ -143,6 +143,10 @@ def test_a_wrong_checkpoint_is_an_error_naming_the_setting(tmp_path, tiny_clip, 
         ClipScoreConfig(model=str(tmp_path / "vit")).validate()
     with pytest.raises(ConfigError, match=r"^clip_scores\.aesthetic_head needs clip_scores\.model"):
         ClipScoreConfig(aesthetic_head=str(head_file[0])).validate()
+
+
+@pytest.mark.slow  # over 1.5 s (README, "Test time"): writes the tiny CLIP
+def test_a_head_of_another_size_than_the_model_gives_is_an_error(tmp_path, tiny_clip):
     torch.save(laion_mlp(768).state_dict(), tmp_path / "l14.pth")
     with pytest.raises(ConfigError, match="the head takes 768 values, clip_scores.model gives"):
         ClipScoreConfig(model=str(tiny_clip), aesthetic_head=str(tmp_path / "l14.pth")).validate()

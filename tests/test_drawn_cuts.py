@@ -17,6 +17,9 @@ from conftest import BIKES, BUNNY, SINTEL, local_config, read_frames, write_fram
 from pipeline.data.ip import load_ip
 from pipeline.running.runner import run_film
 
+# over 1.5 s (README, "Test time"): every test reads the labelled film that one whole run cuts
+pytestmark = pytest.mark.slow
+
 FPS = 24
 SIZE = (320, 180)  # (w, h)
 SINTEL_BOX = (58, 422)  # the sample's picture between its letterbox bars

@@ -360,6 +360,7 @@ def test_clips_searched_at_a_smaller_distance_are_searched_again_at_a_larger_one
     assert sum(d is not None for _, d in incremental.values()) == 4
 
 
+@pytest.mark.slow  # over 1.5 s (README, "Test time"): 14 passes
 def test_any_sequence_of_distances_and_films_ends_as_a_pass_from_scratch(tmp_path):
     """Films added between passes at changing distances (and text thresholds that make some
     clips unfit): after every pass the folder holds what a pass from scratch decides."""

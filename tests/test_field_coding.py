@@ -78,6 +78,7 @@ def test_a_capture_that_starts_mid_gop_loses_only_what_it_cannot_decode(field_co
     assert np.array_equal(first.to_ndarray()[: first.height], field_film_planes(source[4])[0])
 
 
+@pytest.mark.slow  # over 1.5 s (README, "Test time"): two whole runs
 def test_the_pipeline_cuts_field_coded_captures_with_no_decode_gap(field_coded_films, tmp_path):
     config = local_config(overlays__enabled=False, motion__enabled=False)
     for name, capture in field_coded_films.items():

@@ -59,6 +59,7 @@ def test_the_samples_follow_the_films_length():
 # ----------------------------------------------------------------------------- rare text
 
 
+@pytest.mark.slow  # over 1.5 s (README, "Test time"): a whole run
 def test_a_translators_note_too_rare_for_a_band_reaches_no_usable_clip(noted_film, tmp_path):
     """The note is on screen for 2 s of 8: no band, and the whole-frame `text` rule reads 0
     on the clips that show it. The clip pass's edge check rejects them; the others keep."""

@@ -319,6 +319,7 @@ def cut(film, out: Path):
     ), shard_rows(folder, columns)
 
 
+@pytest.mark.slow  # over 1.5 s (README, "Test time"): a whole run
 def test_a_hardsubbed_film_with_a_logo_keeps_no_clip_that_shows_them(wide_film, tmp_path):
     from overlay_films import LOGO as LOGO_MARK
     from overlay_films import SUBTITLE as SUBTITLE_MARK

@@ -70,15 +70,18 @@ def _best_width_scale(picture: np.ndarray, reference: np.ndarray) -> float:
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory):
     """For each shape: the anamorphic copy, a square copy and a second square copy (another
-    encoding of the same picture: the noise floor of the comparison)."""
+    encoding of the same picture: the noise floor of the comparison). Two frames each: the
+    tests read the first."""
     folder = tmp_path_factory.mktemp("pixels")
     out = {}
     for name, (size, sar, shown) in SHAPES.items():
         square = _square_size(size, sar)
         out[name] = (
-            resized_copy(BUNNY, folder / f"{name}.mp4", size, sar, shown=shown),
-            resized_copy(BUNNY, folder / f"{name}_sq.mp4", square, shown=shown),
-            resized_copy(BUNNY, folder / f"{name}_sq2.mp4", square, shown=shown, crf=26),
+            resized_copy(BUNNY, folder / f"{name}.mp4", size, sar, shown=shown, num_frames=2),
+            resized_copy(BUNNY, folder / f"{name}_sq.mp4", square, shown=shown, num_frames=2),
+            resized_copy(
+                BUNNY, folder / f"{name}_sq2.mp4", square, shown=shown, crf=26, num_frames=2
+            ),
         )
     return out
 
@@ -134,6 +137,7 @@ def test_pad_mode_shows_the_picture_at_its_shape(copies):
     assert rows[-1] - rows[0] + 1 == pytest.approx(720 / (16 / 9), abs=2)
 
 
+@pytest.mark.slow  # over 1.5 s (README, "Test time"): two whole runs
 def test_the_pipeline_cuts_an_anamorphic_film_into_square_clips(tmp_path):
     """A whole run: summary.json records the SAR, the crop box stays in stored pixels, the
     window is 3:2 as shown, the console line names the shape, and the clip matches the one cut
