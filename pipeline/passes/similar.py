@@ -164,7 +164,7 @@ def _search(fresh: list[Block], old: list[Block], radius: float) -> list[pa.Tabl
     if not fresh:
         return []
     search = _Search(radius)
-    new = _Rows.of(fresh)
+    new = _Rows.of(fresh, adopt=True)
     found = [search.within(new)]
     group: list[Block] = []
     for block in old:  # old films in groups: one product per GROUP_ROWS rows, not per film
@@ -186,10 +186,18 @@ class _Rows:
     folders: list[str]
 
     @classmethod
-    def of(cls, blocks: list[Block]) -> _Rows:
+    def of(cls, blocks: list[Block], adopt: bool = False) -> _Rows:
+        """The blocks' rows, gathered. `adopt`: the blocks are left viewing the gathered rows, so
+        their own copies are freed before the bfloat16 one is made (a full pass at 1M clips
+        then holds its embeddings twice, not three times); not for mapped blocks, whose rows
+        should stay on disk."""
         import torch
 
         exact = np.concatenate([b.embeddings for b in blocks])  # a mapped file is read here, once
+        if adopt:
+            starts = np.cumsum([0] + [len(b.ids) for b in blocks])
+            for block, start, stop in zip(blocks, starts, starts[1:]):
+                block.embeddings = exact[start:stop]
         rough = torch.from_numpy(exact).to(torch.bfloat16)
         ids = [i for b in blocks for i in b.ids]
         folders = [b.folder for b in blocks for _ in b.ids]
