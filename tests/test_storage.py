@@ -328,8 +328,11 @@ def test_the_semantic_index_goes_with_the_quality_pass_so_a_rerun_on_s3_is_incre
     b[3] = unit_rows(rng, 1)[0]  # film_b cut again: a clip more, and no copy any more
     put("film_b", np.vstack([b, unit_rows(rng, 1)]))
     monkeypatch.setenv("ANIMEGAMER_SCRATCH", str(tmp_path / "node1"))  # its copy is outdated
+    stray = storage.scratch_dir(out) / "mirror" / similar.INDEX_DIR / "left-by-a-failed-pass.npy"
+    stray.write_bytes(b"not in the store")
     read.clear()
     quality_pass([], out, config)
     assert read == ["film_b"] and pairs() == {("film_a", "film_c")}
+    assert not stray.exists()  # the copy is the store's
     third = blocks()
     assert len(third) == 3 and len(set(third) - set(second)) == 1  # b's old block is gone
