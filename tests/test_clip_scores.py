@@ -329,3 +329,15 @@ def test_the_blocked_search_finds_every_pair_once_across_blocks_groups_and_an_ad
     assert got == expected and len(expected) > 200
     got, expected = pairs_of(["film_a", "film_b", "film_c"])  # film_c against the index
     assert got == expected and len(expected) > 500
+
+
+def test_films_embedded_by_two_clip_models_are_an_error_naming_the_film(tmp_path):
+    from pipeline.passes.similar import find_similar
+
+    rng = np.random.default_rng(7)
+    films = {
+        "film_a": write_embedded_film(tmp_path, "film_a", unit_rows(rng, 4)),
+        "film_b": write_embedded_film(tmp_path, "film_b", unit_rows(rng, 4, dim=32)),
+    }
+    with pytest.raises(ValueError, match="film_b: clip embeddings of 32 values, film_a's of 16"):
+        find_similar(tmp_path, films, {"film_a": "a", "film_b": "b"}, 0.95)

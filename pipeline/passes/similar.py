@@ -187,16 +187,23 @@ class _Rows:
 
     @classmethod
     def of(cls, blocks: list[Block], adopt: bool = False) -> _Rows:
-        """The blocks' rows, gathered. `adopt`: the blocks are left viewing the gathered rows, so
-        their own copies are freed before the bfloat16 one is made (a full pass at 1M clips
-        then holds its embeddings twice, not three times); not for mapped blocks, whose rows
-        should stay on disk."""
+        """The blocks' rows, gathered. `adopt`: each block is left viewing its gathered rows as
+        soon as they are copied, so its own copy is freed at once (a full pass at 1M clips then
+        holds its embeddings twice at most, not three times); not for mapped blocks, whose
+        rows should stay on disk."""
         import torch
 
-        exact = np.concatenate([b.embeddings for b in blocks])  # a mapped file is read here, once
-        if adopt:
-            starts = np.cumsum([0] + [len(b.ids) for b in blocks])
-            for block, start, stop in zip(blocks, starts, starts[1:]):
+        starts = np.cumsum([0] + [len(b.ids) for b in blocks])
+        width = blocks[0].embeddings.shape[1]
+        exact = np.empty((starts[-1], width), np.float16)  # no page touched yet
+        for block, start, stop in zip(blocks, starts, starts[1:]):
+            if block.embeddings.shape[1] != width:
+                raise ValueError(
+                    f"{block.folder}: clip embeddings of {block.embeddings.shape[1]} values, "
+                    f"{blocks[0].folder}'s of {width} (two CLIP models?)"
+                )
+            exact[start:stop] = block.embeddings  # a mapped file is read here, once
+            if adopt:
                 block.embeddings = exact[start:stop]
         rough = torch.from_numpy(exact).to(torch.bfloat16)
         ids = [i for b in blocks for i in b.ids]
