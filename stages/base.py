@@ -279,8 +279,9 @@ def _check_against_others(entry: ClipStageEntry) -> None:
 
 
 def _import_stage_modules() -> None:
-    """Import every module of the `stages` package once, which runs their registrations."""
+    """Import every module of the `stages` package and of its rooms once, which runs their
+    registrations (a stage in a room, stages/scoring/ say, registers only when imported)."""
     import stages
 
-    for module in pkgutil.iter_modules(stages.__path__):
-        importlib.import_module(f"stages.{module.name}")
+    for module in pkgutil.walk_packages(stages.__path__, prefix="stages."):
+        importlib.import_module(module.name)

@@ -31,7 +31,10 @@ from stages.scoring.camera import (
     ZOOM_OUT,
     CameraConfig,
     CameraStage,
+    coarse_or_flow,
+    coarse_translation,
     fit_pairs,
+    steady_light,
 )
 
 SIZE = (480, 720)  # the clips' (h, w)
@@ -55,32 +58,49 @@ def character() -> np.ndarray:
 
 
 def camera_move(
-    slide=(0.0, 0.0), zoom=0.0, hold=1, runner=None, still_figure=False, frames=16
+    slide=(0.0, 0.0),
+    zoom=0.0,
+    hold=1,
+    runner=None,
+    still_figure=False,
+    frames=16,
+    blur=False,
+    light=None,
 ) -> np.ndarray:
     """16 frames of the camera's window over the background. `slide`: how far the picture's
     content moves per frame (px at 480x720, + right and down); `zoom`: its scale change per
     frame (+ grows); `hold`: each drawing shown this many frames (3: shot on threes);
     `runner`: a character running at this (x, y) speed over the still background;
     `still_figure`: a character that stays where it is in the frame while the background
-    slides under it."""
+    slides under it; `blur`: each frame the mean of 8 positions over its frame's interval (the
+    motion blur of a whip pan); `light`: each frame's brightness factor (a fade, a flash)."""
     scene, figure = background(), character()
-    height, width = scene.shape[:2]
     out = []
     for i in range(frames):
         k = (i // hold) * hold
-        # the background shown 1.5x smaller (1920 -> 1280 wide window over 720 px)
-        cx = width / 2 - slide[0] * k * 1.5
-        cy = height / 2 - slide[1] * k * 1.5
-        matrix = cv2.getRotationMatrix2D((cx, cy), 0.0, (1 + zoom) ** k / 1.5)
-        matrix[0, 2] += SIZE[1] / 2 - cx
-        matrix[1, 2] += SIZE[0] / 2 - cy
-        frame = cv2.warpAffine(scene, matrix, SIZE[::-1], flags=cv2.INTER_AREA)
+        steps = np.arange(8) / 8 if blur else np.zeros(1)
+        frame = np.mean([window(scene, slide, zoom, k + step) for step in steps], axis=0)
+        frame = frame.round().astype(np.uint8)
         if runner is not None or still_figure:
             vx, vy = runner or (0.0, 0.0)
             x, y = int(200 + vx * k), int(150 + vy * k)
             frame[y : y + 200, x : x + 200] = figure
+        if light is not None:
+            frame = np.clip(frame * light[i], 0, 255).astype(np.uint8)
         out.append(frame)
     return np.stack(out)
+
+
+def window(scene: np.ndarray, slide, zoom: float, k: float) -> np.ndarray:
+    """The camera's 480x720 window over the scene at frame `k` (the background shown 1.5x
+    smaller: a 1280 px wide window of the 1920 px scene)."""
+    height, width = scene.shape[:2]
+    cx = width / 2 - slide[0] * k * 1.5
+    cy = height / 2 - slide[1] * k * 1.5
+    matrix = cv2.getRotationMatrix2D((cx, cy), 0.0, (1 + zoom) ** k / 1.5)
+    matrix[0, 2] += SIZE[1] / 2 - cx
+    matrix[1, 2] += SIZE[0] / 2 - cy
+    return cv2.warpAffine(scene, matrix, SIZE[::-1], flags=cv2.INTER_AREA).astype(np.float32)
 
 
 MOVES = {
@@ -99,6 +119,30 @@ MOVES = {
     ),
     "pan left on threes": (dict(slide=(9.0, 0.0), hold=3), PAN_LEFT),
     "tilt down on threes": (dict(slide=(0.0, -6.0), hold=3), TILT_DOWN),
+}
+
+FADE_IN = np.minimum(1.0, np.arange(16) / 8)  # out of black over the first second
+FLASH = np.where(np.isin(np.arange(16), (7, 8)), 1.8, 1.0)  # two frames of a white flash
+
+# Moves the flow alone misses or misreads, read right by the rest of the rule: a blurred
+# whip pan beyond DIS's reach (phase correlation), a pan slower than the flow's tolerance (the
+# clip's drift), a fade or a flash over a still or moving camera (relit pairs left out).
+HARD_MOVES = {
+    "whip pan right, motion blurred (30 px a frame)": (
+        dict(slide=(-30.0, 0.0), blur=True),
+        PAN_RIGHT,
+    ),
+    "whip tilt up, motion blurred (24 px a frame)": (dict(slide=(0.0, 24.0), blur=True), TILT_UP),
+    "slow pan left (1.2 px a frame)": (dict(slide=(1.2, 0.0)), PAN_LEFT),
+    "slow tilt down (1.2 px a frame)": (dict(slide=(0.0, -1.2)), TILT_DOWN),
+    "slow pan right on threes (1.2 px a frame)": (dict(slide=(-1.2, 0.0), hold=3), PAN_RIGHT),
+    "fade in over a static camera": (dict(light=FADE_IN), STATIC),
+    "fade in over a static camera, running character": (
+        dict(runner=(12.0, 0.0), light=FADE_IN),
+        STATIC,
+    ),
+    "flash over a static camera": (dict(light=FLASH), STATIC),
+    "fade in over a pan": (dict(slide=(5.0, 0.0), light=FADE_IN), PAN_LEFT),
 }
 
 
@@ -125,6 +169,69 @@ def test_every_synthetic_move_is_labelled_right(name, motion, camera):
     settings, label = MOVES[name]
     result = camera.measure(measured(camera_move(**settings), motion))
     assert result.label == label, (name, result)
+
+
+@pytest.mark.parametrize("name", list(HARD_MOVES))
+def test_blurred_slow_and_relit_moves_are_labelled_right(name, motion, camera):
+    settings, label = HARD_MOVES[name]
+    result = camera.measure(measured(camera_move(**settings), motion))
+    assert result.label == label, (name, result)
+
+
+def test_a_whip_pan_beyond_the_flow_is_measured_by_phase_correlation(motion):
+    """A blurred pan of 130 px a frame (a sixth of the picture): DIS at its working size loses
+    some pairs (their motion explains little); phase correlation of the grey frames finds each
+    pair's shift (480x720 px, the sign of the content's slide), and the pairs the rule keeps all
+    move as the camera does."""
+    frames = measured(camera_move(slide=(-130.0, 0.0), blur=True, frames=6), motion)
+    flows = frames.memo[FLOW_MEMO]
+    greys = frames.grey(flows.size)
+    config = CameraConfig()
+    by_flow = fit_pairs(list(flows.flows.values()), [greys[i] for i in flows.flows], config)
+    assert min(pair.fit for pair in by_flow) < config.coarse_below_fit
+    kept = [coarse_or_flow(pair, greys[i], greys[i + 1], config) for i, pair in enumerate(by_flow)]
+    for pair in kept:
+        assert (pair.tx, pair.ty) == (pytest.approx(-130, abs=3), pytest.approx(0, abs=3)), kept
+
+
+def test_a_still_pair_has_no_coarse_shift(motion):
+    """A still background behind a running character: shifting by the phase correlation's peak
+    takes no difference away, so the flow's motion (none) stands."""
+    frames = measured(camera_move(runner=(15.0, 0.0)), motion)
+    greys = frames.grey(frames.memo[FLOW_MEMO].size)
+    assert coarse_translation(greys[3], greys[4], CameraConfig()) is None
+
+
+def test_a_motion_that_explains_little_of_the_picture_is_no_camera_move(motion, camera):
+    """Four characters running four ways over a plain background: each pair's best motion (a
+    turn, a zoom or one character's run) explains a tenth of the textured points. That is the
+    characters' motion, not the camera's: static (the pipeline's clips never span a transition,
+    the other picture that no motion explains)."""
+    small = character()[::2, ::2]
+    frames = np.full((16, *SIZE, 3), 70, np.uint8)
+    for k, frame in enumerate(frames):
+        for j, (vx, vy) in enumerate([(6, 0), (-6, 0), (0, 6), (0, -6)]):
+            x, y = 60 + 160 * j + vx * k, 190 + vy * k
+            frame[y : y + 100, x : x + 100] = small
+    result = camera.measure(measured(frames, motion))
+    assert result.fit < CameraConfig().min_fit and result.label == STATIC, result
+
+
+def test_a_slow_drift_over_a_few_pairs_is_no_pan(motion, camera):
+    """The slow pan of HARD_MOVES over 3 frames instead of 16: 2.4 px in all, too little to tell a
+    pan from a still camera's drift (a clip whose other pairs are held or relit)."""
+    assert camera.measure(measured(camera_move(slide=(1.2, 0.0)), motion)).label == PAN_LEFT
+    assert camera.measure(measured(camera_move(slide=(1.2, 0.0), frames=3), motion)).label == STATIC
+
+
+def test_pairs_that_change_light_are_left_out():
+    still = camera_move(frames=2)[0]
+    grey = cv2.cvtColor(still, cv2.COLOR_RGB2GRAY)
+    darker = (grey * 0.8).astype(np.uint8)
+    assert steady_light(grey, grey, 0.1) and steady_light(grey, (grey * 0.95).astype(np.uint8), 0.1)
+    assert not steady_light(grey, darker, 0.1)
+    black = np.zeros_like(grey)
+    assert steady_light(black, black + 2, 0.1)  # 2 grey levels of noise on black: no fade
 
 
 @pytest.mark.parametrize("name", list(MOVES))

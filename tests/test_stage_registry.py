@@ -5,6 +5,8 @@ from the registrations; every section checks its settings before any film is cut
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -15,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import local_config, make_video
+from conftest import ROOT, local_config, make_video
 
 from core.record import Clip, persisted_fields
 from core.schema import CLIP_SCHEMA
@@ -32,6 +34,7 @@ from stages.base import (
     clip_schema,
     register_clip_stage,
     registered_clip_stages,
+    registered_scores,
     unregister_clip_stage,
 )
 from stages.clips import ClipConfig, ClipSplitter, output_region
@@ -49,6 +52,22 @@ def test_the_bundled_stages_register_in_running_order():
     names = [entry.name for entry in registered_clip_stages()]
     assert names.index("motion") < names.index("encode")
     assert names[-1] == "encode"  # it releases the frames every earlier stage needs
+
+
+def test_the_registry_alone_finds_the_stages_and_scores_of_every_room():
+    """In a fresh process that imports nothing else (a notebook, the review page): the stages
+    in rooms (stages/scoring/, stages/sources/) register too, not only the top-level modules."""
+    names = [entry.name for entry in registered_clip_stages()]
+    columns = [score.column for score in registered_scores()]
+    code = (
+        "from stages.base import registered_clip_stages, registered_scores\n"
+        "print([e.name for e in registered_clip_stages()], [s.column for s in registered_scores()])"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    assert found.strip() == str(names) + " " + str(columns)
+    assert {"camera", "clarity", "fields"} <= set(names)
 
 
 def test_the_configuration_switches_stages_on_and_off():

@@ -2,25 +2,31 @@
 motion stage already measured (no second flow, no weights).
 
 The rule (docs/scores.md has the reasons and the figures):
-1. Each moving pair's flow (held drawings left out, as for motion scope) is sampled on a grid,
-   at the points where the picture has texture to follow (flat paint gives DIS nothing to
-   match, and its flow there says nothing about the camera).
+1. Each moving pair's flow (held drawings left out, as for motion scope; pairs whose light
+   changes, fades and flashes, too) is sampled on a grid, at the points where the picture has
+   texture to follow (flat paint gives DIS nothing to match, and its flow there says nothing
+   about the camera).
 2. A similarity motion is fitted to those points, robustly (iteratively reweighted least
    squares from the median, Tukey weights): translation (tx, ty), zoom and rotation, about the
    picture's centre. The background is most of the picture, so characters moving over it are
-   outliers; `fit` is the share of points the motion explains.
+   outliers; `fit` is the share of points the motion explains. A pair the flow explains poorly
+   is measured again as one shift of the whole picture (phase correlation: a whip pan).
 3. The clip's motion is the median of its pairs', translation in pixels per frame of a 480x720
    picture, zoom and rotation per second (the clip's frame rate). Labels, in the film
    convention (the camera's move, the opposite of the picture's): `pan_left` (the picture slides
    right), `pan_right`, `tilt_up` (the picture slides down), `tilt_down`, `zoom_in` (it grows),
-   `zoom_out`, `static` (no move above the thresholds), `complex` (the pairs disagree, the
-   motion explains too little of the picture, or it turns, or it pans and zooms at once).
+   `zoom_out`, `static` (no move above the thresholds, or a motion that explains too little of
+   the picture to be the camera's: effects, characters), `complex` (the pairs disagree, or it
+   turns, or it pans and zooms at once). A clip under the thresholds whose pairs drift one way
+   over the clip is a slow pan.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
+import cv2
 import numpy as np
 
 from core.frames import ClipFrames
@@ -65,12 +71,34 @@ class CameraConfig(Settings):
     """Zooms: the picture's scale changes by more than this share per second."""
     min_fit: float = 0.3
     """A moving clip whose motion explains less than this share of its textured points is
-    `complex`."""
+    `static`: what moves is effects or characters, not the camera (no clip spans a transition
+    the scene detector finds)."""
     simpler_margin: float = 0.1
     """A simpler motion (none, then a translation, then a similarity) is kept when it explains
     at most this share of the points fewer than the best."""
     min_agreement: float = 0.6
     """A moving clip is `complex` unless this share of its moving pairs moves as its label says."""
+    slow_speed: float = 0.75
+    """A clip under `static_speed` whose pairs drift the same way at least this many pixels a
+    frame (480x720), together, is a slow pan or tilt (11 px over a 2 s clip of 16 frames)."""
+    slow_travel: float = 8.0
+    """... and whose pairs' drifts add up to at least this many pixels over the clip (a clip
+    whose pairs are mostly held or relit has too few to show a slow pan)."""
+    slow_agreement: float = 0.8
+    """... when at least this share of all its pairs drifts as its label says."""
+    slow_min_fit: float = 0.5
+    """... counting only the pairs whose motion explains at least this share of their points
+    (and at least half the pairs must)."""
+    max_light_change: float = 0.1
+    """A pair whose mean brightness changes by more than this share (a fade, a flash) is left
+    out: its flow reads the change of light as motion."""
+    coarse_below_fit: float = 0.5
+    """A pair whose flow motion explains less than this share of its points is measured again by
+    phase correlation of its grey frames (a whip pan, blurred, beyond the flow's reach)."""
+    coarse_response: float = 0.3
+    """... whose peak must reach this height (0-1: one clean shift of the whole picture is 1)."""
+    coarse_gain: float = 0.33
+    """... and whose shift must take at least this share of the pair's grey difference away."""
 
     def validate(self) -> None:
         if self.grid_step < 1:
@@ -83,13 +111,16 @@ class CameraConfig(Settings):
 @dataclass(frozen=True)
 class PairMotion:
     """The global motion of one frame pair: translation (px per frame at 480x720), zoom (scale
-    change per frame), rotation (radians per frame), and the share of points it explains."""
+    change per frame), rotation (radians per frame), and the share of points it explains;
+    `drift`: the robust translation of its points whichever motion was kept (a pan slower than
+    the flow's tolerance is kept as no motion, but its drift still points the pan's way)."""
 
     tx: float
     ty: float
     zoom: float
     rotation: float
     fit: float
+    drift: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -156,10 +187,12 @@ def fit_pairs(
         params[take], fits[take] = motion[take], fit[take]
         chosen |= take
     return [
-        PairMotion(float(p[0]), float(p[1]), float(p[2]), float(p[3]), float(f))
+        PairMotion(
+            float(p[0]), float(p[1]), float(p[2]), float(p[3]), float(f), (float(dx), float(dy))
+        )
         if n >= config.min_points
         else None
-        for p, f, n in zip(params, fits, counts)
+        for p, f, n, (dx, dy) in zip(params, fits, counts, shift)
     ]
 
 
@@ -234,20 +267,102 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
     """The clip's camera motion from the motion stage's flow of its pairs and its grey frames at
     the flow's size."""
     moving = list(measured.flows)
-    fitted = fit_pairs([measured.flows[i] for i in moving], [grey[i] for i in moving], config)
-    pairs = [pair for pair in fitted if pair is not None]
-    if not pairs:  # every pair held, or nothing to follow: no move can be seen
+    lit = [i for i in moving if steady_light(grey[i], grey[i + 1], config.max_light_change)]
+    fitted = fit_pairs([measured.flows[i] for i in lit], [grey[i] for i in lit], config)
+    remeasured = [
+        coarse_or_flow(pair, grey[i], grey[i + 1], config) for pair, i in zip(fitted, lit)
+    ]
+    pairs = [pair for pair in remeasured if pair is not None]
+    if not pairs:  # every pair held, relit or flat: no move can be seen
         return CameraMotion(STATIC, 0.0, 0.0, 0.0, 0.0, 1.0, 0)
     # a held pair's picture did not move: the clip's motion per frame is its moving pairs'
-    # times their share (a pan on threes moves three frames' worth once every three frames)
-    share = len(moving) / len(measured.held)
+    # times their share (a pan on threes moves three frames' worth once every three frames);
+    # a relit pair (a fade, a flash) says nothing either way and counts on neither side
+    share = len(lit) / (len(measured.held) - (len(moving) - len(lit)))
     tx, ty, zoom, rotation = (
         share * float(np.median([getattr(p, name) for p in pairs]))
         for name in ("tx", "ty", "zoom", "rotation")
     )
     fit = float(np.mean([p.fit for p in pairs]))
     label = _label(pairs, tx, ty, zoom, rotation, fit, fps, config)
+    if label == STATIC:
+        label = _slow_pan(pairs, share, config)
     return CameraMotion(label, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
+
+
+def steady_light(a: np.ndarray, b: np.ndarray, max_change: float) -> bool:
+    """The pair keeps its brightness: its mean grey changes by at most `max_change` of the
+    brighter frame's (and 2 levels). A fade or a flash changes every pixel; the flow reads
+    part of that as motion, and the picture fading out of black has too little to follow."""
+    mean_a, mean_b = float(a.mean()), float(b.mean())
+    change = abs(mean_a - mean_b)
+    return change <= 2.0 or change <= max_change * max(mean_a, mean_b)
+
+
+def coarse_or_flow(
+    pair: PairMotion | None, a: np.ndarray, b: np.ndarray, config: CameraConfig
+) -> PairMotion | None:
+    """The pair's motion from the flow, or, where the flow explains little of the picture (a
+    whip pan blurs the drawing, and a move of tens of pixels a frame is beyond DIS at its
+    working size), the whole picture's translation by phase correlation, when shifting the
+    first frame by it matches the second far better than leaving it."""
+    if pair is not None and pair.fit >= config.coarse_below_fit:
+        return pair
+    coarse = coarse_translation(a, b, config)
+    return coarse if coarse is not None else pair
+
+
+def coarse_translation(a: np.ndarray, b: np.ndarray, config: CameraConfig) -> PairMotion | None:
+    """The translation of grey frame `a` to `b` by phase correlation (px per frame at 480x720),
+    or None when its peak is weak or shifting `a` by it does not take at least `coarse_gain` of
+    the pair's difference away. Measured at half the flow's size (a whip pan's tens of pixels
+    need no finer grid, and it costs half as much). `fit`: the share of the overlap the shift
+    matches within 12 grey levels."""
+    height, width = a.shape[0] // 2, a.shape[1] // 2
+    first, second = (
+        cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA).astype(np.float32)
+        for frame in (a, b)
+    )
+    # phaseCorrelate weighs float32 inputs by the window in place: it gets copies
+    (dx, dy), response = cv2.phaseCorrelate(first.copy(), second.copy(), _hanning(height, width))
+    if response < config.coarse_response or abs(dx) >= width / 2 or abs(dy) >= height / 2:
+        return None
+    moved = cv2.warpAffine(first, np.array([[1, 0, dx], [0, 1, dy]], np.float32), (width, height))
+    x0, x1 = int(np.ceil(max(0.0, dx))) + 1, width - int(np.ceil(max(0.0, -dx))) - 1
+    y0, y1 = int(np.ceil(max(0.0, dy))) + 1, height - int(np.ceil(max(0.0, -dy))) - 1
+    if x1 - x0 < width // 4 or y1 - y0 < height // 4:
+        return None
+    after = np.abs(moved[y0:y1, x0:x1] - second[y0:y1, x0:x1])
+    before = float(np.abs(first[y0:y1, x0:x1] - second[y0:y1, x0:x1]).mean())
+    if float(after.mean()) > (1 - config.coarse_gain) * before:
+        return None
+    tx, ty = dx * UNIT_WIDTH / width, dy * UNIT_HEIGHT / height
+    return PairMotion(tx, ty, 0.0, 0.0, float((after <= 12).mean()), (tx, ty))
+
+
+@cache
+def _hanning(height: int, width: int) -> np.ndarray:
+    """The window phase correlation weighs the picture with (the edges' wrap-around taken away)."""
+    return cv2.createHanningWindow((width, height), cv2.CV_32F)
+
+
+def _slow_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> str:
+    """A clip under the pan threshold: still, unless its pairs drift the same way, together at
+    least `slow_speed` a frame and `slow_travel` over the clip (a slow pan over a painted background, a pixel a frame, is
+    within the flow's tolerance of no motion pair by pair, but adds up over the clip). Only
+    pairs whose motion explains at least `slow_min_fit` of their points count: a character
+    moving over a plain, dark background drifts too, and then little of the picture agrees."""
+    voters = [p for p in pairs if p.fit >= config.slow_min_fit]
+    if len(voters) < max(2, len(pairs) / 2):
+        return STATIC
+    drift_x = share * float(np.median([p.drift[0] for p in voters]))
+    drift_y = share * float(np.median([p.drift[1] for p in voters]))
+    travel = np.hypot(sum(p.drift[0] for p in pairs), sum(p.drift[1] for p in pairs))
+    if np.hypot(drift_x, drift_y) < config.slow_speed or travel < config.slow_travel:
+        return STATIC
+    label = _pan_label(drift_x, drift_y)
+    agree = [_pan_label(*p.drift) == label for p in pairs]  # the whole clip drifts one way
+    return label if np.mean(agree) >= config.slow_agreement else STATIC
 
 
 def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str:
@@ -257,7 +372,9 @@ def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str
     moving_zoom = abs(zoom) * fps > config.static_zoom
     if speed <= config.static_speed and not moving_zoom and turn_speed <= config.static_speed:
         return STATIC
-    if fit < config.min_fit or turn_speed > max(speed, zoom_speed):
+    if fit < config.min_fit:
+        return STATIC
+    if turn_speed > max(speed, zoom_speed):
         return COMPLEX
     if moving_zoom and zoom_speed >= speed:
         label = ZOOM_IN if zoom > 0 else ZOOM_OUT
