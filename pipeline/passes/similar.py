@@ -22,7 +22,10 @@ complete to), with the stamp of each film (pipeline/passes/duplicates.py film_st
 metadata. A pass reads the shards of new or changed films only, searches their clips against every
 other clip (n x N products over the other films' files, GROUP_ROWS rows at a time, so memory stays
 at one group), and rewrites the small pairs file; films gone or changed lose their pairs and file.
-Every file is written atomically.
+Every file is written atomically, and the pairs file, which names the blocks, is the index's
+commit: written after the new blocks (named by film and stamp, never rewritten in place) and
+before the stale ones go. On object storage the quality pass's working copy carries the folder
+(pipeline/running/folder_passes.py).
 """
 
 from __future__ import annotations
