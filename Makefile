@@ -107,7 +107,8 @@ stress: venv
 bench: venv
 	$(PY) -m bench.run $(ARGS)
 
-# The folder-level passes at 10k and 100k clips (ARGS="--clips 1000000" for a million; docs/quality.md).
+# The folder-level passes at 10k and 100k clips (ARGS="--clips 1000000" for a million; docs/quality.md),
+# then the semantic duplicate pass at 100k and 1M clips (docs/scores.md; 3 GB of /tmp at 1M).
 bench-scale: venv
 	$(PY) -m bench.bench_scale $(ARGS)
 	$(PY) -m bench.similar_scale $(ARGS)

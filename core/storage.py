@@ -236,8 +236,9 @@ def mirror_committed(location: Location, summary_name: str) -> Path:
     return local_root
 
 
-def _mirror_folder(remote: Location, local: Path) -> None:
-    """Copy what changed since the last copy (by the objects' ETags, else sizes)."""
+def _mirror_folder(remote: Location, local: Path, exact: bool = False) -> None:
+    """Copy what changed since the last copy (by the objects' ETags, else sizes); `exact`:
+    remove as well every local file the store lacks (a leftover of another pass)."""
     fs, path = filesystem(remote)
     index = local / ".mirror-versions.json"
     known = json.loads(index.read_text()) if index.is_file() else {}
@@ -252,6 +253,9 @@ def _mirror_folder(remote: Location, local: Path) -> None:
             download(f"{str(remote).split('://', 1)[0]}://{found['name']}", target)
     for relative in set(known) - set(versions):  # gone from the store: gone from the copy
         (local / relative).unlink(missing_ok=True)
+    if exact and local.is_dir():
+        for relative in set(_snapshot(local)) - set(versions):
+            (local / relative).unlink()
     index.parent.mkdir(parents=True, exist_ok=True)
     index.write_text(json.dumps(versions))
 
@@ -277,15 +281,22 @@ def publish_folder(local: Path, remote: Location, marker: str) -> None:
 
 
 @contextmanager
-def working_copy(location: Location, marker: str) -> Iterator[Path]:
+def working_copy(location: Location, marker: str, beside: tuple[str, ...] = ()) -> Iterator[Path]:
     """A local folder to read and rewrite a dataset or film folder in: the folder itself when it
     is local; for a URL, a local copy of its committed films, whose changed films are published
     back with `publish_folder` (and other new or changed files uploaded) when the block ends
-    without an error."""
+    without an error.
+
+    `beside` names folders of the location's own, outside its films (an index), copied in as
+    well (only their objects that changed since this node's last copy): what the block writes
+    in them is uploaded, and what it removes from them is removed from the store after every
+    upload, so a file that names others (an index's commit) never names a removed one."""
     if not is_remote(location):
         yield Path(location)
         return
     local = mirror_committed(location, marker)
+    for folder in beside:
+        _mirror_folder(join(location, folder), local / folder, exact=True)
     before = _snapshot(local)
     yield local
     after = _snapshot(local)
@@ -299,6 +310,9 @@ def working_copy(location: Location, marker: str) -> Iterator[Path]:
     for relative in sorted(changed):
         if not any((local / relative).is_relative_to(d) for d in film_dirs):
             upload(local / relative, join(location, *relative.split("/")))
+    for relative in sorted(set(before) - set(after)):
+        if relative.split("/", 1)[0] in beside:
+            remove(join(location, *relative.split("/")))
 
 
 @contextmanager

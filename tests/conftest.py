@@ -1035,3 +1035,43 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"{seconds:7.2f}s  {nodeid}")
     terminalreporter.write_line(f"{sum(_cpu_seconds.values()):7.2f}s  in all tests")
     terminalreporter.write_line(f"{_cpu_now():7.2f}s  the whole session (imports, collection)")
+
+
+# ----------------------------------------------------------------------------- CLIP embeddings
+
+
+def unit_rows(rng, count: int, dim: int = 16) -> np.ndarray:
+    """Random unit vectors (16 values: the tiny CLIP's projection)."""
+    rows = rng.normal(size=(count, dim))
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def nudged(row: np.ndarray, cosine: float, rng) -> np.ndarray:
+    """A unit vector at exactly `cosine` from `row`."""
+    other = rng.normal(size=row.shape)
+    other -= (other @ row) * row
+    other /= np.linalg.norm(other)
+    return cosine * row + np.sqrt(1 - cosine**2) * other
+
+
+def write_embedded_film(root: Path, name: str, embeddings: np.ndarray) -> Path:
+    """A film folder whose clips carry `embeddings` as clip_embedding (and no pHash twin)."""
+    clips = [
+        make_clip(
+            k,
+            film_id=name,
+            extra={"clip_embedding": e.astype(np.float16)},
+            quality_hashes=[  # random frame hashes: no pHash duplicate
+                int(x)
+                for x in np.random.default_rng([len(name), ord(name[-1]), k]).integers(0, 2**62, 4)
+            ],
+        )
+        for k, e in enumerate(embeddings)
+    ]
+    for clip in clips:
+        clip.film_name = name
+    folder = root / name
+    with ShardWriter(folder / "shards", "part", ShardConfig(), clip_schema()) as writer:
+        writer.write_all(clips)
+    (folder / "summary.json").write_text(json.dumps({"clips_written": len(clips)}))
+    return folder

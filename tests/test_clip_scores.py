@@ -11,10 +11,18 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import BIKES, ScriptedEngine, answer_well, local_config, make_clip
+from conftest import (
+    BIKES,
+    ScriptedEngine,
+    answer_well,
+    local_config,
+    nudged,
+    unit_rows,
+    write_embedded_film,
+)
 
 from core.settings import ConfigError
-from core.shards import ShardConfig, ShardWriter, read_clips
+from core.shards import read_clips
 from stages.base import build_clip_stages, clip_schema
 from stages.scoring.aesthetic import AestheticHeadError, load_head
 from stages.scoring.clip_scores import CLIP_SCORE_COLUMNS, ClipScoreConfig
@@ -211,41 +219,6 @@ def test_every_usable_clip_gets_an_embedding_an_aesthetic_score_and_a_caption_ma
 # ---------------------------------------------------------------- semantic duplicates
 
 
-def unit_rows(rng, count: int) -> np.ndarray:
-    rows = rng.normal(size=(count, DIM))
-    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
-
-
-def nudged(row: np.ndarray, cosine: float, rng) -> np.ndarray:
-    """A unit vector at exactly `cosine` from `row`."""
-    other = rng.normal(size=row.shape)
-    other -= (other @ row) * row
-    other /= np.linalg.norm(other)
-    return cosine * row + np.sqrt(1 - cosine**2) * other
-
-
-def write_embedded_film(root: Path, name: str, embeddings: np.ndarray) -> Path:
-    clips = [
-        make_clip(
-            k,
-            film_id=name,
-            extra={"clip_embedding": e.astype(np.float16)},
-            quality_hashes=[  # random frame hashes: no pHash duplicate
-                int(x)
-                for x in np.random.default_rng([len(name), ord(name[-1]), k]).integers(0, 2**62, 4)
-            ],
-        )
-        for k, e in enumerate(embeddings)
-    ]
-    for clip in clips:
-        clip.film_name = name
-    folder = root / name
-    with ShardWriter(folder / "shards", "part", ShardConfig(), clip_schema()) as writer:
-        writer.write_all(clips)
-    (folder / "summary.json").write_text(json.dumps({"clips_written": len(clips)}))
-    return folder
-
-
 def similar_of(root: Path) -> dict[str, tuple[str, list[str]]]:
     return {
         c.clip_id: (c.duplicate_of, c.reject_reasons)
@@ -315,3 +288,56 @@ def test_the_search_is_exact_at_the_threshold(tmp_path):
     ids = [c.clip_id for c in read_clips(film / "shards")]
     found = {tuple(sorted((ids.index(x), ids.index(y)))) for x, y in zip(pairs.first, pairs.second)}
     assert found == expected == {(2, 10)}
+
+
+@pytest.mark.parametrize("threshold, common_weight", [(0.8, 0.8), (0.01, 0.0)])
+def test_the_blocked_search_finds_every_pair_once_across_blocks_groups_and_an_added_film(
+    tmp_path, monkeypatch, threshold, common_weight
+):
+    """Blocks of 16 query rows and groups of 24 indexed rows (not 4096 and 32768), over three
+    films of 50 clips: hundreds of pairs at the threshold, each on or off the diagonal of some
+    product, must be what a full float32 product finds. Clips about a shared direction are 0.5
+    to 0.9 alike (threshold 0.8); random ones -0.5 to 0.5 (0.01: a floor under zero)."""
+    from pipeline.passes import similar
+    from pipeline.passes.duplicates import film_stamp
+
+    monkeypatch.setattr(similar, "ROW_BLOCK", 16)
+    monkeypatch.setattr(similar, "GROUP_ROWS", 24)
+    rng = np.random.default_rng(5)
+    common = unit_rows(rng, 1)[0]
+    films = {}
+    for name in ("film_a", "film_b", "film_c"):
+        rows = common_weight * common + 0.6 * unit_rows(rng, 50)
+        films[name] = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    def pairs_of(names: list[str]) -> tuple[set, set]:
+        folders = {n: write_embedded_film(tmp_path, n, films[n]) for n in names}
+        found = similar.find_similar(
+            tmp_path, folders, {n: film_stamp(f) for n, f in folders.items()}, threshold
+        )
+        ids = [c.clip_id for n in names for c in read_clips(folders[n] / "shards")]
+        stored = np.concatenate([films[n] for n in names]).astype(np.float16).astype(np.float32)
+        cosines = stored @ stored.T
+        n = len(ids)
+        close = cosines >= threshold
+        expected = {(ids[i], ids[j]) for i in range(n) for j in range(i + 1, n) if close[i, j]}
+        got = [tuple(sorted((x, y), key=ids.index)) for x, y in zip(found.first, found.second)]
+        assert len(got) == len(set(got))  # no pair twice
+        return set(got), expected
+
+    got, expected = pairs_of(["film_a", "film_b"])  # from scratch: 100 rows in 7 blocks
+    assert got == expected and len(expected) > 200
+    got, expected = pairs_of(["film_a", "film_b", "film_c"])  # film_c against the index
+    assert got == expected and len(expected) > 500
+
+
+def test_films_embedded_by_two_clip_models_are_an_error_naming_the_film(tmp_path):
+    from pipeline.passes.similar import find_similar
+
+    rng = np.random.default_rng(7)
+    films = {
+        "film_a": write_embedded_film(tmp_path, "film_a", unit_rows(rng, 4)),
+        "film_b": write_embedded_film(tmp_path, "film_b", unit_rows(rng, 4, dim=32)),
+    }
+    with pytest.raises(ValueError, match="film_b: clip embeddings of 32 values, film_a's of 16"):
+        find_similar(tmp_path, films, {"film_a": "a", "film_b": "b"}, 0.95)

@@ -7,8 +7,9 @@ import json
 import uuid
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
-from conftest import BIKES, BUNNY, local_config, make_video
+from conftest import BIKES, BUNNY, local_config, make_video, nudged, unit_rows, write_embedded_film
 from s3server import s3_server
 
 from core import storage
@@ -268,3 +269,70 @@ def test_a_film_nested_in_an_s3_dataset_is_in_its_working_copy(s3_dataset, bucke
     assert sorted(open_dataset(out).manifest["clip_id"]) == sorted(
         open_dataset(local_reference).manifest["clip_id"]
     )
+
+
+def test_the_semantic_index_goes_with_the_quality_pass_so_a_rerun_on_s3_is_incremental(
+    bucket, tmp_path, monkeypatch
+):
+    """OUT/similar_index/ is copied into the quality pass's working copy and published back: a
+    pass on another node (a fresh scratch folder) reads only the new film's shards, finds its
+    copy of an old clip, and leaves the old films' blocks in the store as they were; a changed
+    film's old block is removed from the store once the new index names its new one."""
+    from pipeline.passes import similar
+    from pipeline.running.folder_passes import quality_pass
+
+    rng = np.random.default_rng(0)
+    a, b, c = unit_rows(rng, 12), unit_rows(rng, 12), unit_rows(rng, 12)
+    b[3] = nudged(a[5], 0.97, rng)
+    c[0] = nudged(a[5], 0.99, rng)
+    out = f"{bucket}/dataset"
+
+    def put(name: str, rows) -> None:
+        folder = write_embedded_film(tmp_path / "films" / name, name, rows)
+        storage.publish_folder(folder, f"{out}/{name}", "summary.json")
+
+    read = []
+    real_read_block = similar.read_block
+    monkeypatch.setattr(similar, "read_block", lambda k, f: read.append(k) or real_read_block(k, f))
+    config = local_config(reject__similar_min_cosine=0.95)
+    index_dir = f"{out}/{similar.INDEX_DIR}"
+
+    def blocks() -> dict[str, str]:
+        fs, root = storage.filesystem(index_dir)
+        found = fs.find(root, detail=True).items()
+        return {k.rsplit("/", 1)[1]: v["ETag"] for k, v in found if k.endswith(".npy")}
+
+    def pairs() -> set[tuple[str, str]]:
+        table = storage.open_parquet(f"{index_dir}/{similar.PAIRS_FILE}").read()
+        return set(
+            zip(table.column("first_folder").to_pylist(), table.column("second_folder").to_pylist())
+        )
+
+    put("film_a", a)
+    put("film_b", b)
+    monkeypatch.setenv("ANIMEGAMER_SCRATCH", str(tmp_path / "node1"))
+    quality_pass([], out, config)
+    assert sorted(read) == ["film_a", "film_b"] and pairs() == {("film_a", "film_b")}
+    first = blocks()
+    assert len(first) == 2
+
+    put("film_c", c)
+    monkeypatch.setenv("ANIMEGAMER_SCRATCH", str(tmp_path / "node2"))  # another node
+    read.clear()
+    quality_pass([], out, config)
+    assert read == ["film_c"]  # the old films' embeddings came from the fetched index
+    assert pairs() == {("film_a", "film_b"), ("film_a", "film_c"), ("film_b", "film_c")}
+    second = blocks()
+    assert len(second) == 3 and {k: second[k] for k in first} == first
+
+    b[3] = unit_rows(rng, 1)[0]  # film_b cut again: a clip more, and no copy any more
+    put("film_b", np.vstack([b, unit_rows(rng, 1)]))
+    monkeypatch.setenv("ANIMEGAMER_SCRATCH", str(tmp_path / "node1"))  # its copy is outdated
+    stray = storage.scratch_dir(out) / "mirror" / similar.INDEX_DIR / "left-by-a-failed-pass.npy"
+    stray.write_bytes(b"not in the store")
+    read.clear()
+    quality_pass([], out, config)
+    assert read == ["film_b"] and pairs() == {("film_a", "film_c")}
+    assert not stray.exists()  # the copy is the store's
+    third = blocks()
+    assert len(third) == 3 and len(set(third) - set(second)) == 1  # b's old block is gone

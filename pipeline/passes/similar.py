@@ -22,7 +22,10 @@ complete to), with the stamp of each film (pipeline/passes/duplicates.py film_st
 metadata. A pass reads the shards of new or changed films only, searches their clips against every
 other clip (n x N products over the other films' files, GROUP_ROWS rows at a time, so memory stays
 at one group), and rewrites the small pairs file; films gone or changed lose their pairs and file.
-Every file is written atomically.
+Every file is written atomically, and the pairs file, which names the blocks, is the index's
+commit: written after the new blocks (named by film and stamp, never rewritten in place) and
+before the stale ones go. On object storage the quality pass's working copy carries the folder
+(pipeline/running/folder_passes.py).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -42,13 +46,17 @@ from core.io import publish, write_json_atomic, write_table_atomic
 from core.shards import shard_paths
 from pipeline.passes.duplicates import category_codes, kept_copies
 
+if TYPE_CHECKING:
+    import torch  # imported when a search runs: the quality pass without one does not load it
+
 INDEX_DIR = "similar_index"
 PAIRS_FILE = "pairs.parquet"
 INDEX_VERSION = "1"
+BLOCK_SUFFIXES = (".npy", ".ids.json")
 EMBEDDING = "clip_embedding"  # stages/scoring/clip_scores.py's column
 BF16_MARGIN = 0.02  # above the 2^-7 + 2^-8 that bfloat16 rounding can move a cosine
 ROW_BLOCK = 4096  # query rows per product
-GROUP_ROWS = 32768  # indexed rows per product: 4096 x 32768 float32 cosines are 512 MiB
+GROUP_ROWS = 32768  # indexed rows per product: 4096 x 32768 bfloat16 cosines are 256 MiB
 
 PAIRS_SCHEMA = pa.schema(
     [
@@ -89,7 +97,7 @@ def find_similar(
     the index of `root` where a film's stamp is unchanged, searching only the others."""
     index = SimilarIndex.load(Path(root), min_cosine)
     reused = {k for k, stamp in stamps.items() if stamp and index.stamps.get(k) == stamp}
-    reused &= set(index.files)
+    reused &= {k for k in index.files if index.holds(k)}
     fresh = [read_block(key, films[key]) for key in sorted(set(films) - reused)]
     fresh = [block for block in fresh if len(block.ids)]
     if not fresh and not reused and not index.files:
@@ -158,84 +166,145 @@ def _search(fresh: list[Block], old: list[Block], radius: float) -> list[pa.Tabl
     """Pairs among the fresh blocks, and between each fresh and each old block."""
     if not fresh:
         return []
-    new = _concat(fresh)
-    found = [_pairs_within(new, radius)]
+    search = _Search(radius)
+    new = _Rows.of(fresh, adopt=True)
+    found = [search.within(new)]
     group: list[Block] = []
     for block in old:  # old films in groups: one product per GROUP_ROWS rows, not per film
         group.append(block)
         if sum(len(b.ids) for b in group) >= GROUP_ROWS or block is old[-1]:
-            found.append(_pairs_between(new, _concat(group), radius))
+            found.append(search.between(new, _Rows.of(group)))
             group = []
     return found
 
 
-def _concat(blocks: list[Block]) -> tuple[np.ndarray, list[str], list[str]]:
-    embeddings = np.concatenate([b.embeddings for b in blocks])
-    ids = [i for b in blocks for i in b.ids]
-    folders = [b.folder for b in blocks for _ in b.ids]
-    return embeddings, ids, folders
+@dataclass
+class _Rows:
+    """Clips searched together: their float16 embeddings (the exact values), the same in
+    bfloat16 (a torch tensor, converted once: the rough products' input), ids and folders."""
+
+    exact: np.ndarray
+    rough: torch.Tensor
+    ids: list[str]
+    folders: list[str]
+
+    @classmethod
+    def of(cls, blocks: list[Block], adopt: bool = False) -> _Rows:
+        """The blocks' rows, gathered. `adopt`: each block is left viewing its gathered rows as
+        soon as they are copied, so its own copy is freed at once (a full pass at 1M clips then
+        holds its embeddings twice at most, not three times); not for mapped blocks, whose
+        rows should stay on disk."""
+        import torch
+
+        starts = np.cumsum([0] + [len(b.ids) for b in blocks])
+        width = blocks[0].embeddings.shape[1]
+        exact = np.empty((starts[-1], width), np.float16)  # no page touched yet
+        for block, start, stop in zip(blocks, starts, starts[1:]):
+            if block.embeddings.shape[1] != width:
+                raise ValueError(
+                    f"{block.folder}: clip embeddings of {block.embeddings.shape[1]} values, "
+                    f"{blocks[0].folder}'s of {width} (two CLIP models?)"
+                )
+            exact[start:stop] = block.embeddings  # a mapped file is read here, once
+            if adopt:
+                block.embeddings = exact[start:stop]
+        rough = torch.from_numpy(exact).to(torch.bfloat16)
+        ids = [i for b in blocks for i in b.ids]
+        folders = [b.folder for b in blocks for _ in b.ids]
+        return cls(exact, rough, ids, folders)
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
-def _pairs_within(new, radius: float) -> pa.Table:
-    """Pairs (i < j) among the rows of `new`."""
-    embeddings, ids, folders = new
-    firsts, seconds, cosines = [], [], []
-    for start in range(0, len(ids), ROW_BLOCK):
-        stop = min(start + ROW_BLOCK, len(ids))
-        # row i of this block against rows [0, stop): the pairs whose later row is i
-        i, j, cos = _close(embeddings[start:stop], embeddings[:stop], radius)
-        later = i + start
-        keep = j < later
-        firsts.append(j[keep])
-        seconds.append(later[keep])
-        cosines.append(cos[keep])
-    return _pairs_table(ids, folders, ids, folders, firsts, seconds, cosines)
+class _Search:
+    """The products of one search at `radius`. Every product is written into one buffer: a fresh
+    256 MiB result each time would cost the kernel's paging it in, half the product's time."""
+
+    def __init__(self, radius: float):
+        import torch
+
+        self.radius = radius
+        self.floor = torch.tensor(radius - BF16_MARGIN, dtype=torch.bfloat16)
+        self.buffer = torch.empty(0, dtype=torch.bfloat16)
+
+    def within(self, new: _Rows) -> pa.Table:
+        """Pairs (earlier row first) among the rows of `new`: each block of rows against the
+        rows before it, GROUP_ROWS at a time, and against itself below the diagonal: every
+        pair once."""
+        firsts, seconds, cosines = [], [], []
+        for start in range(0, len(new), ROW_BLOCK):
+            stop = min(start + ROW_BLOCK, len(new))
+            spans = [(c, min(c + GROUP_ROWS, start)) for c in range(0, start, GROUP_ROWS)]
+            for first, last in [*spans, (start, stop)]:
+                i, j, cos = self.close(new, (start, stop), new, (first, last), first == start)
+                firsts.append(j + first)
+                seconds.append(i + start)
+                cosines.append(cos)
+        return _pairs_table(new, new, firsts, seconds, cosines)
+
+    def between(self, new: _Rows, old: _Rows) -> pa.Table:
+        """Pairs of an old row (first) and a new row (second)."""
+        firsts, seconds, cosines = [], [], []
+        for start in range(0, len(new), ROW_BLOCK):
+            stop = min(start + ROW_BLOCK, len(new))
+            i, j, cos = self.close(new, (start, stop), old, (0, len(old)), False)
+            firsts.append(j)
+            seconds.append(i + start)
+            cosines.append(cos)
+        return _pairs_table(old, new, firsts, seconds, cosines)
+
+    def close(self, queries: _Rows, q_span, rows: _Rows, r_span, diagonal: bool):
+        """(query row, row, cosine), each counted from its span's start, of every pair at the
+        radius or more: a bfloat16 product keeps the candidates, float32 decides. On the
+        `diagonal` (the same span of the same rows) only pairs below it count."""
+        import torch
+
+        rough = self.product(queries.rough[slice(*q_span)], rows.rough[slice(*r_span)])
+        if diagonal:
+            rough.masked_fill_(torch.ones_like(rough, dtype=torch.bool).triu(), -torch.inf)
+        hit = torch.nonzero(self.rows_reaching_floor(rough)).flatten()
+        near_i, near_j = torch.nonzero(rough[hit] >= self.floor, as_tuple=True)  # few rows
+        i, j = hit[near_i].numpy() + q_span[0], near_j.numpy() + r_span[0]
+        exact = np.einsum(
+            "nd,nd->n",
+            queries.exact[i].astype(np.float32),
+            rows.exact[j].astype(np.float32),
+            dtype=np.float32,
+        )
+        keep = exact >= self.radius
+        return i[keep] - q_span[0], j[keep] - r_span[0], exact[keep]
+
+    def product(self, queries, rows):
+        """queries x rows^T in bfloat16, in the buffer."""
+        import torch
+
+        size = len(queries) * len(rows)
+        if self.buffer.numel() < size:
+            self.buffer = torch.empty(size, dtype=torch.bfloat16)
+        out = self.buffer[:size].view(len(queries), len(rows))
+        return torch.matmul(queries, rows.T, out=out)
+
+    def rows_reaching_floor(self, rough):
+        """Which rows of `rough` hold a value at the floor or more. A positive bfloat16's bits
+        read as an int16 sort as the number does, and every negative one reads below every
+        positive one: above a positive floor, int16 maxima (four times quicker) decide."""
+        import torch
+
+        if self.floor <= 0:
+            return rough.amax(dim=1) >= self.floor
+        return rough.view(torch.int16).amax(dim=1) >= self.floor.view(torch.int16)
 
 
-def _pairs_between(new, old, radius: float) -> pa.Table:
-    """Pairs of an old row (first) and a new row (second)."""
-    embeddings, ids, folders = new
-    old_embeddings, old_ids, old_folders = old
-    firsts, seconds, cosines = [], [], []
-    for start in range(0, len(ids), ROW_BLOCK):
-        i, j, cos = _close(embeddings[start : start + ROW_BLOCK], old_embeddings, radius)
-        firsts.append(j)
-        seconds.append(i + start)
-        cosines.append(cos)
-    return _pairs_table(old_ids, old_folders, ids, folders, firsts, seconds, cosines)
-
-
-def _close(queries: np.ndarray, rows: np.ndarray, radius: float):
-    """(query row, row, cosine) of every pair at `radius` or more: a bfloat16 product keeps the
-    candidates, float32 decides."""
-    import torch
-
-    if not len(queries) or not len(rows):
-        empty = np.zeros(0, np.int64)
-        return empty, empty, np.zeros(0, np.float32)
-    # stored blocks are read-only Arrow buffers: torch takes a writable copy
-    q = torch.from_numpy(np.require(queries, requirements=["C", "W"]))
-    r = torch.from_numpy(np.require(rows, requirements=["C", "W"]))
-    rough = q.to(torch.bfloat16) @ r.to(torch.bfloat16).T
-    floor = torch.tensor(radius - BF16_MARGIN, dtype=torch.bfloat16)
-    rows_i, rows_j = torch.nonzero(rough >= floor, as_tuple=True)
-    i, j = rows_i.numpy(), rows_j.numpy()
-    exact = np.einsum(
-        "nd,nd->n", queries[i].astype(np.float32), rows[j].astype(np.float32), dtype=np.float32
-    )
-    keep = exact >= radius
-    return i[keep], j[keep], exact[keep]
-
-
-def _pairs_table(first_ids, first_folders, second_ids, second_folders, firsts, seconds, cosines):
-    first = np.concatenate(firsts) if firsts else np.zeros(0, np.int64)
-    second = np.concatenate(seconds) if seconds else np.zeros(0, np.int64)
+def _pairs_table(first: _Rows, second: _Rows, firsts, seconds, cosines) -> pa.Table:
+    a = pa.array(np.concatenate(firsts) if firsts else np.zeros(0, np.int64))
+    b = pa.array(np.concatenate(seconds) if seconds else np.zeros(0, np.int64))
     return pa.table(
         {
-            "first": pa.array(first_ids, pa.string()).take(pa.array(first)),
-            "second": pa.array(second_ids, pa.string()).take(pa.array(second)),
-            "first_folder": pa.array(first_folders, pa.string()).take(pa.array(first)),
-            "second_folder": pa.array(second_folders, pa.string()).take(pa.array(second)),
+            "first": pa.array(first.ids, pa.string()).take(a),
+            "second": pa.array(second.ids, pa.string()).take(b),
+            "first_folder": pa.array(first.folders, pa.string()).take(a),
+            "second_folder": pa.array(second.folders, pa.string()).take(b),
             "cosine": pa.array(np.concatenate(cosines) if cosines else [], pa.float32()),
         },
         schema=PAIRS_SCHEMA,
@@ -282,6 +351,12 @@ class SimilarIndex:
             return empty
         return cls(folder, state, pairs)
 
+    def holds(self, key: str) -> bool:
+        """Whether a film's two files are there (a copy fetched from object storage may lack a
+        block that an interrupted upload left out: that film is searched again)."""
+        name = self.files[key]
+        return all((self.folder / f"{name}{suffix}").is_file() for suffix in BLOCK_SUFFIXES)
+
     def block(self, key: str) -> Block:
         """A film's stored block; its embeddings mapped from the file, read when used."""
         name = self.files[key]
@@ -289,12 +364,11 @@ class SimilarIndex:
         return Block(key, ids, np.load(self.folder / f"{name}.npy", mmap_mode="r"))
 
     def save(self, root, fresh, reused, pairs, radius, stamps) -> None:
+        """The new blocks, then the pairs file that names them (the index's commit), then the
+        blocks it no longer names: at every moment the pairs file names blocks that exist."""
         files = {k: name for k, name in self.files.items() if k in reused}
         for block in fresh:
-            files[block.folder] = _write_block(self.folder, block)
-        for stale in set(self.files.values()) - set(files.values()):
-            for suffix in (".npy", ".ids.json"):
-                (self.folder / f"{stale}{suffix}").unlink(missing_ok=True)
+            files[block.folder] = _write_block(self.folder, block, stamps.get(block.folder))
         state = {
             "version": INDEX_VERSION,
             "radius": radius,
@@ -303,13 +377,19 @@ class SimilarIndex:
         }
         metadata = {b"animegamer.similar_index": json.dumps(state, sort_keys=True).encode()}
         write_table_atomic(pairs.replace_schema_metadata(metadata), self.folder / PAIRS_FILE)
+        for stale in set(self.files.values()) - set(files.values()):
+            for suffix in BLOCK_SUFFIXES:
+                (self.folder / f"{stale}{suffix}").unlink(missing_ok=True)
 
 
-def _write_block(folder: Path, block: Block) -> str:
+def _write_block(folder: Path, block: Block, stamp: str | None) -> str:
     """A film's block as two files: its float16 embeddings (.npy, mapped from disk by later
-    passes: no decoding) and its clip ids (.ids.json), each written aside and renamed."""
+    passes: no decoding) and its clip ids (.ids.json), each written aside and renamed. Their
+    name is the film's and its stamp's: a changed film's block is a new file, so an old pairs
+    file (a copy in object storage while the new one uploads) never names a rewritten one."""
     folder.mkdir(parents=True, exist_ok=True)
-    name = hashlib.sha256(block.folder.encode()).hexdigest()[:24]
+    named = "\n".join([block.folder, stamp or "", *block.ids])
+    name = hashlib.sha256(named.encode()).hexdigest()[:24]
     aside = folder / f"{name}.npy.tmp"
     with open(aside, "wb") as out:
         np.save(out, np.ascontiguousarray(block.embeddings, np.float16))

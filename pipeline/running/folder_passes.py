@@ -23,7 +23,10 @@ log = logging.getLogger(__name__)
 def quality_pass(results: list[FilmResult], out_dir: str | Path, config: PipelineConfig) -> None:
     """Decide every clip of the output folder, duplicates across its films included, with the
     folder's thresholds (written from this run's settings the first time)."""
-    with storage.working_copy(out_dir, SUMMARY_FILE) as local:  # s3://: a copy, published back
+    from pipeline.passes.similar import INDEX_DIR
+
+    # s3://: a copy, with the semantic index (so that its search stays incremental), published back
+    with storage.working_copy(out_dir, SUMMARY_FILE, beside=(INDEX_DIR,)) as local:
         _fetch_folder_files(out_dir, local)
         _decide_quality(results, out_dir, local, config)
 
