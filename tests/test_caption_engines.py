@@ -13,15 +13,8 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from conftest import (
-    ADVERB_BY_LEVEL,
-    ROOT,
-    SINTEL_REFERENCES,
-    answer_well,
-    image_word,
-    make_clips,
-    read_raw,
-)
+from captioning import ADVERB_BY_LEVEL, answer_well, image_word, make_clips, read_raw
+from conftest import ROOT, SINTEL_REFERENCES
 from PIL import Image
 
 from core.shards import read_clips

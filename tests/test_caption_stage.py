@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import (
+from captioning import (
     ADVERB_BY_LEVEL,
-    SINTEL_REFERENCES,
     ScriptedEngine,
     answer_well,
     good_character_answer,
@@ -19,6 +18,7 @@ from conftest import (
     make_clips,
     read_raw,
 )
+from conftest import SINTEL_REFERENCES
 
 from core.film import CAPTION_CACHE_FILE
 from core.record import STATUS_ERROR

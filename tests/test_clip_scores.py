@@ -11,15 +11,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import (
-    BIKES,
-    ScriptedEngine,
-    answer_well,
-    local_config,
-    nudged,
-    unit_rows,
-    write_embedded_film,
-)
+from captioning import ScriptedEngine, answer_well
+from conftest import BIKES, local_config, nudged, unit_rows, write_embedded_film
 
 from core.settings import ConfigError
 from core.shards import read_clips

@@ -17,7 +17,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SINTEL, ScriptedEngine, _texture, answer_well, local_config
+from captioning import ScriptedEngine, answer_well
+from conftest import SINTEL, _texture, local_config
 
 from core.record import Clip
 from core.video import FrameReader

@@ -616,7 +616,7 @@ def test_an_accepted_clip_is_usable_whatever_the_automatic_flags_said(film, serv
 
 
 def test_captioning_follows_the_review_and_leaves_the_automatic_flags_in_the_shards(film, server):
-    from conftest import ScriptedEngine, answer_well
+    from captioning import ScriptedEngine, answer_well
 
     from core.record import CAPTION_OK, SKIPPED_UNUSABLE
     from pipeline.data.ip import load_ip
@@ -674,7 +674,8 @@ def test_an_accept_makes_an_uncaptioned_rejected_clip_pending(film, server):
 @pytest.mark.slow
 def test_a_rerun_a_recaption_and_a_recalibration_keep_every_decision(bikes_dataset, tmp_path):
     """The real pipeline's film folder: decisions and corrections survive the three rewrites."""
-    from conftest import BIKES, ScriptedEngine, answer_well, local_config
+    from captioning import ScriptedEngine, answer_well
+    from conftest import BIKES, local_config
 
     from core.shards import shard_paths
     from pipeline.commands.motion_calibrate import rewrite_films

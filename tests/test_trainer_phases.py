@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config, tiny_settings, with_captions, write_bikes_dataset
+from trainer_inputs import tiny_config, tiny_settings, with_captions, write_bikes_dataset
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from trainer.phases.loop import train

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import GAME_TURN, tiny_config
+from trainer_inputs import GAME_TURN, tiny_config
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from trainer.phases.loop import describe_trainable

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import GAME_TURN, tiny_config
+from trainer_inputs import GAME_TURN, tiny_config
 
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from prompts.game import action_text, instruction_text
