@@ -113,6 +113,7 @@ class TransformersEngine(CaptionEngine):
     def load(self) -> None:
         if self.model is not None:
             return
+        _check_local_path(self.config.model)  # before transformers' import, which takes seconds
         from core.compat import ensure_torchvision_importable
 
         ensure_torchvision_importable()  # the InternVL image processor imports torchvision
@@ -207,6 +208,12 @@ def _dtype(name: str, device: str, torch):
     if not isinstance(value, torch.dtype):
         raise EngineError(f"caption.dtype={name!r} is not a torch dtype (float32, bfloat16, ...)")
     return value
+
+
+def _check_local_path(source: str) -> None:
+    """A model written as a path (absolute, ./ or ~/: never a hub name) must exist."""
+    if source.startswith(("/", "./", "../", "~")) and not Path(source).expanduser().exists():
+        raise EngineError(f"{source}: no such local folder")
 
 
 def _load_problem(source: str, exc: BaseException) -> str:
