@@ -18,6 +18,7 @@ from pipeline.data.ip import load_ip
 from pipeline.running.runner import run_film
 from stages.clips import ClipConfig, fit_frame, fit_i420
 from stages.scenes import FastAdaptiveDetector, FastContentDetector
+from stages.scenes.detectors import median
 
 REGION = (100, 20, 408, 232)  # an odd-free 3:2 box of bikes' 640x272 picture, enlarged to 720x480
 
@@ -97,6 +98,18 @@ def test_fast_detectors_score_exactly_like_pyscenedetect(bikes_small, fast, libr
         their_cuts += theirs.process_frame(timecode, small)
         assert ours._frame_score == theirs._frame_score
     assert ours_cuts == their_cuts and len(ours_cuts) >= 4
+
+
+def test_the_windows_median_is_numpys_to_the_last_bit():
+    """The adaptive rule's median of a window's scores (`median`) is numpy's, for windows of
+    every length it meets (odd and even), on random scores mixed with
+    ties, zeros and values whose halved sum rounds."""
+    rng = np.random.default_rng(7)
+    scores = [0.0, 0.0, 1e-300, 3.0000000000000004, 17.25, 0.1, 0.2, 0.30000000000000004]
+    for _ in range(5000):
+        count = int(rng.integers(1, 10))
+        window = [float(v) for v in rng.choice(scores + list(rng.random(8) * 60), count)]
+        assert median(window) == float(np.median(window))
 
 
 def _pattern(index: int, height: int = 240, width: int = 320) -> np.ndarray:

@@ -75,6 +75,9 @@ class SceneCuts:
             kwargs.setdefault("hold_frames", max(1, int(round(config.hold_seconds * fps))))
         self.detector = cls(**kwargs)
         self.fps = fps
+        # every frame's timecode takes its rate from this one: PySceneDetect turns a float rate
+        # into a Fraction anew for each timecode (a twentieth of a millisecond a frame)
+        self.rate = FrameTimecode(0, fps)
         self.held_rule = held_rule or (
             MotionConfig.held_pixel_delta,
             MotionConfig.held_max_fraction,
@@ -106,7 +109,7 @@ class SceneCuts:
 
     def process(self, frame: Frame) -> list[int]:
         self.pictures.append((frame.index, frame.small()))
-        timecode = FrameTimecode(frame.index, self.fps)
+        timecode = FrameTimecode(frame.index, self.rate)
         if self.by_drawing:
             found = self.detector.process_frame(timecode, frame.small(), self._holds(frame))
         else:
@@ -131,7 +134,7 @@ class SceneCuts:
         return block_mean(grey, max(1, grey.shape[1] // self.HELD_CHECK_WIDTH))
 
     def finish(self, end: int) -> list[int]:
-        found = self.detector.post_process(FrameTimecode(end - 1, self.fps))
+        found = self.detector.post_process(FrameTimecode(end - 1, self.rate))
         self.judged = end + self.effect_frames  # every cut is known
         return self._without_effects([tc.frame_num for tc in found or []])
 
