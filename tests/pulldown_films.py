@@ -21,6 +21,7 @@ RGB array at the film's size, so a test can tell which moment a clip frame shows
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -75,8 +76,14 @@ def pan_pictures(count: int, speed: int = 6) -> np.ndarray:
 def telecined(pictures: np.ndarray) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
     """libavfilter's `telecine` (pattern 23, top field first) over `pictures` taken at 23.976,
     and each output frame's label, read back from its rows (the filter copies rows exactly)."""
-    graph = av.filter.Graph()
     height, width = pictures.shape[1:3]
+    arrays = [frame.to_ndarray(format="rgb24") for frame in _telecine(pictures, width, height)]
+    return arrays, [_label(array, pictures, k * 4 // 5) for k, array in enumerate(arrays)]
+
+
+def _telecine(pictures: Iterable[np.ndarray], width: int, height: int) -> Iterator[av.VideoFrame]:
+    """libavfilter's `telecine` (3:2, top field first) over RGB pictures taken at 23.976."""
+    graph = av.filter.Graph()
     source = graph.add(
         "buffer",
         f"video_size={width}x{height}:pix_fmt=rgb24:time_base=1001/24000:frame_rate=24000/1001"
@@ -87,16 +94,30 @@ def telecined(pictures: np.ndarray) -> tuple[list[np.ndarray], list[tuple[int, i
     source.link_to(telecine)
     telecine.link_to(sink)
     graph.configure()
-    frames = []
     for index, picture in enumerate(pictures):
         frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
         frame.pts, frame.time_base = index, Fraction(1001, 24000)
         graph.push(frame)
-        frames += pulled_frames(graph)
+        yield from pulled_frames(graph)
     graph.push(None)
-    frames += pulled_frames(graph)
-    arrays = [frame.to_ndarray(format="rgb24") for frame in frames]
-    return arrays, [_label(array, pictures, k * 4 // 5) for k, array in enumerate(arrays)]
+    yield from pulled_frames(graph)
+
+
+def hard_telecined_copy(source: Path, path: Path, gop: int = 12) -> Path:
+    """A DVD's copy of a progressive film: its frames taken as 23.976 film pictures, through
+    `telecine` (3:2, top field first, the pulldown in the pixels) into 29.97 interlaced MPEG-2
+    with a key frame every `gop` frames, in an MPEG program stream (as /work/anime/make_dvd.sh
+    makes its `_telecine.mpg` copies with the ffmpeg command line)."""
+    with av.open(str(source)) as container:
+        stream = container.streams.video[0]
+        width, height = stream.codec_context.width, stream.codec_context.height
+        pictures = (frame.to_ndarray(format="rgb24") for frame in container.decode(stream))
+        with av.open(str(path), "w", format="mpeg") as out:
+            coded = out.add_stream("mpeg2video", rate=VIDEO_RATE)
+            coded.width, coded.height, coded.pix_fmt = width, height, "yuv420p"
+            coded.options = {"qscale": "2", "g": str(gop), "flags": "+ildct+ilme", "top": "1"}
+            mux_pictures(out, coded, _telecine(pictures, width, height), VIDEO_RATE)
+    return path
 
 
 def woven(moments: np.ndarray) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
