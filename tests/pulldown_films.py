@@ -10,6 +10,9 @@ filters where it has them, and every frame labelled with the moments its two fie
   flags.
 - `hybrid_film`: the telecined film's first pictures, then an interlaced pan (credits or effects
   made on video): both in one 29.97 stream.
+- `crawl_hybrid_film`: the telecined film's first pictures, then credits crawling up over black
+  1.5 pixels a field, woven two moments to a frame: a slow crawl, whose frames show no teeth;
+  `progressive_crawl_film`: the same crawl with one moment a frame.
 - `fine_lines_film`: progressive 23.976, a pan over a picture full of fine horizontal line art
   (hatching one pixel thick every four rows, thin hair-like strands, dark scan lines every third
   row across the whole picture): nothing in it is combed.
@@ -156,6 +159,47 @@ def hybrid_film(path: Path) -> FieldFilm:
     labels = film_labels + [(top + offset, bottom + offset) for top, bottom in pan_labels]
     _encode(film_frames + pan_frames, path, VIDEO_RATE, interlaced=True)
     return FieldFilm(path, labels, np.concatenate([pictures, moments]), VIDEO_RATE)
+
+
+def crawl_pictures(count: int, speed: float = 1.5) -> np.ndarray:
+    """`count` moments of credits crawling up over black, `speed` pixels a moment (1.5: 90
+    pixels a second at 59.94 moments, /work/anime/make_dvd.sh's crawl): white DejaVu-like
+    lines 70 pixels apart, drawn at twice the size and halved, so that each moment is the page
+    moved by exactly `speed`."""
+    width, height = SIZE
+    page = np.zeros((2 * (height + int(count * speed) + 80), 2 * width, 3), np.uint8)
+    for line in range(page.shape[0] // 140):
+        text = f"Key animation {line}  (sample crawl)"
+        cv2.putText(page, text, (240, 2 * height + 140 * line), cv2.FONT_HERSHEY_DUPLEX, 1.8,
+                    (235, 235, 235), 3, cv2.LINE_AA)  # fmt: skip
+    shift = int(round(2 * speed))
+    return np.stack(
+        [
+            cv2.resize(page[shift * k : shift * k + 2 * height], SIZE, interpolation=cv2.INTER_AREA)
+            for k in range(count)
+        ]
+    )
+
+
+def crawl_hybrid_film(path: Path) -> FieldFilm:
+    """Telecined film pictures (5 s), then an interlaced credit crawl (4 s) moving 1.5 pixels a
+    field: its woven frames have edges a row or two out of place, and no teeth."""
+    pictures = film_pictures(120)
+    film_frames, film_labels = telecined(pictures)
+    moments = crawl_pictures(240)
+    crawl_frames, crawl_labels = woven(moments)
+    offset = len(pictures)
+    labels = film_labels + [(top + offset, bottom + offset) for top, bottom in crawl_labels]
+    _encode(film_frames + crawl_frames, path, VIDEO_RATE, interlaced=True)
+    return FieldFilm(path, labels, np.concatenate([pictures, moments]), VIDEO_RATE)
+
+
+def progressive_crawl_film(path: Path) -> FieldFilm:
+    """The same crawl made progressive at 29.97 (every other moment, 3 pixels a frame): each
+    frame one moment, as credits made on film or a computer are."""
+    moments = crawl_pictures(240)[::2]
+    _encode(list(moments), path, VIDEO_RATE, interlaced=False)
+    return FieldFilm(path, [(k, k) for k in range(len(moments))], moments, VIDEO_RATE)
 
 
 def fine_lines_film(path: Path, count: int = 120) -> FieldFilm:
