@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import av
 import cv2
@@ -61,8 +61,8 @@ class _Run:
     moving: int = 0
     combed: int = 0
     mended: int = 0
-    phases: Counter | None = None  # index % 5 of the combed frames a match mended
-    order_votes: Counter | None = None
+    phases: Counter = field(default_factory=Counter)  # index % 5 of the mended combed frames
+    order_votes: Counter = field(default_factory=Counter)
     slow_woven: int = 0  # moving frames without teeth whose fields are two moments
 
     @property
@@ -250,7 +250,7 @@ def _judged(
     start: int, stop: int, decoded: list[tuple[int, np.ndarray]], config: FieldConfig
 ) -> _Run:
     """What the run of frames start..stop - 1 among `decoded` (`_decoded`'s) shows."""
-    run = _Run(start, stop, phases=Counter(), order_votes=Counter())
+    run = _Run(start, stop)
     window = [(index, luma) for index, luma in decoded if start <= index < stop]
     smooth = []  # moving frames without teeth, each with the frame after it
     for k, (index, luma) in enumerate(window):
