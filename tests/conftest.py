@@ -38,7 +38,7 @@ from stages.base import clip_schema
 # Plugins, each a module of its own beside this one: how the tests are spread over workers, the
 # caption tests' clips and scripted engine, the trainer tests' shards and tiny models, and the
 # CPU seconds per test (`--cpu-durations`).
-pytest_plugins = ["scheduling", "captioning", "trainer_inputs", "cpu_seconds"]
+pytest_plugins = ["scheduling", "captioning", "trainer_inputs", "reviewing", "cpu_seconds"]
 
 # ---------------------------------------------------------------- media and their known facts
 

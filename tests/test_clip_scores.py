@@ -334,3 +334,28 @@ def test_films_embedded_by_two_clip_models_are_an_error_naming_the_film(tmp_path
     }
     with pytest.raises(ValueError, match="film_b: clip embeddings of 32 values, film_a's of 16"):
         find_similar(tmp_path, films, {"film_a": "a", "film_b": "b"}, 0.95)
+
+
+def test_a_long_search_shows_the_pairs_it_compared(tmp_path, monkeypatch, capsys):
+    """The bar counts every pair once, on and off the products' diagonals, up to its total: the
+    100 clips of two films make 4,950 pairs, a third film of 50 adds 50 x 100 + 1,225. Below
+    PROGRESS_PAIRS, or without `progress`, nothing is drawn."""
+    from pipeline.passes import similar
+
+    monkeypatch.setattr(similar, "ROW_BLOCK", 16)
+    monkeypatch.setattr(similar, "GROUP_ROWS", 24)
+    rng = np.random.default_rng(9)
+    films = {n: write_embedded_film(tmp_path, n, unit_rows(rng, 50)) for n in ("a", "b", "c")}
+    stamps = {n: n for n in films}
+    two = {n: films[n] for n in ("a", "b")}
+    similar.find_similar(tmp_path / "quiet", two, stamps, 0.95, progress=True)
+    assert "semantic duplicates" not in capsys.readouterr().err  # 4,950 pairs: too few
+    monkeypatch.setattr(similar, "PROGRESS_PAIRS", 1)
+    similar.find_similar(tmp_path / "no_bar", two, stamps, 0.95, progress=False)
+    assert capsys.readouterr().err == ""
+    similar.find_similar(tmp_path, two, stamps, 0.95, progress=True)
+    drawn = capsys.readouterr().err
+    assert "semantic duplicates: 100%" in drawn and "4.95k/4.95k [" in drawn
+    similar.find_similar(tmp_path, films, stamps, 0.95, progress=True)
+    drawn = capsys.readouterr().err
+    assert "6.22k/6.22k [" in drawn and "4.95k" not in drawn

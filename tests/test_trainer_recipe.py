@@ -13,7 +13,10 @@ from trainer_inputs import GAME_TURN, tiny_config
 import trainer  # noqa: F401  (makes torchvision importable before transformers)
 from trainer.phases.loop import describe_trainable
 from trainer.shared.config import EncoderConfig
-from trainer.shared.tiny import TINY, mistral_tokenizer
+from trainer.shared.tiny import TINY_CONFIGS, mistral_tokenizer
+
+_TINY_DECODER = TINY_CONFIGS["cogvideox"]
+_DECODER_WIDTH = _TINY_DECODER["num_attention_heads"] * _TINY_DECODER["attention_head_dim"]
 
 # trainer.build (transformers, peft, diffusers: seconds) is imported in the tests that build a
 # part, not at collection, which every test worker pays.
@@ -63,7 +66,7 @@ def test_shipped_decoder_configs_use_the_release_scale():
 
 
 def _tiny_adaln_count() -> int:
-    width = TINY["inner_heads"] * TINY["head_dim"]
+    width = _DECODER_WIDTH
     time_dim = 16  # trainer.tiny's time_embed_dim
     return 2 * 2 * (time_dim * 6 * width + 6 * width)  # 2 blocks x norm1, norm2
 
@@ -88,7 +91,7 @@ def test_phase_a_trains_encoder_lora_adaln_and_motion_mlp(backbones, shards, tmp
     assert {n.split(".")[1] for n in encoder} == {"visual_proj", "text_proj"}
     # nothing else: the final layer's modulation, the patch embedding, the VAE stay frozen
     assert set(names) == set(adaln) | set(lora) | set(motion) | set(encoder)
-    rank, width = config.decoder_lora_rank, TINY["inner_heads"] * TINY["head_dim"]
+    rank, width = config.decoder_lora_rank, _DECODER_WIDTH
     lora_count = 2 * 4 * rank * 2 * width
     motion_count = width * 16 + 16 + 16 * 16 + 16  # sinusoid -> 16 -> time_embed_dim 16
     encoder_count = sum(c for n, c in names.items() if n.startswith("encoder."))

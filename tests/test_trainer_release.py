@@ -409,13 +409,13 @@ def test_cogvideox_export_writes_videos_and_prompt_lines(shards, tmp_path):
 def _tiny_eval_models(folder: Path) -> dict:
     from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection, ViTConfig, ViTModel
 
-    from trainer.shared.tiny import TINY_CLIP_VISION, write_tiny_clip
+    from trainer.shared.tiny import TINY_CONFIGS, write_tiny_clip
 
     write_tiny_clip(folder / "clip")
     CLIPVisionModelWithProjection(
-        CLIPVisionConfig(**TINY_CLIP_VISION, projection_dim=16)
+        CLIPVisionConfig(**TINY_CONFIGS["clip"], projection_dim=16)
     ).save_pretrained(folder / "ds_clip")
-    ViTModel(ViTConfig(**TINY_CLIP_VISION)).save_pretrained(folder / "ds_dino")
+    ViTModel(ViTConfig(**TINY_CONFIGS["clip"])).save_pretrained(folder / "ds_dino")
     return {
         "clip_model": str(folder / "clip"),
         "dreamsim_models": [str(folder / "ds_dino"), str(folder / "ds_clip")],

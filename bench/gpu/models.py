@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from prompts import load_prompt
+from trainer.shared.tiny import TINY_CONFIGS
 
 # ---- configurations (the released checkpoints' config.json values) ---------------------------
 
@@ -123,58 +124,11 @@ REAL = {
     "mistral": MISTRAL_7B,
     "text_tokens": 30,
 }
+# the trainer's tiny test backbones, with fixed vocabularies (the bench builds its own tokenizers)
 TINY = {
-    "clip": dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        image_size=32,
-        patch_size=8,
-    ),
-    "t5": dict(
-        vocab_size=400,
-        d_model=24,
-        d_kv=8,
-        d_ff=64,
-        num_layers=2,
-        num_heads=4,
-        feed_forward_proj="gated-gelu",
-    ),
-    "cogvideox": dict(
-        num_attention_heads=2,
-        attention_head_dim=16,
-        in_channels=4,
-        out_channels=4,
-        time_embed_dim=16,
-        text_embed_dim=24,
-        num_layers=2,
-        sample_height=4,
-        sample_width=6,
-        sample_frames=17,
-        max_text_seq_length=20,  # 4 text tokens + 16 CLIP patches
-    ),
-    "cogvideox_vae": dict(
-        down_block_types=("CogVideoXDownBlock3D",) * 3,
-        up_block_types=("CogVideoXUpBlock3D",) * 3,
-        block_out_channels=(8, 8, 16),
-        latent_channels=4,
-        layers_per_block=1,
-        norm_num_groups=4,
-        sample_height=16,
-        sample_width=24,
-    ),
-    "mistral": dict(
-        vocab_size=500,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        sliding_window=None,
-    ),
-    "text_tokens": 4,
+    **TINY_CONFIGS,
+    "t5": dict(TINY_CONFIGS["t5"], vocab_size=400),
+    "mistral": dict(TINY_CONFIGS["mistral"], vocab_size=500),
 }
 
 

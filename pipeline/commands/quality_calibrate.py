@@ -82,7 +82,7 @@ def run(args) -> int:
         return 0
     with work_errors(OSError, ValueError):
         save_thresholds(root, thresholds)
-        outcome = apply_quality(root, thresholds)
+        outcome = apply_quality(root, thresholds, config.run.progress)
     print(
         f"{outcome.usable} of {outcome.clips} clips usable in {outcome.films} film(s); "
         f"rewrote {outcome.rewritten_films} film(s); thresholds in {root / 'quality.json'}"

@@ -120,13 +120,14 @@ def save_thresholds(location: Path, thresholds: RejectConfig) -> Path:
     )
 
 
-def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
+def apply_quality(location: Path, thresholds: RejectConfig, progress: bool = False) -> PassResult:
     """Decide every clip under `location` (a dataset or film folder) and rewrite what changed.
 
     Films unchanged since the folder's index was written (pipeline/passes/duplicates.py) come from the
     index, and only new or changed films are searched against the rest. With the index's own
     thresholds only films with a new or changed clip, or a changed duplicate, are read; new
-    thresholds read every film. Films are read one at a time; the index is written last."""
+    thresholds read every film. Films are read one at a time; the index is written last.
+    `progress`: a long semantic search draws its bar (pipeline/passes/similar.py)."""
     location = Path(location)
     root = location.parent if (location / SHARDS_DIR).is_dir() else location
     films = FilmFolder.discover(location)
@@ -148,7 +149,9 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
     radius = index.search_distance(thresholds, reusing=bool(old.any()))
     pairs = pairs + near_pairs(clips, ~old, thresholds, taking_part=fit, distance=radius)
     duplicate_of = choose_kept(clips, fit, pairs, thresholds)
-    similar = _similar_copies(root, films, key, stamps, clips, fit, duplicate_of, thresholds)
+    similar = _similar_copies(
+        root, films, key, stamps, clips, fit, duplicate_of, thresholds, progress
+    )
     duplicate_of = [d or s for d, s in zip(duplicate_of, similar)]
     before = clips.column("duplicate_of").to_pylist()
     changed = {
@@ -177,14 +180,15 @@ def apply_quality(location: Path, thresholds: RejectConfig) -> PassResult:
     )
 
 
-def _similar_copies(root, films, key, stamps, clips, fit, taken, thresholds) -> list:
+def _similar_copies(root, films, key, stamps, clips, fit, taken, thresholds, progress) -> list:
     """duplicate_of by the semantic pass (pipeline/similar.py) per row of `clips`: None
     everywhere while `reject.similar_min_cosine` is off."""
     if thresholds.similar_min_cosine is None:
         return [None] * len(clips)
     from pipeline.passes.similar import find_similar, similar_copies
 
-    pairs = find_similar(root, {key[f]: f for f in films}, stamps, thresholds.similar_min_cosine)
+    films_by_key = {key[f]: f for f in films}
+    pairs = find_similar(root, films_by_key, stamps, thresholds.similar_min_cosine, progress)
     return similar_copies(clips, fit, taken, pairs, thresholds.duplicate_within_film)
 
 

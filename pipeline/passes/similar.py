@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,6 +59,7 @@ EMBEDDING = "clip_embedding"  # stages/scoring/clip_scores.py's column
 BF16_MARGIN = 0.02  # above the 2^-7 + 2^-8 that bfloat16 rounding can move a cosine
 ROW_BLOCK = 4096  # query rows per product
 GROUP_ROWS = 32768  # indexed rows per product: 4096 x 32768 bfloat16 cosines are 256 MiB
+PROGRESS_PAIRS = 10**10  # a search of this many pairs or more shows a bar (some 15 s here)
 
 PAIRS_SCHEMA = pa.schema(
     [
@@ -91,10 +94,15 @@ class Block:
 
 
 def find_similar(
-    root: Path, films: dict[str, Path], stamps: dict[str, str | None], min_cosine: float
+    root: Path,
+    films: dict[str, Path],
+    stamps: dict[str, str | None],
+    min_cosine: float,
+    progress: bool = False,
 ) -> SimilarPairs:
     """Every pair of clips of `films` (index key -> film folder) at `min_cosine` or more, from
-    the index of `root` where a film's stamp is unchanged, searching only the others."""
+    the index of `root` where a film's stamp is unchanged, searching only the others; with
+    `progress`, a search of more than PROGRESS_PAIRS pairs draws a bar of the pairs compared."""
     index = SimilarIndex.load(Path(root), min_cosine)
     reused = {k for k, stamp in stamps.items() if stamp and index.stamps.get(k) == stamp}
     reused &= {k for k in index.files if index.holds(k)}
@@ -104,7 +112,7 @@ def find_similar(
         return SimilarPairs([], [], np.zeros(0, np.float32))  # no clip has an embedding
     radius = min(index.radius, min_cosine) if reused else min_cosine
     kept = index.pairs.filter(_both_in(index.pairs, reused))
-    found = [kept] + _search(fresh, [index.block(k) for k in sorted(reused)], radius)
+    found = [kept] + _search(fresh, [index.block(k) for k in sorted(reused)], radius, progress)
     pairs = pa.concat_tables(found)
     index.save(root, fresh, reused, pairs, radius, stamps)
     close = pc.greater_equal(pairs.column("cosine"), pa.scalar(min_cosine, pa.float32()))
@@ -162,20 +170,42 @@ def similar_copies(
 # ----------------------------------------------------------------------------- search
 
 
-def _search(fresh: list[Block], old: list[Block], radius: float) -> list[pa.Table]:
+def _search(fresh: list[Block], old: list[Block], radius: float, progress: bool) -> list[pa.Table]:
     """Pairs among the fresh blocks, and between each fresh and each old block."""
     if not fresh:
         return []
-    search = _Search(radius)
     new = _Rows.of(fresh, adopt=True)
-    found = [search.within(new)]
-    group: list[Block] = []
-    for block in old:  # old films in groups: one product per GROUP_ROWS rows, not per film
-        group.append(block)
-        if sum(len(b.ids) for b in group) >= GROUP_ROWS or block is old[-1]:
-            found.append(search.between(new, _Rows.of(group)))
-            group = []
+    pairs = len(new) * (len(new) - 1) // 2 + len(new) * sum(len(b.ids) for b in old)
+    with _pairs_bar(pairs, progress) as bar:
+        search = _Search(radius, bar.update)
+        found = [search.within(new)]
+        group: list[Block] = []
+        for block in old:  # old films in groups: one product per GROUP_ROWS rows, not per film
+            group.append(block)
+            if sum(len(b.ids) for b in group) >= GROUP_ROWS or block is old[-1]:
+                found.append(search.between(new, _Rows.of(group)))
+                group = []
     return found
+
+
+def _pairs_bar(pairs: int, progress: bool):
+    """A bar of the clip pairs compared, for a search long enough to need one (a full pass over
+    a large folder: 10^12 pairs at a million clips, the best part of an hour on two cores)."""
+    from tqdm import tqdm
+
+    shown = progress and pairs >= PROGRESS_PAIRS
+    return tqdm(
+        total=pairs,
+        desc="semantic duplicates",
+        unit=" pairs",
+        unit_scale=True,
+        disable=not shown,
+        mininterval=0,  # drawn after each product: a tenth of a second or more at that size
+        miniters=1,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        leave=False,
+    )
 
 
 @dataclass
@@ -221,10 +251,11 @@ class _Search:
     """The products of one search at `radius`. Every product is written into one buffer: a fresh
     256 MiB result each time would cost the kernel's paging it in, half the product's time."""
 
-    def __init__(self, radius: float):
+    def __init__(self, radius: float, compared: Callable[[int], object]):
         import torch
 
         self.radius = radius
+        self.compared = compared  # told the number of pairs each product compared
         self.floor = torch.tensor(radius - BF16_MARGIN, dtype=torch.bfloat16)
         self.buffer = torch.empty(0, dtype=torch.bfloat16)
 
@@ -263,6 +294,8 @@ class _Search:
         rough = self.product(queries.rough[slice(*q_span)], rows.rough[slice(*r_span)])
         if diagonal:
             rough.masked_fill_(torch.ones_like(rough, dtype=torch.bool).triu(), -torch.inf)
+        side = len(rough)
+        self.compared(side * (side - 1) // 2 if diagonal else rough.numel())
         hit = torch.nonzero(self.rows_reaching_floor(rough)).flatten()
         near_i, near_j = torch.nonzero(rough[hit] >= self.floor, as_tuple=True)  # few rows
         i, j = hit[near_i].numpy() + q_span[0], near_j.numpy() + r_span[0]

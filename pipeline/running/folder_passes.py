@@ -59,7 +59,7 @@ def _decide_quality(results, out_dir, local: Path, config: PipelineConfig) -> No
     if not saved:
         save_thresholds(local, thresholds)
     with search_threads(config.run.num_cpus):
-        outcome = apply_quality(local, thresholds)
+        outcome = apply_quality(local, thresholds, config.run.progress)
     for result in results:
         if result.ok and result.film_dir is not None:
             folder = FilmFolder(local / storage.name(result.film_dir))

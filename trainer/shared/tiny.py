@@ -19,20 +19,66 @@ _WORDS = (
     "in of and with through along people rider cyclist cycling moving looking standing"
 ).split()
 
-# Sizes: the shot has 4 text tokens + 16 CLIP patches = 20 tokens, which is the tiny decoder's
-# text slot; frames of 32x48 become 8x12 latents.
-TINY = dict(
-    clip_hidden=32,
-    clip_image=32,
-    clip_patch=8,
-    t5_dim=24,
-    inner_heads=2,
-    head_dim=16,
-    text_tokens=4,
-    frame_height=16,
-    frame_width=24,
-    mistral_hidden=64,
+# The tiny backbones' configurations: the one table that the folders written below and the GPU
+# bench's in-memory CPU models (bench/gpu/models.py) are built from. The shot has 4 text tokens +
+# 16 CLIP patches = 20 tokens, which is the tiny decoder's text slot; frames of 16x24 become 4x6
+# latents.
+_CLIP_VISION = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    image_size=32,
+    patch_size=8,
 )
+_TEXT_TOKENS = 4
+_T5_WIDTH = 24
+_FRAME = (16, 24)  # height, width
+TINY_CONFIGS: dict = {
+    "clip": _CLIP_VISION,
+    "t5": dict(
+        d_model=_T5_WIDTH,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        feed_forward_proj="gated-gelu",
+    ),
+    "cogvideox": dict(
+        num_attention_heads=2,
+        attention_head_dim=16,
+        in_channels=4,
+        out_channels=4,
+        time_embed_dim=16,
+        text_embed_dim=_T5_WIDTH,
+        num_layers=2,
+        sample_height=_FRAME[0] // 4,
+        sample_width=_FRAME[1] // 4,
+        sample_frames=17,
+        max_text_seq_length=_TEXT_TOKENS
+        + (_CLIP_VISION["image_size"] // _CLIP_VISION["patch_size"]) ** 2,
+    ),
+    "cogvideox_vae": dict(
+        down_block_types=("CogVideoXDownBlock3D",) * 3,
+        up_block_types=("CogVideoXUpBlock3D",) * 3,
+        block_out_channels=(8, 8, 16),
+        latent_channels=4,
+        layers_per_block=1,
+        norm_num_groups=4,
+        sample_height=_FRAME[0],
+        sample_width=_FRAME[1],
+    ),
+    "mistral": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        sliding_window=None,
+    ),
+    "text_tokens": _TEXT_TOKENS,
+}
 
 
 def write_tiny_backbones(out_dir: str | Path, seed: int = 0) -> dict[str, str | int]:
@@ -49,21 +95,10 @@ def write_tiny_backbones(out_dir: str | Path, seed: int = 0) -> dict[str, str | 
         "t5_tokenizer": str(out / "t5"),
         "cogvideox_model": str(out / "cogvideox"),
         "mistral_model": str(out / "mistral"),
-        "text_tokens": TINY["text_tokens"],
-        "frame_height": TINY["frame_height"],
-        "frame_width": TINY["frame_width"],
+        "text_tokens": _TEXT_TOKENS,
+        "frame_height": _FRAME[0],
+        "frame_width": _FRAME[1],
     }
-
-
-# the vision tower of the tiny CLIP metric models (write_tiny_clip, the trainer's DreamSim tests)
-TINY_CLIP_VISION = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    image_size=32,
-    patch_size=8,
-)
 
 
 def word_tokenizer(special: dict[str, str]):
@@ -91,7 +126,7 @@ def write_tiny_clip(path: Path, projection_dim: int = 16) -> Path:
     """A random CLIPModel (vision and text, 32x32 images) with a word tokenizer, saved in
     transformers format: what the pipeline's clip scores and the trainer's CLIP metrics load."""
     text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
-    return write_random_clip(path, projection_dim, TINY_CLIP_VISION, text)
+    return write_random_clip(path, projection_dim, _CLIP_VISION, text)
 
 
 def write_random_clip(path: Path, projection_dim: int, vision: dict, text: dict) -> Path:
@@ -118,15 +153,7 @@ def write_random_clip(path: Path, projection_dim: int, vision: dict, text: dict)
 def _write_clip(path: Path) -> None:
     from transformers import CLIPVisionConfig, CLIPVisionModel
 
-    config = CLIPVisionConfig(
-        hidden_size=TINY["clip_hidden"],
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        image_size=TINY["clip_image"],
-        patch_size=TINY["clip_patch"],
-        projection_dim=16,
-    )
+    config = CLIPVisionConfig(**TINY_CONFIGS["clip"], projection_dim=16)
     CLIPVisionModel(config).save_pretrained(path)
 
 
@@ -136,14 +163,9 @@ def _write_t5(path: Path) -> None:
     tokenizer = word_tokenizer({"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"})
     config = T5Config(
         vocab_size=len(tokenizer),
-        d_model=TINY["t5_dim"],
-        d_kv=8,
-        d_ff=64,
-        num_layers=2,
-        num_heads=4,
+        **TINY_CONFIGS["t5"],
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        feed_forward_proj="gated-gelu",
     )
     T5EncoderModel(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -156,30 +178,8 @@ def _write_cogvideox(path: Path) -> None:
         CogVideoXTransformer3DModel,
     )
 
-    vae = AutoencoderKLCogVideoX(
-        down_block_types=("CogVideoXDownBlock3D",) * 3,
-        up_block_types=("CogVideoXUpBlock3D",) * 3,
-        block_out_channels=(8, 8, 16),
-        latent_channels=4,
-        layers_per_block=1,
-        norm_num_groups=4,
-        sample_height=TINY["frame_height"],
-        sample_width=TINY["frame_width"],
-    )
-    patches = (TINY["clip_image"] // TINY["clip_patch"]) ** 2
-    transformer = CogVideoXTransformer3DModel(
-        num_attention_heads=TINY["inner_heads"],
-        attention_head_dim=TINY["head_dim"],
-        in_channels=4,
-        out_channels=4,
-        time_embed_dim=16,
-        text_embed_dim=TINY["t5_dim"],
-        num_layers=2,
-        sample_height=TINY["frame_height"] // 4,
-        sample_width=TINY["frame_width"] // 4,
-        sample_frames=17,
-        max_text_seq_length=TINY["text_tokens"] + patches,
-    )
+    vae = AutoencoderKLCogVideoX(**TINY_CONFIGS["cogvideox_vae"])
+    transformer = CogVideoXTransformer3DModel(**TINY_CONFIGS["cogvideox"])
     scheduler = CogVideoXDDIMScheduler(
         prediction_type="v_prediction",
         rescale_betas_zero_snr=True,
@@ -203,13 +203,7 @@ def _write_mistral(path: Path) -> None:
     tokenizer = mistral_tokenizer()
     config = MistralConfig(
         vocab_size=len(tokenizer),
-        hidden_size=TINY["mistral_hidden"],
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        sliding_window=None,
+        **TINY_CONFIGS["mistral"],
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
