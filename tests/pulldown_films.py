@@ -149,15 +149,20 @@ def interlaced_film(path: Path, seconds: float = 4.5) -> FieldFilm:
 
 
 def hybrid_film(path: Path) -> FieldFilm:
-    """Telecined film pictures (5 s), then an interlaced pan (3 s): moments are numbered
-    on, the pan's after the film's pictures."""
+    """Telecined film pictures (5 s), then an interlaced pan (3 s)."""
+    return _film_then_video(path, pan_pictures(180))
+
+
+def _film_then_video(path: Path, moments: np.ndarray) -> FieldFilm:
+    """The bundled film's first 120 pictures telecined (150 frames), then `moments` woven two
+    to a frame (video made at 59.94): moments are numbered on, the video's after the film's
+    pictures."""
     pictures = film_pictures(120)
     film_frames, film_labels = telecined(pictures)
-    moments = pan_pictures(180)
-    pan_frames, pan_labels = woven(moments)
+    video_frames, video_labels = woven(moments)
     offset = len(pictures)
-    labels = film_labels + [(top + offset, bottom + offset) for top, bottom in pan_labels]
-    _encode(film_frames + pan_frames, path, VIDEO_RATE, interlaced=True)
+    labels = film_labels + [(top + offset, bottom + offset) for top, bottom in video_labels]
+    _encode(film_frames + video_frames, path, VIDEO_RATE, interlaced=True)
     return FieldFilm(path, labels, np.concatenate([pictures, moments]), VIDEO_RATE)
 
 
@@ -184,14 +189,7 @@ def crawl_pictures(count: int, speed: float = 1.5) -> np.ndarray:
 def crawl_hybrid_film(path: Path) -> FieldFilm:
     """Telecined film pictures (5 s), then an interlaced credit crawl (4 s) moving 1.5 pixels a
     field: its woven frames have edges a row or two out of place, and no teeth."""
-    pictures = film_pictures(120)
-    film_frames, film_labels = telecined(pictures)
-    moments = crawl_pictures(240)
-    crawl_frames, crawl_labels = woven(moments)
-    offset = len(pictures)
-    labels = film_labels + [(top + offset, bottom + offset) for top, bottom in crawl_labels]
-    _encode(film_frames + crawl_frames, path, VIDEO_RATE, interlaced=True)
-    return FieldFilm(path, labels, np.concatenate([pictures, moments]), VIDEO_RATE)
+    return _film_then_video(path, crawl_pictures(240))
 
 
 def progressive_crawl_film(path: Path) -> FieldFilm:
