@@ -217,6 +217,42 @@ def test_a_motion_that_explains_little_of_the_picture_is_no_camera_move(motion, 
     assert result.fit < CameraConfig().min_fit and result.label == STATIC, result
 
 
+def test_a_character_wandering_over_a_plain_background_is_static_not_complex(motion, camera):
+    """A character that wanders over a plain background (its drawing the only texture, as a
+    figure over a dark night sky) a little over the pan threshold, a step right, a step down:
+    the pairs disagree about a motion barely above the threshold. That is the character, not a
+    camera move: static (main's rule called it complex; a real JJK shot did this)."""
+    figure = background()[300:600, 700:1100]  # 300x400 of painted detail
+    frames = np.full((16, *SIZE, 3), 25, np.uint8)
+    x, y = 140.0, 60.0
+    for k, frame in enumerate(frames):
+        frame[int(y) : int(y) + 300, int(x) : int(x) + 400] = figure
+        x, y = (x + 2.5, y) if k % 2 else (x, y + 2.5)  # a step right, a step down, ...
+    result = camera.measure(measured(frames, motion))
+    assert 1.5 < np.hypot(result.tx, result.ty) < 3.0 and result.fit > 0.5, result
+    assert result.label == STATIC, result
+
+
+def test_a_picture_mostly_too_flat_to_follow_is_static(motion, camera):
+    """A dark picture where only a few sparks drift (each pair changes, but has too little
+    texture to measure), then a face slides up into view over the last frames, 40 px a frame
+    (an edit's slide-in). A few pairs of fifteen say nothing of the camera: static (main's
+    rule named a pan from the one pair it measured; a real JJK shot read as a tilt this way)."""
+    face = cv2.resize(character(), (360, 360))
+    rng = np.random.default_rng(7)
+    sparks = rng.uniform((40, 40), (420, 660), size=(6, 2))
+    frames = np.full((16, *SIZE, 3), 20, np.uint8)
+    for k, frame in enumerate(frames):
+        for y, x in sparks.astype(int):
+            frame[y : y + 16, x : x + 16] = 200
+        sparks += rng.uniform(-12, 12, size=sparks.shape)
+        shown = 40 * max(0, k - 12)
+        if shown:
+            frame[480 - shown :, 180:540] = face[:shown]
+    result = camera.measure(measured(frames, motion))
+    assert result.pairs <= 4 and result.label == STATIC, result
+
+
 def test_a_slow_drift_over_a_few_pairs_is_no_pan(motion, camera):
     """The slow pan of HARD_MOVES over 3 frames instead of 16: 2.4 px in all, too little to tell a
     pan from a still camera's drift (a clip whose other pairs are held or relit)."""

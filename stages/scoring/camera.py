@@ -15,9 +15,10 @@ The rule (docs/scores.md has the reasons and the figures):
    picture, zoom and rotation per second (the clip's frame rate). Labels, in the film
    convention (the camera's move, the opposite of the picture's): `pan_left` (the picture slides
    right), `pan_right`, `tilt_up` (the picture slides down), `tilt_down`, `zoom_in` (it grows),
-   `zoom_out`, `static` (no move above the thresholds, or a motion that explains too little of
-   the picture to be the camera's: effects, characters), `complex` (the pairs disagree, or it
-   turns, or it pans and zooms at once). A clip under the thresholds whose pairs drift one way
+   `zoom_out`, `static` (no move above the thresholds, a motion that explains too little of
+   the picture to be the camera's: effects, characters, or a picture mostly too flat to
+   measure), `complex` (the pairs disagree about a clear move, or it turns, or it pans and
+   zooms at once; pairs that disagree about a motion barely above the thresholds are static). A clip under the thresholds whose pairs drift one way
    over the clip is a slow pan.
 """
 
@@ -78,6 +79,12 @@ class CameraConfig(Settings):
     at most this share of the points fewer than the best."""
     min_agreement: float = 0.6
     """A moving clip is `complex` unless this share of its moving pairs moves as its label says."""
+    complex_margin: float = 2.0
+    """... and only when it moves at least this many times the static thresholds: pairs that
+    disagree about a motion barely above them are a shake or a character, not a camera move."""
+    min_measured: float = 0.5
+    """A clip is `static` unless at least this share of its steadily lit moving pairs has
+    texture enough to measure (a picture mostly out of black, a slide-in, says nothing)."""
     slow_speed: float = 0.75
     """A clip under `static_speed` whose pairs drift the same way at least this many pixels a
     frame (480x720), together, is a slow pan or tilt (11 px over a 2 s clip of 16 frames)."""
@@ -284,6 +291,8 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
         for name in ("tx", "ty", "zoom", "rotation")
     )
     fit = float(np.mean([p.fit for p in pairs]))
+    if len(pairs) < config.min_measured * len(lit):  # most of the picture too flat to follow
+        return CameraMotion(STATIC, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
     label = _label(pairs, tx, ty, zoom, rotation, fit, fps, config)
     if label == STATIC:
         label = _slow_pan(pairs, share, config)
@@ -386,7 +395,10 @@ def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str
         agree = [_pan_label(p.tx, p.ty) == label for p in pairs]
     else:
         return STATIC  # a small zoom under the pan threshold with no pan
-    return label if np.mean(agree) >= config.min_agreement else COMPLEX
+    if np.mean(agree) >= config.min_agreement:
+        return label
+    clear = max(speed, zoom_speed, turn_speed) > config.complex_margin * config.static_speed
+    return COMPLEX if clear else STATIC
 
 
 def _pan_label(tx: float, ty: float) -> str:
