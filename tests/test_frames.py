@@ -16,7 +16,6 @@ from core.shards import read_clips
 from core.video import decode_mp4
 from pipeline.data.ip import load_ip
 from pipeline.running.runner import run_film
-from pipeline.running.scheduler import decoder_threads
 from stages.clips import ClipConfig, fit_frame, fit_i420
 from stages.scenes import FastAdaptiveDetector, FastContentDetector
 from stages.scenes.detectors import median
@@ -185,26 +184,6 @@ def test_decoder_threads_do_not_change_the_output(tmp_path):
         result = run_film(film, tmp_path / f"t{threads}", config, load_ip(None))
         rows.append([clip.to_row() for clip in read_clips(result.film_dir)])
     assert rows[0] and rows[0] == rows[1]
-
-
-def test_a_second_decoder_thread_goes_only_where_a_core_would_be_idle():
-    def threads(segments, ahead=0, waiting=0, slots=2, most=2):
-        return [
-            decoder_threads(
-                most, slots, ahead=ahead, segments=segments, index=k, films_waiting=waiting
-            )
-            for k in range(segments)
-        ]
-
-    assert threads(6) == [1] * 6  # the 10.4-min film alone: three full rounds on two cores
-    assert threads(3) == [1, 1, 2]  # a 6-min 1080p film: its last segment runs alone
-    assert threads(1) == [2]  # a short film cut alone
-    assert threads(1, ahead=1) == [1]  # beside another film's task
-    assert threads(2, ahead=1) == [1, 2]
-    assert threads(1, waiting=3) == [1]  # films waiting will fill the other core
-    assert threads(3, slots=4) == [2, 2, 2]
-    assert threads(4, slots=1) == [2] * 4  # one task at a time (local): every core beside it
-    assert threads(3, most=1) == [1] * 3
 
 
 def test_one_rgb_frame_is_the_frame_of_all_of_them():

@@ -67,12 +67,10 @@ class RunConfig(Settings):
     """OpenCV and torch threads per task: tasks already run one per CPU, so more threads per task
     would oversubscribe the node."""
     decode_threads: int = 2
-    """Decoder threads (FFmpeg's frame threading; the frames are the same with any number) for
-    a segment task that will run with a core idle beside it: a film's last segments, where
-    they do not fill a round of the pool, once no film waits to start (the tail of a film or a
-    folder). A segment that starts among as many tasks as there are cores decodes on one thread:
-    there the second only shares the task's core and costs CPU (docs/speed.md). 1 holds every
-    task to one thread; the local executor, one task at a time, gives every segment this many."""
+    """Decoder threads per segment task (FFmpeg's frame threading; the frames are the same with
+    any number). Two let a segment take a core its neighbours left idle (a film's last segment,
+    the tail of a folder), while on a busy node they share the task's core at no measurable cost
+    (docs/speed.md); 1 holds each task to one thread."""
     progress: bool = True
 
     content_fields = ("segment_seconds",)  # segment boundaries are forced scene boundaries

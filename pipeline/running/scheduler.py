@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -175,32 +175,13 @@ class FilmScheduler:
             )
             self.outcomes[index] = FilmResult(str(job.path), None, False, message)
             return
-        jobs = [
-            replace(segment_job(value, config, ip, s), decode_threads=threads)
-            for s, threads in zip(
-                value.segments, self._decoder_threads(config, len(value.segments))
-            )
-        ]
+        jobs = [segment_job(value, config, ip, s) for s in value.segments]
         self.segments_planned += len(jobs)
         self.cutting[index] = value
         tasks = [self.executor.submit(run_stored_segment, seg, declared.resources) for seg in jobs]
         self.segments[index], self.running[index] = tasks, len(tasks)
         for task in tasks:
             self.tasks[task] = _Cutting(index, value, job, step.started)
-
-    def _decoder_threads(self, config: PipelineConfig, segments: int) -> list[int]:
-        """Each segment's decoder threads, as it is submitted behind the tasks in flight."""
-        return [
-            decoder_threads(
-                config.run.decode_threads,
-                self.executor.slots(),
-                ahead=len(self.tasks),
-                segments=segments,
-                index=k,
-                films_waiting=self.films_waiting,
-            )
-            for k in range(segments)
-        ]
 
     def _segment_done(self, step: _Cutting) -> None:
         index = step.index
@@ -210,28 +191,6 @@ class FilmScheduler:
         results = [self.segment_results.pop(t) for t in self.segments.pop(index)]
         job = FinalizeJob(step.plan, step.job.config, step.job.ip, results, step.started)
         self.tasks[self.executor.submit(finalize_film, job)] = _Finalizing(index)
-
-
-def decoder_threads(
-    most: int, slots: int, *, ahead: int, segments: int, index: int, films_waiting: int
-) -> int:
-    """Decoder threads for segment `index` of a film's `segments`, submitted behind `ahead`
-    tasks of other films in flight with `films_waiting` films not started, on `slots` cores.
-
-    Tasks run in the order submitted, a round of `slots` at a time; the last round's tasks, when
-    it is not full and no film waits to fill it, run with cores idle beside them, and only there
-    does a second decoder thread find a core of its own (a 1080p film's third segment of three
-    on two cores, a film cut alone in one segment). Elsewhere it shares the task's core, and
-    frame threading costs CPU: 1.2 CPU-s more of 54 on the 10.4-min 480p film, none quicker
-    (docs/speed.md). Outputs never depend on it. One slot (the local executor, one task at a
-    time beside every idle core): `most`."""
-    if most <= 1 or slots <= 1:
-        return most
-    if films_waiting:
-        return 1
-    tasks = ahead + segments
-    last_round = tasks % slots
-    return most if last_round and ahead + index >= tasks - last_round else 1
 
 
 def _segments_finished(outcome) -> int:

@@ -10,10 +10,9 @@ core is free. A DONE marker (core/film.py), written last, makes the segment skip
 
 A segment is one task with one CPU: swscale, OpenCV and x264 run one thread each (OpenCV and torch
 `run.task_threads`, 1 by default), so tasks side by side on a node never oversubscribe it. The
-decoder alone may run `run.decode_threads` (2) where the scheduler expects a neighbour's core to
-be idle (the tail of a film or a folder: pipeline/running/scheduler.py `decoder_threads`), so
-that the segment's decoding moves onto it; a segment among as many as there are cores decodes
-on one thread.
+decoder alone runs `run.decode_threads` (2): where a neighbour's core is idle, the tail of a
+film or a folder, the segment's decoding moves onto it; where none is, the two threads share the
+task's core.
 `stage_seconds` are CPU seconds of the thread that ran each stage (decode: the decoder's own
 threads as well).
 
@@ -78,9 +77,6 @@ class SegmentJob:
     )
     window: WindowRecord = field(kw_only=True)  # what every clip shows (stages/clips.py)
     fields: FieldRecord | None = field(default=None, kw_only=True)  # the film's field structure
-    # the decoder's threads: the scheduler's choice (scheduler.py `decoder_threads`), else the
-    # setting's
-    decode_threads: int | None = field(default=None, kw_only=True)
 
     @property
     def directory(self) -> Path:
@@ -198,8 +194,7 @@ class _SegmentRun:
         limit_threads(config.run.task_threads)
         film = self.job.film
         path = str(storage.local_film(film.path))
-        threads = self.job.decode_threads or config.run.decode_threads
-        reader = FrameReader(path, film.frame_pts, threads)
+        reader = FrameReader(path, film.frame_pts, config.run.decode_threads)
         shards = self.job.config.shards
         with ShardWriter(self.job.directory, "part", shards, clip_schema()) as writer:
             self.lane = _ClipLane(self.stages, writer)
