@@ -404,6 +404,14 @@ def player_film(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def dialogue_film(tmp_path_factory):
+    """640x480, 7.5 s: two held shots, each with its own subtitle line on the same rows."""
+    from overlay_films import dialogue_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
+@pytest.fixture(scope="session")
 def gate_film(tmp_path_factory):
     """480x360 with a film gate's rounded black corners on every frame."""
     from overlay_films import gate_film as make

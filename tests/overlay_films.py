@@ -115,12 +115,15 @@ class Sign:
 @dataclass(frozen=True)
 class Shot:
     """`frames` frames panning `pan` pixels a frame across `picture` (a key of the pictures),
-    from its left edge (or its right edge when `pan` is negative)."""
+    from its left edge (or its right edge when `pan` is negative). `flap`: a held shot's
+    limited animation, a small patch in the picture's middle (a mouth) drawn anew every `flap`
+    frames, two drawings in turn (0: none)."""
 
     picture: str
     frames: int
     pan: int = 2
     signs: tuple[Sign, ...] = ()
+    flap: int = 0
 
 
 @dataclass
@@ -479,6 +482,10 @@ def _shot_frame(source: np.ndarray, shot: Shot, k: int, width: int, index: int):
     """Frame `k` of a shot (a copy, to draw on) and the marks of its in-world signs."""
     left = k * shot.pan if shot.pan >= 0 else source.shape[1] - width + k * shot.pan
     frame = source[:, left : left + width].copy()
+    if shot.flap and (k // shot.flap) % 2:
+        height = frame.shape[0]
+        mouth = frame[height // 2 : height // 2 + 24, width // 2 - 30 : width // 2 + 30]
+        mouth[:] = 255 - mouth
     marks = []
     for sign in shot.signs:
         plate_h, plate_w = _sign_plate(sign).shape[:2]
@@ -610,3 +617,16 @@ def gate_film(path: Path) -> LabelledFilm:
         Shot("sintel_town", 56, -1),
     ]
     return write_labelled_film(path, (480, 360), shots, gate=28)
+
+
+def dialogue_film(path: Path) -> LabelledFilm:
+    """640x480 (4:3), 7.5 s as a TV dialogue scene: two shots of 90 frames of one held
+    picture (no pan) with a mouth that flaps on 3s, then on 2s (limited animation), each with one subtitle of its own, the lines of different widths
+    on the same rows. The band has only two sightings that differ, as in the real One Piece
+    fansub its shots were modelled on."""
+    shots = [Shot("bunny_tree", 90, 0, flap=3), Shot("sintel_town", 90, 0, flap=2)]
+    subtitles = [
+        Subtitle(0, 84, CJK[0], 26, script="cjk"),
+        Subtitle(98, 180, CJK[3], 26, script="cjk"),
+    ]
+    return write_labelled_film(path, (640, 480), shots, subtitles, margin=16)

@@ -10,6 +10,9 @@ filters where it has them, and every frame labelled with the moments its two fie
   flags.
 - `hybrid_film`: the telecined film's first pictures, then an interlaced pan (credits or effects
   made on video): both in one 29.97 stream.
+- `crawl_hybrid_film`: the telecined film's first pictures, then credits crawling up over black
+  1.5 pixels a field, woven two moments to a frame: a slow crawl, whose frames show no teeth;
+  `progressive_crawl_film`: the same crawl with one moment a frame.
 - `fine_lines_film`: progressive 23.976, a pan over a picture full of fine horizontal line art
   (hatching one pixel thick every four rows, thin hair-like strands, dark scan lines every third
   row across the whole picture): nothing in it is combed.
@@ -21,6 +24,7 @@ RGB array at the film's size, so a test can tell which moment a clip frame shows
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -75,8 +79,14 @@ def pan_pictures(count: int, speed: int = 6) -> np.ndarray:
 def telecined(pictures: np.ndarray) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
     """libavfilter's `telecine` (pattern 23, top field first) over `pictures` taken at 23.976,
     and each output frame's label, read back from its rows (the filter copies rows exactly)."""
-    graph = av.filter.Graph()
     height, width = pictures.shape[1:3]
+    arrays = [frame.to_ndarray(format="rgb24") for frame in _telecine(pictures, width, height)]
+    return arrays, [_label(array, pictures, k * 4 // 5) for k, array in enumerate(arrays)]
+
+
+def _telecine(pictures: Iterable[np.ndarray], width: int, height: int) -> Iterator[av.VideoFrame]:
+    """libavfilter's `telecine` (3:2, top field first) over RGB pictures taken at 23.976."""
+    graph = av.filter.Graph()
     source = graph.add(
         "buffer",
         f"video_size={width}x{height}:pix_fmt=rgb24:time_base=1001/24000:frame_rate=24000/1001"
@@ -87,16 +97,30 @@ def telecined(pictures: np.ndarray) -> tuple[list[np.ndarray], list[tuple[int, i
     source.link_to(telecine)
     telecine.link_to(sink)
     graph.configure()
-    frames = []
     for index, picture in enumerate(pictures):
         frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
         frame.pts, frame.time_base = index, Fraction(1001, 24000)
         graph.push(frame)
-        frames += pulled_frames(graph)
+        yield from pulled_frames(graph)
     graph.push(None)
-    frames += pulled_frames(graph)
-    arrays = [frame.to_ndarray(format="rgb24") for frame in frames]
-    return arrays, [_label(array, pictures, k * 4 // 5) for k, array in enumerate(arrays)]
+    yield from pulled_frames(graph)
+
+
+def hard_telecined_copy(source: Path, path: Path, gop: int = 12) -> Path:
+    """A DVD's copy of a progressive film: its frames taken as 23.976 film pictures, through
+    `telecine` (3:2, top field first, the pulldown in the pixels) into 29.97 interlaced MPEG-2
+    with a key frame every `gop` frames, in an MPEG program stream (as /work/anime/make_dvd.sh
+    makes its `_telecine.mpg` copies with the ffmpeg command line)."""
+    with av.open(str(source)) as container:
+        stream = container.streams.video[0]
+        width, height = stream.codec_context.width, stream.codec_context.height
+        pictures = (frame.to_ndarray(format="rgb24") for frame in container.decode(stream))
+        with av.open(str(path), "w", format="mpeg") as out:
+            coded = out.add_stream("mpeg2video", rate=VIDEO_RATE)
+            coded.width, coded.height, coded.pix_fmt = width, height, "yuv420p"
+            coded.options = {"qscale": "2", "g": str(gop), "flags": "+ildct+ilme", "top": "1"}
+            mux_pictures(out, coded, _telecine(pictures, width, height), VIDEO_RATE)
+    return path
 
 
 def woven(moments: np.ndarray) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
@@ -125,16 +149,55 @@ def interlaced_film(path: Path, seconds: float = 4.5) -> FieldFilm:
 
 
 def hybrid_film(path: Path) -> FieldFilm:
-    """Telecined film pictures (5 s), then an interlaced pan (3 s): moments are numbered
-    on, the pan's after the film's pictures."""
+    """Telecined film pictures (5 s), then an interlaced pan (3 s)."""
+    return _film_then_video(path, pan_pictures(180))
+
+
+def _film_then_video(path: Path, moments: np.ndarray) -> FieldFilm:
+    """The bundled film's first 120 pictures telecined (150 frames), then `moments` woven two
+    to a frame (video made at 59.94): moments are numbered on, the video's after the film's
+    pictures."""
     pictures = film_pictures(120)
     film_frames, film_labels = telecined(pictures)
-    moments = pan_pictures(180)
-    pan_frames, pan_labels = woven(moments)
+    video_frames, video_labels = woven(moments)
     offset = len(pictures)
-    labels = film_labels + [(top + offset, bottom + offset) for top, bottom in pan_labels]
-    _encode(film_frames + pan_frames, path, VIDEO_RATE, interlaced=True)
+    labels = film_labels + [(top + offset, bottom + offset) for top, bottom in video_labels]
+    _encode(film_frames + video_frames, path, VIDEO_RATE, interlaced=True)
     return FieldFilm(path, labels, np.concatenate([pictures, moments]), VIDEO_RATE)
+
+
+def crawl_pictures(count: int, speed: float = 1.5) -> np.ndarray:
+    """`count` moments of credits crawling up over black, `speed` pixels a moment (1.5: 90
+    pixels a second at 59.94 moments, /work/anime/make_dvd.sh's crawl): white DejaVu-like
+    lines 70 pixels apart, drawn at twice the size and halved, so that each moment is the page
+    moved by exactly `speed`."""
+    width, height = SIZE
+    page = np.zeros((2 * (height + int(count * speed) + 80), 2 * width, 3), np.uint8)
+    for line in range(page.shape[0] // 140):
+        text = f"Key animation {line}  (sample crawl)"
+        cv2.putText(page, text, (240, 2 * height + 140 * line), cv2.FONT_HERSHEY_DUPLEX, 1.8,
+                    (235, 235, 235), 3, cv2.LINE_AA)  # fmt: skip
+    shift = int(round(2 * speed))
+    return np.stack(
+        [
+            cv2.resize(page[shift * k : shift * k + 2 * height], SIZE, interpolation=cv2.INTER_AREA)
+            for k in range(count)
+        ]
+    )
+
+
+def crawl_hybrid_film(path: Path) -> FieldFilm:
+    """Telecined film pictures (5 s), then an interlaced credit crawl (4 s) moving 1.5 pixels a
+    field: its woven frames have edges a row or two out of place, and no teeth."""
+    return _film_then_video(path, crawl_pictures(240))
+
+
+def progressive_crawl_film(path: Path) -> FieldFilm:
+    """The same crawl made progressive at 29.97 (every other moment, 3 pixels a frame): each
+    frame one moment, as credits made on film or a computer are."""
+    moments = crawl_pictures(240)[::2]
+    _encode(list(moments), path, VIDEO_RATE, interlaced=False)
+    return FieldFilm(path, [(k, k) for k in range(len(moments))], moments, VIDEO_RATE)
 
 
 def fine_lines_film(path: Path, count: int = 120) -> FieldFilm:

@@ -63,6 +63,11 @@ def hybrid(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def crawl_hybrid(tmp_path_factory):
+    return _film(tmp_path_factory, "crawl_hybrid_film")[0]
+
+
+@pytest.fixture(scope="session")
 def fine_lines(tmp_path_factory):
     return _film(tmp_path_factory, "fine_lines_film")[0]
 
@@ -162,6 +167,31 @@ def test_field_pass_decides_from_the_pictures(request, name, structure, order, c
     kinds = [kind for _, _, kind in record.parts]
     if name == "hybrid":  # the film's pictures first, the video-made pan after them
         assert kinds[0] == "telecined" and kinds[-1] == "interlaced"
+
+
+@pytest.mark.slow  # builds and decodes two films (seconds each)
+def test_a_slow_credit_crawl_makes_a_hybrid_and_a_progressive_crawl_does_not(
+    crawl_hybrid, tmp_path
+):
+    """Credits crawling 1.5 pixels a field after telecined film (the real hybrid copies' case):
+    the crawl's woven frames show no teeth, so its runs read progressive and the film
+    telecined. Their fields are two moments all the same: the bottom field sits half the
+    frame's motion from the top one. The same crawl made one moment a frame stays progressive."""
+    import pulldown_films
+
+    film = Probe().process(crawl_hybrid.path)
+    crawl = 150  # the first crawl frame: 120 film pictures telecined to 150 frames
+    frames = FrameReader(str(film.path), film.frame_pts).frames(crawl + 40, crawl + 44)
+    assert all(comb_share(f.to_ndarray(format="gray")[:, ::2]) < LIMIT for _, f in frames)
+    record = find_fields(film, None, FieldConfig())
+    assert (record.structure, record.field_order, record.cadence) == ("hybrid", "top", "3:2")
+    kinds = [kind for start, _, kind in record.parts]
+    starts = [start for start, _, _ in record.parts]
+    assert all(kind == "telecined" for kind, start in zip(kinds, starts) if start + 40 <= crawl)
+    assert all(kind == "interlaced" for kind, start in zip(kinds, starts) if start >= crawl)
+    progressive = pulldown_films.progressive_crawl_film(tmp_path / "crawl.mp4")
+    runs = probe_runs(Probe().process(progressive.path), FieldConfig())
+    assert runs and all(run.moving and run.kind == "progressive" for run in runs)
 
 
 @pytest.mark.parametrize("name", ["bikes", pytest.param("telecined", marks=pytest.mark.slow)])

@@ -334,6 +334,26 @@ def test_scrolling_credits_are_text(quality_stage):
     assert "text" in judged(clip)[1] and clip.quality_text_area > 0.02
 
 
+def test_a_credit_crawl_over_black_is_text_not_in_world(quality_stage):
+    """A hybrid DVD's credits (/work/anime/make_dvd.sh): DejaVu Bold lines 70 px apart crawling
+    up over black, a line cut at the top or bottom edge in most frames. The detector misses the
+    cut lines, whose fringes then gave the masked picture a shift equal to the crawl, and every
+    line passed for in-world text: 0.0 on 2 usable crawl clips of each real hybrid copy."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    roles = ["Key animation", "Background art", "Photography", "Colour design", "Sound"]
+    page = Image.new("RGB", (720, 1200))
+    draw, font = ImageDraw.Draw(page), ImageFont.truetype(DEJAVU, 28)
+    for line in range(16):
+        text = f"{roles[line % len(roles)]}  (sample crawl)"
+        draw.text(((720 - draw.textlength(text, font=font)) / 2, 40 + 70 * line), text, font=font)
+    page = np.asarray(page)
+    for step in (6, 12):  # pixels a clip frame: 45 and 90 px a second
+        for start in (0, 35):
+            frames = [page[start + step * k : start + step * k + 480] for k in range(16)]
+            assert _text_area(quality_stage, frames) > THRESHOLDS.text_max_area, (step, start)
+
+
 # In-world text (stages/burned_in/in_world_text.py): a sign that pans with the picture is part of it; a
 # caption that holds still over a pan, text that scrolls over a still picture, and text in a
 # still shot are all counted.

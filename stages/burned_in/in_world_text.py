@@ -28,6 +28,12 @@ GROW = 2
 MIN_RESPONSE = 0.05
 # Pixels of context around a component's box in the patch that is matched.
 PATCH_MARGIN = 2
+# A frame with less than this share of its pixels brighter than BLACK_GREY outside its text is
+# no picture for text to move with: credits scrolling over black. The fringes of their letters
+# that the masks miss (0.1-0.3 % of the frame in a real crawl) still lock the correlation onto
+# the scroll, and every line would pass for in-world text.
+MIN_PICTURE = 0.02
+BLACK_GREY = 32
 
 
 def without_in_world_text(
@@ -62,7 +68,10 @@ def without_in_world_text(
 
 def picture_shift(a: np.ndarray, b: np.ndarray, hidden: np.ndarray) -> np.ndarray | None:
     """(dx, dy) that moves the content of grey frame `a` onto `b`, text hidden (filled with
-    each frame's mean grey of what is left), or None when the correlation has no clear peak."""
+    each frame's mean grey of what is left), or None when the correlation has no clear peak or
+    `a` shows no picture outside its text (`MIN_PICTURE`)."""
+    if ((a > BLACK_GREY) & ~hidden).mean() < MIN_PICTURE:
+        return None  # no picture outside the text: nothing for the text to move with
     window = cv2.createHanningWindow((a.shape[1], a.shape[0]), cv2.CV_32F)
     (dx, dy), response = cv2.phaseCorrelate(_filled(a, hidden), _filled(b, hidden), window)
     if not np.isfinite(response) or response < MIN_RESPONSE:

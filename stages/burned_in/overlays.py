@@ -79,6 +79,12 @@ class OverlayConfig(Settings):
     """A band needs text lines on the same rows in at least this many sampled frames..."""
     band_min_share: float = 0.04
     """...and at least this share of the sampled frames that show a picture."""
+    band_two_subtitles: bool = True
+    """A band is also two sightings on the same rows that differ both in picture and in the
+    line's width: two different lines in two shots. A short dialogue piece has few of them (One
+    Piece's 7.5 s: two lines, each over a held drawing), and whether a third sighting is sampled
+    is chance: a 3:2 telecined copy sampled other moments than its progressive copy and lost
+    its band. A sign keeps its width as the picture moves past it, so it is not two lines."""
     logo_persistence: float = 0.6
     """A pixel is part of a logo when it is an edge in at least this share of the sampled
     frames that show a picture (frames of many different shots)."""
@@ -275,10 +281,11 @@ class FilmOverlays:
                 groups[-1].append(line)
             else:
                 groups.append([line])
+        two = self.config.band_two_subtitles
         spans = [
             (min(m.box[1] for m in g), max(m.box[3] for m in g))
             for g in groups
-            if _distinct(g, thumbnails) >= needed
+            if _distinct(g, thumbnails) >= needed or (two and _two_subtitles(g, thumbnails))
         ]
         merged: list[list[int]] = []
         for y0, y1 in sorted(spans):
@@ -314,6 +321,23 @@ def _distinct(lines: list[_Line], thumbnails: list[np.ndarray]) -> int:
         ):
             counted.append((small, line.box))
     return len(counted)
+
+
+def _two_subtitles(lines: list[_Line], thumbnails: list[np.ndarray]) -> bool:
+    """Whether two of `lines` differ in their frame's 32x18 thumbnail (by more than 6 grey
+    levels on average, `_distinct`'s rule) and in width (by more than a line's height): other
+    words over another picture. Text that moves with the picture keeps its width."""
+    for k, line in enumerate(lines):
+        small = thumbnails[line.frame].astype(np.int16)
+        width = line.box[2] - line.box[0]
+        height = line.box[3] - line.box[1]
+        for other in lines[k + 1 :]:
+            if (
+                abs(width - (other.box[2] - other.box[0])) > height
+                and np.abs(small - thumbnails[other.frame]).mean() > 6
+            ):
+                return True
+    return False
 
 
 def _rows_overlap(box: Box, band: tuple[int, int]) -> float:

@@ -27,11 +27,13 @@ restores the film from it while the segments decode.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import av
+import cv2
 import numpy as np
 
 from core.film import FieldRecord
@@ -45,6 +47,9 @@ MENDED_SHARE = 0.6  # a run is telecined when this share of its combed frames a 
 CADENCE = 5  # telecine repeats itself every five frames
 CADENCE_EVIDENCE = 4  # mended frames a run needs before its places name the cadence
 STREAM_ORDERS = {2: "top", 3: "bottom", 4: "top", 5: "bottom"}  # AVFieldOrder: TT BB TB BT
+SLOW_MOTION = 1.0  # field rows (or half columns) a frame: less, and a weave cannot be told
+SLOW_WOVEN_SHARE = 0.6  # a run without teeth is interlaced when this share of its moving frames
+# weaves two moments (a slow crawl)
 
 
 @dataclass
@@ -56,14 +61,17 @@ class _Run:
     moving: int = 0
     combed: int = 0
     mended: int = 0
-    phases: Counter | None = None  # index % 5 of the combed frames a match mended
-    order_votes: Counter | None = None
+    phases: Counter = field(default_factory=Counter)  # index % 5 of the mended combed frames
+    order_votes: Counter = field(default_factory=Counter)
+    slow_woven: int = 0  # moving frames without teeth whose fields are two moments
 
     @property
     def kind(self) -> str:
         if self.moving == 0:
             return "still"
         if self.combed <= max(1, self.moving // 20):
+            if self.slow_woven >= max(CADENCE, SLOW_WOVEN_SHARE * self.moving):
+                return "interlaced"  # a slow crawl: every frame two moments, no teeth
             return "progressive"
         if self.mended >= MENDED_SHARE * self.combed and self.combed <= 0.7 * self.moving:
             return "telecined"
@@ -242,8 +250,9 @@ def _judged(
     start: int, stop: int, decoded: list[tuple[int, np.ndarray]], config: FieldConfig
 ) -> _Run:
     """What the run of frames start..stop - 1 among `decoded` (`_decoded`'s) shows."""
-    run = _Run(start, stop, phases=Counter(), order_votes=Counter())
+    run = _Run(start, stop)
     window = [(index, luma) for index, luma in decoded if start <= index < stop]
+    smooth = []  # moving frames without teeth, each with the frame after it
     for k, (index, luma) in enumerate(window):
         previous = window[k - 1][1] if k else None
         following = window[k + 1][1] if k + 1 < len(window) else None
@@ -254,10 +263,23 @@ def _judged(
             continue
         run.moving += 1
         if comb_share(luma, moved) <= config.combed_share:
+            smooth.append((luma, following))
             continue
         run.combed += 1
         _judge_combed(run, index, luma, previous, following, config.combed_share)
+    if run.kind == "progressive":
+        _judge_slow_run(run, smooth)
     return run
+
+
+def _judge_slow_run(run: _Run, smooth: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """A run that shows no teeth: how many of its moving frames (`smooth`, each with the frame
+    after it) still weave two moments, up to where it can no longer be interlaced."""
+    needed = max(CADENCE, math.ceil(SLOW_WOVEN_SHARE * run.moving))
+    for left, (luma, following) in zip(range(len(smooth), 0, -1), smooth):
+        if run.slow_woven + left < needed:
+            return
+        _judge_slow(run, luma, following)
 
 
 def _judge_combed(run, index, luma, previous, following, limit) -> None:
@@ -280,6 +302,35 @@ def _judge_combed(run, index, luma, previous, following, limit) -> None:
     )
     if abs(top_first - bottom_first) > limit:
         run.order_votes["top" if top_first < bottom_first else "bottom"] += 1
+
+
+def _judge_slow(run: _Run, luma: np.ndarray, following: np.ndarray) -> None:
+    """Whether a frame without teeth still weaves two moments: a crawl of 1.5 pixels a field
+    puts a woven frame's rows only a row or two out of place. Its bottom field is then moved
+    from its top field by half the motion to the next frame's top field (later: top field
+    first; earlier: bottom first), where a progressive frame's fields show one moment and are
+    moved by nothing but their half row. Only a frame that moves by `SLOW_MOTION` or more as a
+    whole can tell: the shifts are the pictures' global ones (phase correlation)."""
+    rows = luma.shape[0] // 2
+    top, bottom, later = luma[0 : 2 * rows : 2], luma[1 : 2 * rows : 2], following[0 : 2 * rows : 2]
+    motion = _global_shift(top, later)
+    between = _global_shift(top, bottom)
+    if motion is None or between is None or np.hypot(*motion) < SLOW_MOTION:
+        return
+    between[1] += 0.5  # a bottom row lies half a field row below the top row of its index
+    still = np.hypot(*between)
+    after, before = np.hypot(*(between - motion / 2)), np.hypot(*(between + motion / 2))
+    if min(after, before) < still:
+        run.slow_woven += 1
+        run.order_votes["top" if after < before else "bottom"] += 1
+
+
+def _global_shift(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """(dx, dy) that moves picture `a` onto `b` as a whole (OpenCV's phase correlation, Hann
+    window), or None when the correlation has no clear peak."""
+    window = cv2.createHanningWindow((a.shape[1], a.shape[0]), cv2.CV_32F)
+    (dx, dy), response = cv2.phaseCorrelate(a.astype(np.float32), b.astype(np.float32), window)
+    return np.array([dx, dy]) if np.isfinite(response) and response >= 0.1 else None
 
 
 def _weave(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
