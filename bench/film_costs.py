@@ -68,19 +68,23 @@ def timed_parts() -> PartClock:
     from stages.quality import TextDetector
     from stages.sources import field_pass, film_samples
 
+    parts = [
+        (film_tasks, "prepare_film", "prepare"),
+        (Probe, "process", "  probe"),
+        (field_pass, "sampled_and_probed", "  samples and field runs (one decode)"),
+        (film_samples, "sample_film", "  samples (a decode of their own)"),
+        (BorderCrop, "process", "  crop"),
+        (field_pass, "find_fields", "  field decision"),
+        (FilmOverlays, "without_player", "  player bars"),
+        (FilmOverlays, "process", "  overlay film pass"),
+        (TextDetector, "grey_map", "    its text detector"),
+        (film_tasks, "run_stored_segment", "segment"),
+        (film_tasks, "finalize_film", "finalize"),
+        (folder_passes, "quality_pass", "folder quality pass"),
+    ]
     clock = PartClock()
-    clock.wrap(film_tasks, "prepare_film", "prepare")
-    clock.wrap(Probe, "process", "  probe")
-    clock.wrap(field_pass, "sampled_and_probed", "  samples and field runs (one decode)")
-    clock.wrap(film_samples, "sample_film", "  samples (a decode of their own)")
-    clock.wrap(BorderCrop, "process", "  crop")
-    clock.wrap(field_pass, "find_fields", "  field decision")
-    clock.wrap(FilmOverlays, "without_player", "  player bars")
-    clock.wrap(FilmOverlays, "process", "  overlay film pass")
-    clock.wrap(TextDetector, "grey_map", "    its text detector")
-    clock.wrap(film_tasks, "run_stored_segment", "segment")
-    clock.wrap(film_tasks, "finalize_film", "finalize")
-    clock.wrap(folder_passes, "quality_pass", "folder quality pass")
+    for owner, name, label in parts:
+        clock.wrap(owner, name, label)
     return clock
 
 
