@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import av
 import numpy as np
 import pytest
-from conftest import local_config, make_video
+from conftest import MEDIA, local_config, make_video
 
 from pipeline.data.ip import load_ip
 from pipeline.running.runner import run_film
-from stages.crop import BorderCrop, CropBox, CropConfig
+from stages.crop import BorderCrop, CropBox, CropConfig, percentile_above
 from stages.probe import FilmError, Probe
 
 
@@ -87,3 +88,26 @@ def test_manifest_override_is_used_and_checked(tmp_path):
     film = Probe().process(path)
     with pytest.raises(FilmError, match="does not fit inside the 640x360 picture"):
         BorderCrop(CropConfig(box=[0, 0, 700, 360])).process(film)
+
+
+def test_the_counted_percentile_test_is_numpys():
+    """`percentile_above` gives `np.percentile(...) > threshold` line for line: on small random
+    pictures near every count where the answer turns (bars, flat patches, thresholds between
+    grey levels, below and above the range) and on frames of the bundled films."""
+    rng = np.random.default_rng(3)
+    pictures = []
+    for _ in range(1500):
+        height, width = rng.integers(1, 50, 2)
+        low, high = sorted(rng.integers(0, 256, 2))
+        picture = rng.integers(low, high + 1, (height, width), dtype=np.uint8)
+        picture[rng.random((height, width)) < rng.random()] = rng.integers(0, 256)
+        pictures.append(picture)
+    for name in ("bikes.mp4", "bigbuckbunny_5s.mp4"):
+        with av.open(str(MEDIA / name)) as container:
+            pictures += [f.to_ndarray(format="gray") for f in container.decode(video=0)][::25]
+    thresholds = (24, 23.5, 0, -1, 255, 100.25)
+    for picture in pictures:
+        for threshold in thresholds:
+            for axis in (0, 1):
+                expected = np.percentile(picture, 98, axis=axis) > threshold
+                assert np.array_equal(percentile_above(picture, 98, threshold, axis), expected)
