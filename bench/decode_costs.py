@@ -7,6 +7,14 @@
 - the scene picture (the 256-wide BGR picture scene detection reads, by swscale's bilinear
   filter, as core/frames.py makes it) and the cheaper scalings one could use instead, each with
   whether it gives the same pixels.
+
+    python -m bench.decode_costs FILM --steps [--frames 2000] [--rounds 2]
+
+- instead: the steps a segment takes for every frame, in its order, each on the thread's own
+  clock: decoding (one thread), the scene picture (`PlaneSource.small_bgr`), hard cuts
+  (`SceneCuts`), black runs (`BlackRuns`) and blends (`BlendSpans`), default settings, the whole
+  picture as the crop box; CPU ms a frame per round and step, and the cuts found. Run it in two
+  checkouts in turn (`PYTHONPATH=<checkout> python <this file> FILM --steps`) to compare them.
 """
 
 from __future__ import annotations
@@ -17,8 +25,16 @@ import time
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 from av.video.reformatter import VideoReformatter
+
+from core.frames import PlaneSource
+from core.video import FrameReader
+from pipeline.data.config import load_config
+from stages.base import Frame
+from stages.probe import Probe
+from stages.scenes import BlackRuns, BlendSpans, SceneCuts
 
 THREADING = (("SLICE", 1), ("FRAME", 2), ("SLICE", 2), ("FRAME", 3))
 SCALINGS = ("BILINEAR", "AREA", "FAST_BILINEAR", "POINT")
@@ -92,12 +108,64 @@ def scaling_costs(film: Path, frames: int) -> list[dict]:
     return rows
 
 
+STEPS = ("decode", "scene picture", "cuts", "black runs", "blends")
+
+
+def step_costs(film: Path, frames: int) -> tuple[dict[str, float], list[int]]:
+    """CPU ms a frame of each step over the film's first `frames` frames, and the cuts found."""
+    cv2.setNumThreads(1)  # as in a segment task
+    config = load_config(None, [])
+    info = Probe().process(film)
+    width = config.scenes.width
+    size = (width, max(2, int(info.height * width / info.width) // 2 * 2))
+    pictures = PlaneSource(0, size, (0, 0, *size))
+    held_rule = (config.motion.held_pixel_delta, config.motion.held_max_fraction)
+    cuts = SceneCuts(config.scenes, info.fps, held_rule)
+    black = BlackRuns(config.scenes, info.fps)
+    blends = BlendSpans(config.scenes, info.fps, max(cuts.lag, black.min_frames))
+    spent = dict.fromkeys(STEPS, 0.0)
+    found: list[int] = []
+    decoded = iter(FrameReader(str(film), info.frame_pts, 1).frames(0, frames))
+    count = 0
+    while True:
+        clock = time.thread_time()
+        try:
+            index, decoded_frame = next(decoded)
+        except StopIteration:
+            break
+        marks = [clock, time.thread_time()]
+        small = pictures.small_bgr(decoded_frame)
+        marks.append(time.thread_time())
+        frame = _frame(index, small, decoded_frame, pictures)
+        found += cuts.process(frame)
+        marks.append(time.thread_time())
+        black.process(frame)
+        marks.append(time.thread_time())
+        blends.process(frame)
+        marks.append(time.thread_time())
+        for step, began, ended in zip(STEPS, marks, marks[1:]):
+            spent[step] += ended - began
+        count += 1
+    found += cuts.finish(count)
+    return {step: seconds / max(1, count) * 1e3 for step, seconds in spent.items()}, found
+
+
+def _frame(index: int, small: np.ndarray, decoded: av.VideoFrame, pictures: PlaneSource) -> Frame:
+    """The frame as the segment hands it to its frame-level stages."""
+    return Frame(index, small=lambda: small, planes=lambda: pictures.planes(decoded))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("film", type=Path)
     parser.add_argument("--frames", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--steps", action="store_true", help="a segment's frame-level steps, CPU ms a frame each"
+    )
     args = parser.parse_args(argv)
+    if args.steps:
+        return _print_steps(args.film, args.frames, args.rounds)
     import os
 
     print(f"load average {os.getloadavg()[0]:.1f}")
@@ -106,6 +174,14 @@ def main(argv=None) -> int:
     for row in scaling_costs(args.film, args.frames):
         print(row, flush=True)
     print(f"load average {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+def _print_steps(film: Path, frames: int, rounds: int) -> int:
+    for round_ in range(rounds):
+        costs, found = step_costs(film, frames)
+        steps = ", ".join(f"{step} {ms:.3f}" for step, ms in costs.items())
+        print(f"round {round_}: CPU ms a frame: {steps}; {len(found)} cuts {found}", flush=True)
     return 0
 
 
