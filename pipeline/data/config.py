@@ -66,11 +66,12 @@ class RunConfig(Settings):
     task_threads: int = 1
     """OpenCV and torch threads per task: tasks already run one per CPU, so more threads per task
     would oversubscribe the node."""
-    decode_threads: int = 2
+    decode_threads: int = 1
     """Decoder threads per segment task (FFmpeg's frame threading; the frames are the same with
-    any number). Two let a segment take a core its neighbours left idle (a film's last segment,
-    the tail of a folder), while on a busy node they share the task's core at no measurable cost
-    (docs/speed.md); 1 holds each task to one thread."""
+    any number). One by default: measured on the quiet machine, a second thread cost 6 % more
+    CPU on the 10.4-min film and 15 % more at 1080p, and gained nothing on a folder of short
+    films (docs/speed.md); a third and fourth runnable thread on a node whose tasks already fill
+    its cores slow every stage. 2 lets a lone segment (a single film's last) take an idle core."""
     progress: bool = True
 
     content_fields = ("segment_seconds",)  # segment boundaries are forced scene boundaries

@@ -10,9 +10,8 @@ core is free. A DONE marker (core/film.py), written last, makes the segment skip
 
 A segment is one task with one CPU: swscale, OpenCV and x264 run one thread each (OpenCV and torch
 `run.task_threads`, 1 by default), so tasks side by side on a node never oversubscribe it. The
-decoder alone runs `run.decode_threads` (2): where a neighbour's core is idle, the tail of a
-film or a folder, the segment's decoding moves onto it; where none is, the two threads share the
-task's core.
+decoder runs `run.decode_threads` (1 by default: a second thread lets a lone segment's decoding
+move onto an idle core, but where every core has a task it costs CPU, docs/speed.md).
 `stage_seconds` are CPU seconds of the thread that ran each stage (decode: the decoder's own
 threads as well).
 
