@@ -3,6 +3,8 @@ sources of any pixel format and colour matrix, and scene scores identical to PyS
 
 from __future__ import annotations
 
+import statistics
+
 import av
 import cv2
 import numpy as np
@@ -18,7 +20,6 @@ from pipeline.data.ip import load_ip
 from pipeline.running.runner import run_film
 from stages.clips import ClipConfig, fit_frame, fit_i420
 from stages.scenes import FastAdaptiveDetector, FastContentDetector
-from stages.scenes.detectors import median
 
 REGION = (100, 20, 408, 232)  # an odd-free 3:2 box of bikes' 640x272 picture, enlarged to 720x480
 
@@ -101,7 +102,7 @@ def test_fast_detectors_score_exactly_like_pyscenedetect(bikes_small, fast, libr
 
 
 def test_the_windows_median_is_numpys_to_the_last_bit():
-    """The adaptive rule's median of a window's scores (`median`) is numpy's, for windows of
+    """The adaptive rule's median of a window's scores (`statistics.median`) is numpy's, for windows of
     every length it meets (odd and even), on random scores mixed with
     ties, zeros and values whose halved sum rounds."""
     rng = np.random.default_rng(7)
@@ -109,7 +110,7 @@ def test_the_windows_median_is_numpys_to_the_last_bit():
     for _ in range(5000):
         count = int(rng.integers(1, 10))
         window = [float(v) for v in rng.choice(scores + list(rng.random(8) * 60), count)]
-        assert median(window) == float(np.median(window))
+        assert statistics.median(window) == float(np.median(window))
 
 
 def _pattern(index: int, height: int = 240, width: int = 320) -> np.ndarray:
