@@ -15,13 +15,26 @@
   (`SceneCuts`), black runs (`BlackRuns`) and blends (`BlendSpans`), default settings, the whole
   picture as the crop box; CPU ms a frame per round and step, and the cuts found. Run it in two
   checkouts in turn (`PYTHONPATH=<checkout> python <this file> FILM --steps`) to compare them.
+
+    python -m bench.decode_costs FILM --clip-stages [--rounds 10] [--set K=V ...]
+
+- instead: the clip stages (motion, camera, clarity, combing, overlays, quality, encode, ...):
+  the film is cut once in this process, its clips kept as cut, then each clip goes through the
+  stages again `rounds` times, each from fresh frames, every stage on the thread's own clock:
+  CPU ms a clip per stage, and a digest of every value the stages stored (the same digest in two
+  checkouts: the same values).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import hashlib
+import json
 import resource
+import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import av
@@ -29,10 +42,11 @@ import cv2
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from core.frames import PlaneSource
+from core.frames import ClipFrames, PlaneSource
+from core.record import Clip
 from core.video import FrameReader
 from pipeline.data.config import load_config
-from stages.base import Frame
+from stages.base import ClipStage, FilmContext, Frame, build_clip_stages
 from stages.probe import Probe
 from stages.scenes import BlackRuns, BlendSpans, SceneCuts
 
@@ -155,6 +169,82 @@ def _frame(index: int, small: np.ndarray, decoded: av.VideoFrame, pictures: Plan
     return Frame(index, small=lambda: small, planes=lambda: pictures.planes(decoded))
 
 
+class _Keep(ClipStage):
+    """A first clip stage that keeps each clip as it was cut, its frames copied."""
+
+    name = "keep"
+
+    def __init__(self) -> None:
+        self.clips: list[Clip] = []
+        self.film = FilmContext()
+
+    def for_film(self, film: FilmContext) -> None:
+        self.film = film
+
+    def process(self, clip: Clip) -> Clip:
+        kept = copy.copy(clip)
+        kept.frames = _copied(clip.frames)
+        self.clips.append(kept)
+        return clip
+
+
+def _copied(frames) -> ClipFrames:
+    """New ClipFrames of the same pixels, with nothing computed from them yet."""
+    assert isinstance(frames, ClipFrames)
+    return ClipFrames(np.stack([frames.i420(k) for k in range(len(frames))]))
+
+
+def cut_clips(film: Path, overrides: list[str]) -> tuple[list[Clip], FilmContext]:
+    """The film's clips as cut (frames in memory, nothing measured), and its FilmContext."""
+    from pipeline.data.ip import load_ip
+    from pipeline.executors import make_executor
+    from pipeline.running import segments
+    from pipeline.running.runner import run_films
+
+    keep, build = _Keep(), segments.build_clip_stages
+    segments.build_clip_stages = lambda config: [keep]
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            config = load_config(None, ["run.progress=false", *overrides])
+            executor = make_executor("local", None, progress=False)
+            executor.start()
+            run_films([film], out, config, load_ip(None), executor)
+    finally:
+        segments.build_clip_stages = build
+    return keep.clips, keep.film
+
+
+def clip_stage_costs(
+    clips: list[Clip], film: FilmContext, rounds: int, overrides: list[str]
+) -> tuple[dict[str, float], str]:
+    """CPU ms a clip of each clip stage over `rounds` passes of `clips` (fresh frames each time:
+    nothing one pass computed is kept), and a digest of the values the first pass stored."""
+    from pipeline.running.segments import limit_threads
+
+    config = load_config(None, overrides)
+    cv2.setNumThreads(1)
+    stages = build_clip_stages(config)
+    for stage in stages:
+        stage.for_film(film)
+        stage.setup()
+    limit_threads(config.run.task_threads)
+    spent: dict[str, float] = defaultdict(float)
+    stored = []
+    for round_ in range(rounds):
+        for cut in clips:
+            clip = copy.copy(cut)
+            clip.frames = _copied(cut.frames)
+            for stage in stages:
+                began = time.thread_time()
+                clip = stage.process_safely(clip)
+                spent[stage.name] += time.thread_time() - began
+            if round_ == 0:
+                stored.append({k: repr(v) for k, v in clip.to_row().items()})
+    digest = hashlib.sha256(json.dumps(stored, sort_keys=True).encode()).hexdigest()[:16]
+    count = max(1, rounds * len(clips))
+    return {name: seconds / count * 1e3 for name, seconds in spent.items()}, digest
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("film", type=Path)
@@ -163,7 +253,13 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--steps", action="store_true", help="a segment's frame-level steps, CPU ms a frame each"
     )
+    parser.add_argument(
+        "--clip-stages", action="store_true", help="the clip stages, CPU ms a clip each"
+    )
+    parser.add_argument("--set", action="append", default=[], metavar="K=V")
     args = parser.parse_args(argv)
+    if args.clip_stages:
+        return _print_clip_stages(args.film, args.rounds, args.set)
     if args.steps:
         return _print_steps(args.film, args.frames, args.rounds)
     import os
@@ -182,6 +278,18 @@ def _print_steps(film: Path, frames: int, rounds: int) -> int:
         costs, found = step_costs(film, frames)
         steps = ", ".join(f"{step} {ms:.3f}" for step, ms in costs.items())
         print(f"round {round_}: CPU ms a frame: {steps}; {len(found)} cuts {found}", flush=True)
+    return 0
+
+
+def _print_clip_stages(film: Path, rounds: int, overrides: list[str]) -> int:
+    import os
+
+    clips, context = cut_clips(film, overrides)
+    print(f"{len(clips)} clips; load average {os.getloadavg()[0]:.1f}", flush=True)
+    costs, digest = clip_stage_costs(clips, context, rounds, overrides)
+    stages = ", ".join(f"{name} {ms:.2f}" for name, ms in costs.items())
+    print(f"CPU ms a clip: {stages}; total {sum(costs.values()):.2f}", flush=True)
+    print(f"stored values digest {digest}; load average {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -10,15 +10,23 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import built_once, local_config, shard_rows
+from conftest import built_once, local_config, read_frames, shard_rows
 
 from core.film import FieldRecord
+from core.frames import ClipFrames
 from core.video import FrameReader
 from stages.probe import Probe
 from stages.quality import RejectConfig
 from stages.sources.field_pass import find_fields, probe_runs, sampled_and_probed
 from stages.sources.field_restore import FieldRestorer
-from stages.sources.fields import TOOTH_LEVELS, FieldConfig, clip_combing, comb_share, teeth
+from stages.sources.fields import (
+    TOOTH_LEVELS,
+    FieldConfig,
+    clip_combing,
+    comb_share,
+    even_columns,
+    teeth,
+)
 from stages.sources.film_samples import spread_indices, spread_luma_frames
 
 LIMIT = RejectConfig().combed_max_share
@@ -133,6 +141,38 @@ def test_the_comb_rule_finds_the_pixels_the_rule_names():
         found[picture, row - 3, column] = True
         assert np.array_equal(found, _teeth_row_by_row(pictures))
     assert len(teeth(woven[None])[0]) > 1000  # the woven pan is full of teeth
+
+
+def _bikes_luma(count: int = 4) -> np.ndarray:
+    """Real frames (bikes.mp4's first `count`) as a clip's luma: a view into its I420 frames."""
+    rgb = read_frames(Path(__file__).parent / "media" / "bikes.mp4", 0, count, size=(320, 180))
+    return ClipFrames.from_rgb(np.stack(rgb)).luma()
+
+
+def test_the_comb_rule_on_real_frames_and_a_weave_of_them():
+    """`teeth`, one picture at a time, finds the rule's pixels on real frames (few runs: the
+    own field tested where they are) and on two of them woven (many: tested everywhere)."""
+    luma = _bikes_luma()
+    woven = luma[0].copy()
+    woven[1::2] = luma[3][1::2]
+    for pictures in (np.ascontiguousarray(luma), np.stack([woven, luma[1]])):
+        picture, row, column = teeth(pictures)
+        found = np.zeros((len(pictures), pictures.shape[1] - 6, pictures.shape[2]), bool)
+        found[picture, row - 3, column] = True
+        assert np.array_equal(found, _teeth_row_by_row(pictures))
+    assert len(teeth(woven[None])[0]) > 500
+
+
+def test_even_columns_are_every_other_column():
+    """`even_columns` (pairs of pixels read as 16-bit numbers, cast to 8 bits) gives numpy's
+    `luma[:, :, ::2]` on a clip's luma (a view into its I420 frames), and the same where it
+    falls back (an odd width, a picture read every other row)."""
+    luma = _bikes_luma()
+    assert not np.array_equal(luma[:, :, ::2], luma[:, :, 1::2])  # the test can tell them apart
+    for pictures in (luma, luma[:, :, :-1], luma[:, ::2], luma[:, :, 1:-1]):
+        got = even_columns(pictures)
+        assert got.flags.c_contiguous and got.dtype == np.uint8
+        assert np.array_equal(got, pictures[:, :, ::2])
 
 
 @pytest.mark.slow  # builds and decodes the labelled films (seconds each)

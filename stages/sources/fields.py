@@ -79,38 +79,45 @@ def teeth(luma: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     Why it is written this way (the same pixels as the rule written out row by row, at about half
     the CPU, test_fields): with d the step from each row to the next, "stands out from both
     neighbours, and they the other way" is four steps alternating in sign, which uint8
-    saturating subtractions find over the whole stack; the own-field test, needed only where
+    saturating subtractions find over a whole picture; the own-field test, needed only where
     that holds (a few pixels of a progressive picture), is made there alone, or over the whole
-    stack where runs are many (a combed picture), which then costs less."""
+    picture where runs are many (a combed picture), which then costs less. One picture at a
+    time: its maps stay in the processor's cache, where a stack's do not."""
     if luma.dtype != np.uint8:
         raise TypeError(f"comb teeth are found in uint8 grey pictures, not {luma.dtype}")
-    count, height, width = luma.shape
-    if height < 7:
+    if luma.shape[1] < 7 or not len(luma):
         empty = np.zeros(0, np.intp)
         return empty, empty, empty
-    y = np.ascontiguousarray(luma).reshape(count * height, width)  # pictures stacked
+    found = [_picture_teeth(np.ascontiguousarray(picture)) for picture in luma]
+    pictures = [np.full(len(row), k, np.intp) for k, (row, _) in enumerate(found)]
+    rows, columns = zip(*found)
+    return np.concatenate(pictures), np.concatenate(rows), np.concatenate(columns)
+
+
+def _picture_teeth(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`teeth` of one grey picture (H x W, H >= 7): the (row, column) of each tooth."""
+    height = len(y)
     up, down = _rises(y[:-1], y[1:]), _rises(y[1:], y[:-1])  # row i to i + 1 steps up / down
     peak = cv2.bitwise_and(up[:-1], down[1:])  # row i + 1 lighter than both its neighbours
     dip = cv2.bitwise_and(down[:-1], up[1:])
     runs = cv2.bitwise_or(  # row i + 2 with peaks (or dips) on both sides: a run of three
         cv2.bitwise_and(peak[:-2], peak[2:]), cv2.bitwise_and(dip[:-2], dip[2:])
     )
-    dense = np.count_nonzero(runs) > runs.size // DENSE_RUNS
-    if dense:  # a combed picture: the own-field test over the whole stack costs less
-        runs = cv2.bitwise_and(runs, _own_field(y))
-    rows = np.flatnonzero(runs.max(axis=1))  # np.nonzero is slow over a whole stack
-    local, column = np.nonzero(runs[rows].view(bool))
-    stacked = rows[local] + 2
-    picture, row = np.divmod(stacked, height)
-    inside = (row >= 3) & (row <= height - 4)  # the run lies within one picture
-    stacked, picture, row, column = stacked[inside], picture[inside], row[inside], column[inside]
+    runs = runs[1 : height - 5]  # rows 3 .. H - 4: the own field's rows lie in the picture
+    rows = np.flatnonzero(runs.max(axis=1))  # np.nonzero is slow over a whole picture
+    dense = np.count_nonzero(runs[rows]) > runs.size // DENSE_RUNS
+    if dense:  # a combed picture: the own-field test over the whole picture costs less
+        runs = cv2.bitwise_and(runs, _own_field(y)[1 : height - 5])
+        rows = np.flatnonzero(runs.max(axis=1))
+    local, column = np.nonzero(runs[rows])
+    row = rows[local] + 3
     if dense:
-        return picture, row, column
-    agree = np.ones(len(stacked), bool)
+        return row, column
+    agree = np.ones(len(row), bool)
     for step in range(-1, 4):  # each of rows r - 1 .. r + 3 agrees with the row two above it
-        here = y[stacked + step, column].astype(np.int16)
-        agree &= abs(here - y[stacked + step - 2, column]) <= TOOTH_LEVELS
-    return picture[agree], row[agree], column[agree]
+        here = y[row + step, column].astype(np.int16)
+        agree &= abs(here - y[row + step - 2, column]) <= TOOTH_LEVELS
+    return row[agree], column[agree]
 
 
 def _own_field(y: np.ndarray) -> np.ndarray:
@@ -165,7 +172,7 @@ def clip_combing(luma: np.ndarray) -> float:
     """The largest comb share among a clip's frames (N x H x W grey), every other column (teeth
     run across rows); each frame's teeth are counted where it differs from the frame before or
     after it."""
-    y = np.ascontiguousarray(luma[:, :, ::2])
+    y = even_columns(luma)
     if len(y) < 2:
         return 0.0
     picture, row, column = teeth(y)
@@ -176,6 +183,15 @@ def clip_combing(luma: np.ndarray) -> float:
         there = y[np.clip(other, 0, len(y) - 1), row, column]
         moved |= exists & (abs(here - there) > TOOTH_LEVELS)
     return float(band_share(picture[moved], row[moved], y.shape).max())
+
+
+def even_columns(luma: np.ndarray) -> np.ndarray:
+    """`luma[:, :, ::2]` as a new contiguous array. Where each row's pixels lie side by side
+    and come in pairs, each pair read as one little-endian 16-bit number and cast to 8 bits
+    keeps its first pixel: the same bytes at a fifth of numpy's strided copy."""
+    if luma.shape[-1] % 2 == 0 and luma.strides[-1] == 1 and luma.strides[-2] % 2 == 0:
+        return luma.view("<u2").astype(np.uint8)
+    return np.ascontiguousarray(luma[:, :, ::2])
 
 
 class CombingStage(ClipStage):
