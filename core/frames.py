@@ -88,8 +88,12 @@ class ClipFrames:
     def rgb(self) -> np.ndarray:
         """N x H x W x 3 RGB uint8 (converted once, then kept)."""
         if self._rgb is None:
-            planar = self._planar()
-            self._rgb = np.stack([cv2.cvtColor(f, cv2.COLOR_YUV2RGB_I420) for f in planar])
+            # each frame converted straight into its place: converting into new arrays and
+            # stacking them cost three times as much (the copy, and memory new to the process)
+            rgb = np.empty((*self.shape, 3), np.uint8)
+            for frame, place in zip(self._planar(), rgb):
+                into(cv2.cvtColor(frame, cv2.COLOR_YUV2RGB_I420, dst=place), place)
+            self._rgb = rgb
         return self._rgb
 
     def rgb_frame(self, k: int) -> np.ndarray:
@@ -114,6 +118,14 @@ class ClipFrames:
                 [cv2.cvtColor(np.ascontiguousarray(f), cv2.COLOR_RGB2YUV_I420) for f in rgb]
             )
         return self._i420
+
+
+def into(result: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """`out`, holding `result`: what an OpenCV call given `dst=out` returned (it writes in place
+    where `out` has the result's shape and type, and returns a new array where it cannot)."""
+    if result is not out:
+        out[...] = result
+    return out
 
 
 def as_clip_frames(frames) -> ClipFrames:

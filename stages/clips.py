@@ -23,7 +23,7 @@ import cv2
 import numpy as np
 
 from core.film import Drop, OverlayRecord, SourceScale, WindowRecord
-from core.frames import ClipFrames, block_mean, chroma_region, i420_planes
+from core.frames import ClipFrames, block_mean, chroma_region, i420_planes, into
 from core.record import Clip, make_clip_id
 from core.settings import Settings, check_choice
 from stages.base import Frame
@@ -296,10 +296,7 @@ def _resize(image: np.ndarray, width: int, height: int, out: np.ndarray | None) 
         image = _shrink_by_whole_factor(image, width, height)
     if out is None:
         return cv2.resize(image, (width, height), interpolation=interpolation)
-    result = cv2.resize(image, (width, height), dst=out, interpolation=interpolation)
-    if result is not out:  # OpenCV allocates anew when it cannot write into `out`
-        out[...] = result
-    return out
+    return into(cv2.resize(image, (width, height), dst=out, interpolation=interpolation), out)
 
 
 def _shrink_by_whole_factor(image: np.ndarray, width: int, height: int) -> np.ndarray:

@@ -188,8 +188,12 @@ def test_decoder_threads_do_not_change_the_output(tmp_path):
 
 
 def test_one_rgb_frame_is_the_frame_of_all_of_them():
-    frames = _bikes_frames(3)
+    """Each frame converted alone equals its place in `rgb()`, which converts every frame into
+    one array made beforehand (not into new arrays stacked afterwards)."""
+    frames = _bikes_frames(5)
     planar = ClipFrames(np.stack([fit_i420(yuv_planes(f), REGION, ClipConfig()) for f in frames]))
+    singles = [planar.rgb_frame(k) for k in range(len(frames))]  # before rgb(): converted alone
+    assert np.array_equal(planar.rgb(), np.stack(singles))
     single = planar.rgb_frame(1)
     assert np.array_equal(single, planar.rgb()[1])
     assert np.array_equal(ClipFrames.from_rgb(planar.rgb()).rgb_frame(2), planar.rgb()[2])
