@@ -14,7 +14,14 @@ from core.frames import ClipFrames
 from core.record import make_clip_id
 from core.video import FrameReader
 from stages.probe import Probe
-from stages.scoring.clarity import ClarityConfig, ClarityStage, frame_clarity
+from stages.scoring.clarity import (
+    BLUR_TAPS,
+    CONTRAST_SIDE,
+    LIMITED_RANGE,
+    ClarityConfig,
+    ClarityStage,
+    frame_clarity,
+)
 
 SIZE = (720, 480)  # (w, h) of a clip
 
@@ -105,3 +112,32 @@ def test_the_stage_fills_clarity_with_the_median_of_its_frames():
     assert clip.clarity < 0.7
     with pytest.raises(ValueError, match="clarity.frames"):
         ClarityConfig(frames=[]).validate()
+
+
+def _clarity_by_boolean_masks(luma: np.ndarray, min_contrast: float = 24.0) -> float | None:
+    """The clarity rule with the edges' sums taken over a boolean mask, step by step in numpy
+    (the stage takes them as sums of the steps times a 0/1 map of the edges)."""
+    kernel = np.ones((CONTRAST_SIDE, CONTRAST_SIDE), np.uint8)
+    contrast = cv2.dilate(luma, kernel).astype(int) - cv2.erode(luma, kernel)
+    edges = contrast >= min_contrast * LIMITED_RANGE
+    steep = kept = 0
+    for axis, taps in ((1, (BLUR_TAPS, 1)), (0, (1, BLUR_TAPS))):
+        blurred = cv2.blur(luma, taps).astype(int)
+        step = np.abs(np.diff(luma.astype(int), axis=axis))
+        lost = np.maximum(step - np.abs(np.diff(blurred, axis=axis)), 0)
+        where = edges[:, :-1] if axis == 1 else edges[:-1]
+        steep += int(step[where].sum())
+        kept += int(lost[where].sum())
+    return kept / steep if steep else None
+
+
+@pytest.mark.parametrize("path", [SINTEL, BIKES, BUNNY])
+def test_clarity_is_the_rule_summed_over_boolean_masks(path):
+    """The same value, to the bit, as the rule summed over boolean masks, on real frames,
+    their upscales and at another contrast; flat grey has no edge (None)."""
+    for rgb in frames_of(path, 3):
+        for picture in (rgb, upscaled_from_half(rgb)):
+            for contrast in (24.0, 60.5):
+                frame = luma(picture)
+                assert frame_clarity(frame, contrast) == _clarity_by_boolean_masks(frame, contrast)
+    assert frame_clarity(np.full((48, 72), 120, np.uint8)) is None

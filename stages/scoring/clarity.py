@@ -57,7 +57,9 @@ def frame_clarity(luma: np.ndarray, min_contrast: float = 24.0) -> float | None:
     when the frame has no edge (flat, black)."""
     kernel = np.ones((CONTRAST_SIDE, CONTRAST_SIDE), np.uint8)
     contrast = cv2.subtract(cv2.dilate(luma, kernel), cv2.erode(luma, kernel))
-    edges = contrast >= min_contrast * LIMITED_RANGE
+    # 1 at an edge pixel, else 0: the steps' sums over the edges are sums of steps times it
+    # (exact integers: a third cheaper than sums of the steps picked out by a boolean mask)
+    edges = (contrast >= min_contrast * LIMITED_RANGE).view(np.uint8)
     steep = kept = 0
     for horizontal in (True, False):
         blurred = cv2.blur(luma, (BLUR_TAPS, 1) if horizontal else (1, BLUR_TAPS))
@@ -69,8 +71,8 @@ def frame_clarity(luma: np.ndarray, min_contrast: float = 24.0) -> float | None:
             step = cv2.absdiff(luma[1:], luma[:-1])
             blurred_step = cv2.absdiff(blurred[1:], blurred[:-1])
             where = edges[:-1]
-        steep += int(step[where].sum(dtype=np.int64))
-        kept += int(cv2.subtract(step, blurred_step)[where].sum(dtype=np.int64))
+        steep += int(cv2.sumElems(cv2.multiply(step, where))[0])
+        kept += int(cv2.sumElems(cv2.multiply(cv2.subtract(step, blurred_step), where))[0])
     return kept / steep if steep else None
 
 
