@@ -91,13 +91,14 @@ def read_frames(
     return out
 
 
-def write_frames(path: Path, frames, fps: int, crf: int = 18) -> Path:
-    """Write RGB frames (all one size) as an H.264 film: the labelled test films' one writer."""
+def write_frames(path: Path, frames, fps: int, crf: int = 18, preset: str = "ultrafast") -> Path:
+    """Write RGB frames (all one size) as an H.264 film: the labelled test films' one writer
+    (x264 `preset`: ultrafast has no B-frames; veryfast, as delivered clips are, has)."""
     height, width = frames[0].shape[:2]
     with av.open(str(path), "w") as container:
         stream = container.add_stream("libx264", rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.options = {"crf": str(crf), "preset": "ultrafast"}
+        stream.options = {"crf": str(crf), "preset": preset}
         for rgb in frames:
             for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
                 container.mux(packet)

@@ -37,7 +37,7 @@ import cv2
 import numpy as np
 
 from core.film import FieldRecord
-from core.video import FrameReader, upright_grey
+from core.video import FrameReader, HeldFrames, upright_grey
 from stages.probe import FilmInfo
 from stages.sources.fields import FieldConfig, changed, comb_share
 from stages.sources.film_samples import sample_luma_frames
@@ -83,10 +83,11 @@ def find_fields(
     key_frames: list[np.ndarray] | None,
     config: FieldConfig,
     runs: list[_Run] | None = None,
+    held: HeldFrames | None = None,
 ) -> FieldRecord:
     """The film's field structure: from the key frames alone when they show no teeth and the
     stream flags no interlace, else from probed runs of frames (`runs`, where the caller has
-    them already: `sampled_and_probed`)."""
+    them already: `sampled_and_probed`; `held`: the film's frames, decoded already)."""
     stream_order = _stream_field_order(film)
     frames = key_frames if key_frames is not None else sample_luma_frames(film, config.key_frames)
     chosen = _spread(frames, config.key_frames)
@@ -98,7 +99,7 @@ def find_fields(
     )
     if combed == 0 and stream_order is None and not _too_few(len(chosen), config):
         return record
-    return _decide(record, runs if runs is not None else probe_runs(film, config))
+    return _decide(record, runs if runs is not None else probe_runs(film, config, held=held))
 
 
 def _too_few(samples: int, config: FieldConfig) -> bool:
@@ -107,7 +108,10 @@ def _too_few(samples: int, config: FieldConfig) -> bool:
 
 
 def sampled_and_probed(
-    film: FilmInfo, wanted: Collection[int], config: FieldConfig
+    film: FilmInfo,
+    wanted: Collection[int],
+    config: FieldConfig,
+    held: HeldFrames | None = None,
 ) -> tuple[list[np.ndarray], list[_Run]] | None:
     """For a film that will be probed whatever its samples show (too few of them) and whose
     runs come from one pass: the samples `wanted` (upright grey, by index, as
@@ -117,7 +121,7 @@ def sampled_and_probed(
     spans = _spans(film, config)
     if not _too_few(len(wanted), config) or not _one_pass(film, spans):
         return None
-    runs, samples = _one_pass_runs(film, spans, config, frozenset(wanted))
+    runs, samples = _one_pass_runs(film, spans, config, frozenset(wanted), held)
     return samples, runs
 
 
@@ -180,12 +184,17 @@ def _cadence(runs: list[_Run]) -> str:
     return "2:3:3:2" if names == {"2:3:3:2"} else "3:2"
 
 
-def probe_runs(film: FilmInfo, config: FieldConfig, one_pass: bool | None = None) -> list[_Run]:
+def probe_runs(
+    film: FilmInfo,
+    config: FieldConfig,
+    one_pass: bool | None = None,
+    held: HeldFrames | None = None,
+) -> list[_Run]:
     """The probed runs, judged. Each run is decoded on its own (a seek to the key frame before
     it), or all in `one_pass` from the film's start; None: whichever decodes fewer frames
     (`_one_pass`). A short film has one or two key frames, so each seek decodes it from the
     start again (a 144-frame film's three runs: 275 frames, against 126 in one pass). The frames
-    are the same either way."""
+    are the same either way. `held`: the film's frames, decoded already, read by the one pass."""
     spans = _spans(film, config)
     if one_pass is None:
         one_pass = _one_pass(film, spans)
@@ -193,7 +202,7 @@ def probe_runs(film: FilmInfo, config: FieldConfig, one_pass: bool | None = None
         return [
             _judged(start, stop, list(_decoded(film, start, stop)), config) for start, stop in spans
         ]
-    return _one_pass_runs(film, spans, config)[0]
+    return _one_pass_runs(film, spans, config, held=held)[0]
 
 
 def _spans(film: FilmInfo, config: FieldConfig) -> list[tuple[int, int]]:
@@ -209,14 +218,16 @@ def _one_pass_runs(
     spans: list[tuple[int, int]],
     config: FieldConfig,
     wanted: Collection[int] = frozenset(),
+    held: HeldFrames | None = None,
 ) -> tuple[list[_Run], list[np.ndarray]]:
     """The runs judged from one pass from the film's start, each as it ends (memory: one run and
-    its overlap), and the frames `wanted` on the way (upright grey, by index)."""
+    its overlap), and the frames `wanted` on the way (upright grey, by index); `held`: the
+    film's frames, decoded already, read instead of decoding it."""
     runs: list[_Run] = []
     samples: list[np.ndarray] = []
     window: list[tuple[int, np.ndarray]] = []  # frames from the first run not judged yet
     stop = max(spans[-1][1], max(wanted, default=-1) + 1)
-    reader = FrameReader(film.path, film.frame_pts, threads=1)
+    reader = held or FrameReader(film.path, film.frame_pts, threads=1)
     for index, grey in upright_grey(reader.frames(0, stop), film.rotation):
         if index in wanted:
             samples.append(grey)
