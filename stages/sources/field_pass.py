@@ -27,6 +27,7 @@ restores the film from it while the segments decode.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Collection, Iterator
@@ -321,12 +322,16 @@ def _judge_slow(run: _Run, luma: np.ndarray, following: np.ndarray) -> None:
     from its top field by half the motion to the next frame's top field (later: top field
     first; earlier: bottom first), where a progressive frame's fields show one moment and are
     moved by nothing but their half row. Only a frame that moves by `SLOW_MOTION` or more as a
-    whole can tell: the shifts are the pictures' global ones (phase correlation)."""
+    whole can tell: the shifts are the pictures' global ones (phase correlation; the fields'
+    own shift only for a frame that moves enough: most of a short film's frames do not, and a
+    phase correlation is most of the field pass's time there)."""
     rows = luma.shape[0] // 2
     top, bottom, later = luma[0 : 2 * rows : 2], luma[1 : 2 * rows : 2], following[0 : 2 * rows : 2]
     motion = _global_shift(top, later)
+    if motion is None or np.hypot(*motion) < SLOW_MOTION:
+        return
     between = _global_shift(top, bottom)
-    if motion is None or between is None or np.hypot(*motion) < SLOW_MOTION:
+    if between is None:
         return
     between[1] += 0.5  # a bottom row lies half a field row below the top row of its index
     still = np.hypot(*between)
@@ -339,9 +344,15 @@ def _judge_slow(run: _Run, luma: np.ndarray, following: np.ndarray) -> None:
 def _global_shift(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """(dx, dy) that moves picture `a` onto `b` as a whole (OpenCV's phase correlation, Hann
     window), or None when the correlation has no clear peak."""
-    window = cv2.createHanningWindow((a.shape[1], a.shape[0]), cv2.CV_32F)
+    window = _hann(a.shape[1], a.shape[0])
     (dx, dy), response = cv2.phaseCorrelate(a.astype(np.float32), b.astype(np.float32), window)
     return np.array([dx, dy]) if np.isfinite(response) and response >= 0.1 else None
+
+
+@functools.lru_cache(maxsize=8)
+def _hann(width: int, height: int) -> np.ndarray:
+    """OpenCV's Hann window of a picture's size, made once per size (read, never written)."""
+    return cv2.createHanningWindow((width, height), cv2.CV_32F)
 
 
 def _weave(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
