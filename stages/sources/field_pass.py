@@ -229,7 +229,14 @@ def _one_pass_runs(
     window: list[tuple[int, np.ndarray]] = []  # frames from the first run not judged yet
     stop = max(spans[-1][1], max(wanted, default=-1) + 1)
     reader = held or FrameReader(film.path, film.frame_pts, threads=1)
-    for index, grey in upright_grey(reader.frames(0, stop), film.rotation):
+    # a frame neither wanted nor in a run is decoded (the runs need what comes before them) but
+    # never looked at: no grey picture
+    looked_at = (
+        (index, frame)
+        for index, frame in reader.frames(0, stop)
+        if index in wanted or any(start <= index < end for start, end in spans)
+    )
+    for index, grey in upright_grey(looked_at, film.rotation):
         if index in wanted:
             samples.append(grey)
         if len(runs) == len(spans) or index < spans[len(runs)][0]:
