@@ -260,6 +260,18 @@ def local_config(**sections):
     return load_config(None, overrides)
 
 
+def assert_same_parquet(folder: Path, expected: Path) -> None:
+    """Two film folders hold the same bytes in their parquet files (shards, manifest, drops)
+    and the same clips, in the same order."""
+    from core.shards import read_clips
+
+    names = sorted(str(p.relative_to(expected)) for p in expected.rglob("*.parquet"))
+    assert names and names == sorted(str(p.relative_to(folder)) for p in folder.rglob("*.parquet"))
+    for name in names:
+        assert (folder / name).read_bytes() == (expected / name).read_bytes(), name
+    assert [c.clip_id for c in read_clips(folder)] == [c.clip_id for c in read_clips(expected)]
+
+
 def cut_film(film: Path, out: Path) -> Path:
     """The film folder the real pipeline makes from `film` (local executor, captions pending)."""
     from pipeline.data.ip import load_ip

@@ -14,9 +14,8 @@ import av
 import cv2
 import numpy as np
 import pytest
-from conftest import BIKES, local_config, write_frames
+from conftest import BIKES, assert_same_parquet, local_config, write_frames
 
-from core.shards import read_clips
 from core.video import FrameReader, HeldFrames
 from pipeline.data.ip import load_ip
 from pipeline.running.film_tasks import (
@@ -65,14 +64,6 @@ class DecodedFrames:
         return counted
 
 
-def _same_outputs(folder: Path, expected: Path) -> None:
-    names = sorted(p.name for p in expected.glob("*.parquet"))
-    assert names and names == sorted(p.name for p in folder.glob("*.parquet"))
-    for name in names:
-        assert (folder / name).read_bytes() == (expected / name).read_bytes(), name
-    assert [c.clip_id for c in read_clips(folder)] == [c.clip_id for c in read_clips(expected)]
-
-
 def _cut(film: Path, out: Path, **settings):
     result = run_film(film, out, local_config(**settings), load_ip(None))
     assert result.ok, result.message
@@ -91,12 +82,12 @@ def test_a_short_film_is_decoded_once_with_the_same_clips(tmp_path, six_second_f
     decoded.frames.clear()
     twice = _cut(six_second_film, tmp_path / "twice", run__decode_once_mib="0")
     assert decoded.frames[str(six_second_film)] >= 1.5 * FRAMES  # samples, runs, then segment
-    _same_outputs(Path(once.film_dir), Path(twice.film_dir))
+    assert_same_parquet(Path(once.film_dir), Path(twice.film_dir))
 
     decoded.frames.clear()
     too_big = _cut(six_second_film, tmp_path / "too_big", run__decode_once_mib="1")
     assert decoded.frames[str(six_second_film)] >= 1.5 * FRAMES  # 144 frames of 340 KiB
-    _same_outputs(Path(too_big.film_dir), Path(once.film_dir))
+    assert_same_parquet(Path(too_big.film_dir), Path(once.film_dir))
 
 
 def test_a_short_films_committed_segment_is_not_decoded_again(
@@ -112,7 +103,9 @@ def test_a_short_films_committed_segment_is_not_decoded_again(
     again = _cut(six_second_film, out)
     assert 0 < decoded.frames[str(six_second_film)] < FRAMES
     assert again.summary.segments_reused == 1
-    _same_outputs(Path(again.film_dir), Path(_cut(six_second_film, tmp_path / "fresh").film_dir))
+    assert_same_parquet(
+        Path(again.film_dir), Path(_cut(six_second_film, tmp_path / "fresh").film_dir)
+    )
 
 
 @pytest.mark.slow
@@ -122,7 +115,7 @@ def test_the_pool_cuts_a_short_film_in_its_prepare_task_as_the_local_executor(
     local = _cut(six_second_film, tmp_path / "local", run__decode_once_mib="0")
     pool = _cut(six_second_film, tmp_path / "pool", run__executor="processes", run__num_cpus="1")
     assert pool.summary.segment_runs[0]["ran_on"]["node"] == "local"
-    _same_outputs(Path(pool.film_dir), Path(local.film_dir))
+    assert_same_parquet(Path(pool.film_dir), Path(local.film_dir))
     rerun = run_films([six_second_film], tmp_path / "pool", local_config(), load_ip(None))
     assert rerun[0].ok and "already complete" in rerun[0].message
 
