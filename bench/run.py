@@ -342,7 +342,7 @@ def _function(frame: str) -> str:
     return frame.split(" (")[0] + " (" + frame.split(" (")[-1].split(":")[0] + ")"
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--hd-minutes", type=float, default=6.0, help="0 leaves the 1080p film out")
@@ -376,47 +376,45 @@ def main(argv=None) -> int:
         metavar="KEY=VALUE",
         help="a pipeline setting for the measured runs, e.g. scenes.blend_gate=-1 (repeatable)",
     )
-    args = parser.parse_args(argv)
-    if args.only_corpus:
-        return _print_corpus({"runs": []})
-    half = args.minutes / 2
+    return parser
+
+
+def bench_films(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """The measured films, (name, path), written once under OUT: the sample repeated to half and
+    to all of `--minutes`, its 1080p copy and its telecined copy unless their minutes are 0."""
+    half, minutes = args.minutes / 2, args.minutes
     films = [
         (f"sintel-{half:g}min", make_long_film(half, OUT / f"sintel_x{half:g}min.mp4")),
-        (
-            f"sintel-{args.minutes:g}min",
-            make_long_film(args.minutes, OUT / f"sintel_x{args.minutes:g}min.mp4"),
-        ),
+        (f"sintel-{minutes:g}min", make_long_film(minutes, OUT / f"sintel_x{minutes:g}min.mp4")),
     ]
     if args.hd_minutes:
         hd = make_hd_sample(OUT / "sintel_1080p_crf20.mp4")
-        films.append(
-            (
-                f"1080p-{args.hd_minutes:g}min",
-                make_long_film(
-                    args.hd_minutes, OUT / f"sintel_1080p_crf20_x{args.hd_minutes:g}min.mp4", hd
-                ),
-            )
-        )
+        path = OUT / f"sintel_1080p_crf20_x{args.hd_minutes:g}min.mp4"
+        films.append((f"1080p-{args.hd_minutes:g}min", make_long_film(args.hd_minutes, path, hd)))
     if args.telecined_minutes:
         minutes = args.telecined_minutes
-        films.append(
-            (
-                f"telecined-{minutes:g}min",
-                make_telecined_film(minutes, OUT / f"sintel_telecined_x{minutes:g}min.mp4"),
-            )
-        )
-    if args.profile:
-        from bench.clip_folder import make_clip_folder
-        from bench.corpus import make_corpus
+        path = OUT / f"sintel_telecined_x{minutes:g}min.mp4"
+        films.append((f"telecined-{minutes:g}min", make_telecined_film(minutes, path)))
+    return films
 
-        targets = {
-            "480p": lambda: films[0][1],
-            "1080p": lambda: dict(films)[f"1080p-{args.hd_minutes:g}min"],
-            "folder": lambda: make_clip_folder(OUT / "clip_folder")[0].parent,
-            "corpus": lambda: make_corpus(OUT / "corpus_films")[0].parent,
-        }
-        profile(targets[args.profile](), OUT / f"profile-{args.profile}.txt", args.set)
-        return 0
+
+def _profile_target(args: argparse.Namespace, films: list[tuple[str, Path]]) -> Path:
+    """What `--profile` runs: one of the films or one of the folders."""
+    from bench.clip_folder import make_clip_folder
+    from bench.corpus import make_corpus
+
+    targets = {
+        "480p": lambda: films[0][1],
+        "1080p": lambda: dict(films)[f"1080p-{args.hd_minutes:g}min"],
+        "folder": lambda: make_clip_folder(OUT / "clip_folder")[0].parent,
+        "corpus": lambda: make_corpus(OUT / "corpus_films")[0].parent,
+    }
+    return targets[args.profile]()
+
+
+def measure_films(args: argparse.Namespace, films: list[tuple[str, Path]]) -> dict:
+    """Each film, then the folder of short films, against their bare decodes on one executor;
+    the quality cost and the motion figures unless `--only-films`."""
     from pipeline.executors import make_executor
 
     start_began = time.perf_counter()
@@ -440,15 +438,18 @@ def main(argv=None) -> int:
         report["motion"] = motion_figures()
         print(json.dumps(report["motion"], indent=2), flush=True)
     executor.close()  # the corpus figures start executors of their own sizes
-    if not args.only_films:
-        _print_corpus(report, tuple(args.set))
-    print()
+    return report
+
+
+def _print_rows(report: dict) -> None:
+    """One line per measured film and the folder's, as the README and docs/speed.md quote them."""
+    *runs, folder = report["runs"]
     print(
         f"{folder['film']}: pipeline {folder['pipeline_seconds']} s vs bare decode "
         f"{folder['bare_decode_seconds']} s: x{folder['ratio_pipeline_to_decode']} wall, "
         f"x{folder['cpu_ratio']} CPU, {folder['cores_busy']} cores busy; {folder['clips']} clips"
     )
-    for run in report["runs"][:-1]:
+    for run in runs:
         print(
             f"{run['film']} ({run['size']}, {run['frames']} frames): pipeline "
             f"{run['pipeline_seconds']} s vs bare decode {run['bare_decode_seconds']} s: "
@@ -460,6 +461,21 @@ def main(argv=None) -> int:
             f"{run['scores_raise_cpu_ratio_by']:.1%}"
         )
     print(f"executor start {report['executor_start_seconds']} s (not in the pipeline time)")
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.only_corpus:
+        return _print_corpus({"runs": []})
+    films = bench_films(args)
+    if args.profile:
+        profile(_profile_target(args, films), OUT / f"profile-{args.profile}.txt", args.set)
+        return 0
+    report = measure_films(args, films)
+    if not args.only_films:
+        _print_corpus(report, tuple(args.set))
+    print()
+    _print_rows(report)
     return 0
 
 

@@ -36,9 +36,17 @@ from core.shards import ShardConfig, ShardWriter
 from stages.base import clip_schema
 
 # Plugins, each a module of its own beside this one: how the tests are spread over workers, the
-# caption tests' clips and scripted engine, the trainer tests' shards and tiny models, and the
-# CPU seconds per test (`--cpu-durations`).
-pytest_plugins = ["scheduling", "captioning", "trainer_inputs", "reviewing", "cpu_seconds"]
+# caption tests' clips and scripted engine, the trainer tests' shards and tiny models, the review
+# tests' film and server, the CPU seconds per test (`--cpu-durations`), and the quality tests'
+# frames and synthetic films.
+pytest_plugins = [
+    "scheduling",
+    "captioning",
+    "trainer_inputs",
+    "reviewing",
+    "cpu_seconds",
+    "quality_clips",
+]
 
 # ---------------------------------------------------------------- media and their known facts
 

@@ -10,7 +10,6 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-import av
 import cv2
 import numpy as np
 import pandas as pd
@@ -19,9 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 from captioning import ScriptedEngine, answer_well
 from conftest import SINTEL, _texture, local_config
+from quality_clips import THRESHOLDS, judged, make_clip, write_film
 
-from core.record import Clip
-from core.video import FrameReader
 from pipeline.cli import main as cli_main
 from pipeline.data.ip import load_ip
 from pipeline.inspection.explore import open_dataset
@@ -29,7 +27,6 @@ from pipeline.inspection.report import build_report
 from pipeline.running.runner import run_films
 from stages.captioning.stage import CaptionConfig
 from stages.motion import MotionConfig, MotionScope
-from stages.probe import Probe
 from stages.quality import (
     QualityStage,
     RejectConfig,
@@ -41,88 +38,6 @@ from stages.quality import (
     own_reasons,
 )
 from trainer.shared.data import ClipCatalog
-
-THRESHOLDS = RejectConfig()
-
-
-# ------------------------------------------------------------------ helpers
-
-
-def sintel_frames(indices: list[int]) -> dict[int, np.ndarray]:
-    """Frames of the sample film, letterbox removed, as 480x720 RGB. Each is decoded from the key
-    frame before it (the pipeline's FrameReader), not from the film's start, skipping the frames
-    no other frame refers to (`only`: the same pixels, 0.38 CPU-s instead of 0.54)."""
-    frame_pts, found = Probe().process(SINTEL).frame_pts, {}
-    for index in indices:
-        reader = FrameReader(str(SINTEL), frame_pts, threads=1)
-        for _, frame in reader.frames(index, index + 1, {index}):
-            picture = frame.to_ndarray(format="rgb24")[58:422]
-            found[index] = cv2.resize(picture, (720, 480), interpolation=cv2.INTER_AREA)
-    return found
-
-
-def write_film(path: Path, shots, size=(240, 360), fps=24, crf=18, gain=1.0, offset=0.0) -> Path:
-    """A film of `shots`: (picture, frames) pairs; each picture pans 1 px a frame. The whole film
-    can be brightened (`gain`, `offset`) and encoded at any size and quality."""
-    height, width = size
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.options = {"crf": str(crf), "preset": "ultrafast", "g": "24"}
-        for picture, count in shots:
-            small = cv2.resize(picture, (width, height), interpolation=cv2.INTER_AREA)
-            for k in range(count):
-                frame = np.roll(small, k, axis=1).astype(np.float32) * gain + offset
-                image = np.clip(frame, 0, 255).astype(np.uint8)
-                for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
-                    container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
-
-
-def judged(clip: Clip) -> tuple[bool, list[str]]:
-    """(usable, reject_reasons) of a measured clip: the stage measures, `decide` decides."""
-    return decide(clip.to_row(), THRESHOLDS)
-
-
-def make_clip(frames: np.ndarray) -> Clip:
-    return Clip(
-        clip_id="test",
-        film_id="film",
-        film_name="film",
-        ip="generic",
-        segment_index=0,
-        scene_index=0,
-        clip_index=0,
-        start_frame=0,
-        end_frame=48,
-        start_time=0.0,
-        end_time=2.0,
-        frame_indices=list(range(0, 48, 3)),
-        crop_x=0,
-        crop_y=0,
-        crop_w=720,
-        crop_h=480,
-        height=480,
-        width=720,
-        num_frames=16,
-        fps=8.0,
-        source_fps=24.0,
-        frames=frames,
-    )
-
-
-@pytest.fixture(scope="module")
-def quality_stage() -> QualityStage:
-    stage = QualityStage()
-    stage.setup()
-    return stage
-
-
-@pytest.fixture(scope="module")
-def shots() -> dict[int, np.ndarray]:
-    return sintel_frames([150, 580, 700, 850, 940])
 
 
 @pytest.fixture(scope="module")
@@ -292,116 +207,6 @@ def test_brightness_changes_do_not_inflate_motion_scope(shots):
     brightening = np.stack([np.clip(f * g, 0, 255) for f, g in zip(pan, gains)])
     brightening = stage.measure(brightening.astype(np.uint8)).scope
     assert brightening == pytest.approx(steady, rel=0.15)
-
-
-# ------------------------------------------------------------------ text
-
-
-def test_subtitles_drawn_on_real_frames_are_text(quality_stage, shots):
-    for picture in shots.values():
-        plain = quality_stage.process(make_clip(np.stack([picture] * 16)))
-        assert plain.quality_text_area <= THRESHOLDS.text_max_area and judged(plain)[0]
-        subtitled = picture.copy()
-        cv2.putText(
-            subtitled,
-            "I have been looking for you",
-            (160, 445),
-            cv2.FONT_HERSHEY_SIMPLEX,
-            0.9,
-            (255, 255, 255),
-            2,
-            cv2.LINE_AA,
-        )
-        clip = quality_stage.process(make_clip(np.stack([subtitled] * 16)))
-        assert judged(clip) == (False, ["text"]), clip.quality_text_area
-
-
-def test_scrolling_credits_are_text(quality_stage):
-    page = np.zeros((1400, 720, 3), np.uint8)
-    for line in range(30):
-        cv2.putText(
-            page,
-            f"Character animator {line}  ...  A. Person",
-            (120, 60 + 45 * line),
-            cv2.FONT_HERSHEY_SIMPLEX,
-            0.8,
-            (230, 230, 230),
-            2,
-            cv2.LINE_AA,
-        )
-    frames = np.stack([page[12 * k : 12 * k + 480] for k in range(16)])  # rolling up 12 px
-    clip = quality_stage.process(make_clip(frames))
-    assert "text" in judged(clip)[1] and clip.quality_text_area > 0.02
-
-
-def test_a_credit_crawl_over_black_is_text_not_in_world(quality_stage):
-    """A hybrid DVD's credits (/work/anime/make_dvd.sh): DejaVu Bold lines 70 px apart crawling
-    up over black, a line cut at the top or bottom edge in most frames. The detector misses the
-    cut lines, whose fringes then gave the masked picture a shift equal to the crawl, and every
-    line passed for in-world text: 0.0 on 2 usable crawl clips of each real hybrid copy."""
-    from PIL import Image, ImageDraw, ImageFont
-
-    roles = ["Key animation", "Background art", "Photography", "Colour design", "Sound"]
-    page = Image.new("RGB", (720, 1200))
-    draw, font = ImageDraw.Draw(page), ImageFont.truetype(DEJAVU, 28)
-    for line in range(16):
-        text = f"{roles[line % len(roles)]}  (sample crawl)"
-        draw.text(((720 - draw.textlength(text, font=font)) / 2, 40 + 70 * line), text, font=font)
-    page = np.asarray(page)
-    for step in (6, 12):  # pixels a clip frame: 45 and 90 px a second
-        for start in (0, 35):
-            frames = [page[start + step * k : start + step * k + 480] for k in range(16)]
-            assert _text_area(quality_stage, frames) > THRESHOLDS.text_max_area, (step, start)
-
-
-# In-world text (stages/burned_in/in_world_text.py): a sign that pans with the picture is part of it; a
-# caption that holds still over a pan, text that scrolls over a still picture, and text in a
-# still shot are all counted.
-PAN = 6  # pixels a frame, as a clip sampled every 3rd frame of a 2 px/frame pan sees it
-DEJAVU = "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"
-
-
-def _lettered(picture: np.ndarray, text: str, where: tuple[int, int]) -> np.ndarray:
-    """`text` in DejaVu Bold (34 px), white with a black outline, at `where` (x, y)."""
-    from PIL import Image, ImageDraw, ImageFont
-
-    image = Image.fromarray(picture)
-    font = ImageFont.truetype(DEJAVU, 34)
-    ImageDraw.Draw(image).text(
-        where, text, font=font, fill=(255, 255, 255), stroke_width=3, stroke_fill=(0, 0, 0)
-    )
-    return np.asarray(image)
-
-
-@pytest.fixture(scope="module")
-def wide_street(shots) -> np.ndarray:
-    """A real shot widened to 720 + 15 pans, so that a 720-wide window can travel across it."""
-    return cv2.resize(shots[700], (720 + 15 * PAN, 480), interpolation=cv2.INTER_CUBIC)
-
-
-def _text_area(stage: QualityStage, frames) -> float:
-    return stage.process(make_clip(np.stack(frames))).quality_text_area
-
-
-def test_a_sign_that_pans_with_the_picture_is_in_world(quality_stage, wide_street):
-    signed = _lettered(wide_street, "HOTEL CENTRAL", (260, 120))
-    panning = [signed[:, PAN * k : PAN * k + 720] for k in range(16)]
-    still = [signed[:, 45:765]] * 16
-    assert _text_area(quality_stage, still) > THRESHOLDS.text_max_area  # the detector sees it
-    assert _text_area(quality_stage, panning) <= THRESHOLDS.text_max_area
-
-
-def test_a_caption_still_over_a_pan_and_text_scrolling_over_a_still_picture_count(
-    quality_stage, wide_street
-):
-    caption = [
-        _lettered(wide_street[:, PAN * k : PAN * k + 720], "HOTEL CENTRAL", (200, 120))
-        for k in range(16)
-    ]
-    assert _text_area(quality_stage, caption) > THRESHOLDS.text_max_area
-    still = np.ascontiguousarray(wide_street[:, 45:765])
-    scrolling = [_lettered(still, "HOTEL CENTRAL", (140 + PAN * k, 120)) for k in range(16)]
-    assert _text_area(quality_stage, scrolling) > THRESHOLDS.text_max_area
 
 
 # ------------------------------------------------------------------ duplicates across films
