@@ -157,7 +157,9 @@ def segment_committed(film_dir: str | Path, segment: SegmentSpan) -> bool:
     return storage.exists(storage.join(film_dir, *parts))
 
 
-def _cut_held(plan: FilmPlan, job: PrepareJob, held: HeldFrames, report) -> object:
+def _cut_held(
+    plan: FilmPlan, job: PrepareJob, held: HeldFrames, report
+) -> SegmentStats | Exception:
     """The film's one segment, cut in this task from its held frames: its stats, or as when it
     runs as a task of its own, the exception it raised (its finalize records it)."""
     segment = segment_job(plan, job.config, job.ip, plan.segments[0])
