@@ -77,7 +77,7 @@ class RunConfig(Settings):
     prepare task decodes it first to last and holds the frames, then cuts its segment from them
     (pipeline/running/film_tasks.py). A 6-s film was decoded nearly twice, for its samples and
     field runs and then for its segment (docs/speed.md). The bound holds per task: a 6-s 1080p
-    film holds 448 MiB, a 480p one 88. 0: every film's segments decode it again."""
+    film holds about 430 MiB, a 480p one 84. 0: every film's segments decode it again."""
     progress: bool = True
 
     content_fields = ("segment_seconds",)  # segment boundaries are forced scene boundaries
