@@ -1,13 +1,15 @@
 """A short film's CPU, part by part: where the folder of 20 six-second films (bench/clip_folder.py)
 spends its time, per film, against a bare decode of the same files.
 
-    python -m bench.film_costs [--films 20]
+    python -m bench.film_costs [--films 20] [--set run.decode_once_mib=0]
 
 The folder is cut in this one process (the local executor: one task at a time), and each part
 below is timed on the process clock (its threads included) by wrapping the pipeline's own
 function, wherever a module holds it by name. Parts nest: `prepare` holds the probe, the samples,
 the crop, the field decision, the player bars and the overlay film pass; the overlay pass holds
-its text detector. One process on one core, so the figures add up to CPU, not to wall time.
+its text detector. A short film is decoded once (`run.decode_once_mib`): its prepare holds the
+one decode and its segment as well; `--set run.decode_once_mib=0` shows them apart, each
+decoding. One process on one core, so the figures add up to CPU, not to wall time.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class PartClock:
 
 
 def timed_parts() -> PartClock:
+    from core.video import HeldFrames
     from pipeline.running import film_tasks, folder_passes
     from stages.burned_in.overlays import FilmOverlays
     from stages.crop import BorderCrop
@@ -71,6 +74,7 @@ def timed_parts() -> PartClock:
     parts = [
         (film_tasks, "prepare_film", "prepare"),
         (Probe, "process", "  probe"),
+        (HeldFrames, "decode", "  the one decode, held for the segment"),
         (field_pass, "sampled_and_probed", "  samples and field runs (one decode)"),
         (film_samples, "sample_film", "  samples (a decode of their own)"),
         (BorderCrop, "process", "  crop"),
@@ -78,7 +82,7 @@ def timed_parts() -> PartClock:
         (FilmOverlays, "without_player", "  player bars"),
         (FilmOverlays, "process", "  overlay film pass"),
         (TextDetector, "grey_map", "    its text detector"),
-        (film_tasks, "run_stored_segment", "segment"),
+        (film_tasks, "run_stored_segment", "segment (in prepare when decoded once)"),
         (film_tasks, "finalize_film", "finalize"),
         (folder_passes, "quality_pass", "folder quality pass"),
     ]
@@ -91,6 +95,7 @@ def timed_parts() -> PartClock:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--films", type=int, default=20)
+    parser.add_argument("--set", action="append", default=[], help="a setting, KEY=VALUE")
     args = parser.parse_args(argv)
     from pipeline.data.config import load_config
     from pipeline.data.ip import load_ip
@@ -105,7 +110,8 @@ def main(argv=None) -> int:
     executor.start()
     decode = sum(bare_decode(f)["cpu"] for f in films) / len(films)
     began = time.process_time()
-    run_films(films, out, load_config(None, ["run.progress=false"]), load_ip(None), executor)
+    config = load_config(None, ["run.progress=false", *args.set])
+    run_films(films, out, config, load_ip(None), executor)
     whole = (time.process_time() - began) / len(films)
     print(
         f"{len(films)} films: {whole * 1e3:.0f} ms of CPU a film, a bare decode "

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Collection, Iterable, Iterator
+import time
+from collections.abc import Collection, Generator, Iterable, Iterator
 from contextlib import contextmanager
 
 import av
@@ -125,7 +126,7 @@ class FrameReader:
 
     def frames(
         self, first: int, stop: int, only: Collection[int] | None = None
-    ) -> Iterator[tuple[int, av.VideoFrame]]:
+    ) -> Generator[tuple[int, av.VideoFrame]]:
         """`only`: the caller wants these indices alone, so the decoder skips the packets of the
         other frames that no frame refers to (FFmpeg's skip_frame "nonref", set packet by packet:
         B-frames, mostly). The frames wanted are decoded as they would be otherwise (every frame
@@ -190,6 +191,57 @@ class FrameReader:
                 yield from packet.decode()
             except av.error.InvalidDataError:
                 self.corrupt_packets += 1
+
+
+class HeldFrames:
+    """A film's frames decoded once, first to last, and held in memory as the decoder gave them:
+    every pass that would decode the film from its start reads them instead (a short film's
+    prepare step and its one segment: pipeline/running/film_tasks.py).
+
+    `frames(0, stop)` gives what `FrameReader.frames(0, stop)` gives, the same frames in the same
+    order: the frames one decode yields are the same whatever the decoder's threads, and frames
+    decoded with `only` are those of a full decode (FrameReader's docstrings). A pass that seeks
+    (starts past 0) decodes for itself. The counts are the whole decode's, and
+    `codec_thread_seconds` is all of its CPU: none of it is on the reading thread's clock."""
+
+    def __init__(self, frames: list[tuple[int, av.VideoFrame]], reader: FrameReader, cpu: float):
+        self.held = frames
+        self.corrupt_packets = reader.corrupt_packets
+        self.unmatched_frames = reader.unmatched_frames
+        self.codec_thread_seconds = cpu + reader.codec_thread_seconds
+
+    @classmethod
+    def decode(
+        cls, path: str, frame_pts: list[int], threads: int, limit_bytes: int
+    ) -> HeldFrames | None:
+        """The film's frames, or None when holding them would take more than `limit_bytes`
+        (judged from the first frame's planes, and checked as they come)."""
+        began = time.thread_time()
+        reader = FrameReader(path, frame_pts, threads)
+        frames: list[tuple[int, av.VideoFrame]] = []
+        size = 0
+        decoded = reader.frames(0, len(frame_pts))
+        try:
+            for index, frame in decoded:
+                size += sum(plane.buffer_size for plane in frame.planes)
+                if size > limit_bytes or (not frames and size * len(frame_pts) > limit_bytes):
+                    return None
+                frames.append((index, frame))
+        finally:
+            decoded.close()  # the container, at once
+        return cls(frames, reader, time.thread_time() - began)
+
+    def frames(
+        self, first: int, stop: int, only: Collection[int] | None = None
+    ) -> Iterator[tuple[int, av.VideoFrame]]:
+        """FrameReader.frames from the film's start; `only` is a hint the held frames need not
+        take (the caller keeps the indices it wants)."""
+        if first != 0:
+            raise ValueError("held frames are read from the film's start")
+        for index, frame in self.held:
+            if index >= stop:
+                break
+            yield index, frame
 
 
 def codec_threads_cpu() -> float:

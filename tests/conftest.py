@@ -99,13 +99,14 @@ def read_frames(
     return out
 
 
-def write_frames(path: Path, frames, fps: int, crf: int = 18) -> Path:
-    """Write RGB frames (all one size) as an H.264 film: the labelled test films' one writer."""
+def write_frames(path: Path, frames, fps: int, crf: int = 18, preset: str = "ultrafast") -> Path:
+    """Write RGB frames (all one size) as an H.264 film: the labelled test films' one writer
+    (x264 `preset`: ultrafast has no B-frames; veryfast, as delivered clips are, has)."""
     height, width = frames[0].shape[:2]
     with av.open(str(path), "w") as container:
         stream = container.add_stream("libx264", rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.options = {"crf": str(crf), "preset": "ultrafast"}
+        stream.options = {"crf": str(crf), "preset": preset}
         for rgb in frames:
             for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
                 container.mux(packet)
@@ -257,6 +258,18 @@ def local_config(**sections):
     for key, value in sections.items():
         overrides.append(f"{key.replace('__', '.')}={value}")
     return load_config(None, overrides)
+
+
+def assert_same_parquet(folder: Path, expected: Path) -> None:
+    """Two film folders hold the same bytes in their parquet files (shards, manifest, drops)
+    and the same clips, in the same order."""
+    from core.shards import read_clips
+
+    names = sorted(str(p.relative_to(expected)) for p in expected.rglob("*.parquet"))
+    assert names and names == sorted(str(p.relative_to(folder)) for p in folder.rglob("*.parquet"))
+    for name in names:
+        assert (folder / name).read_bytes() == (expected / name).read_bytes(), name
+    assert [c.clip_id for c in read_clips(folder)] == [c.clip_id for c in read_clips(expected)]
 
 
 def cut_film(film: Path, out: Path) -> Path:

@@ -253,6 +253,39 @@ def test_a_picture_mostly_too_flat_to_follow_is_static(motion, camera):
     assert result.pairs <= 4 and result.label == STATIC, result
 
 
+def behind_sparks(frames: np.ndarray, seed: int) -> np.ndarray:
+    """The frames softened (a Gaussian blur of 4 px: haze, a glow) with 60 white sparks of 6-30
+    px drawn anew at random in each frame: the flow of such a picture scatters, and no motion
+    explains its points within the 1.5 px it must match."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for frame in frames:
+        soft = cv2.GaussianBlur(frame, (0, 0), 4.0)
+        for _ in range(60):
+            y, x, radius = rng.integers(0, 480), rng.integers(0, 720), rng.integers(6, 30)
+            cv2.circle(soft, (int(x), int(y)), int(radius), (255, 255, 255), -1)
+        out.append(soft)
+    return np.stack(out)
+
+
+def test_a_pan_behind_glowing_sparks_is_read_from_its_drift(motion, camera):
+    """A pan of 8 px a frame behind a haze of sparks: every pair's motion explains under a tenth
+    of its points (main's rule: static, as a clip of effects), but each pair's robust
+    translation still points where the picture goes, nearly all the same way: a pan."""
+    result = camera.measure(measured(behind_sparks(camera_move(slide=(8.0, 0.0)), 3), motion))
+    assert result.fit < CameraConfig().min_fit, result
+    assert result.label == PAN_LEFT, result
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sparks_over_a_still_camera_or_a_running_character_stay_static(seed, motion, camera):
+    """The same sparks over a still camera, and over a still camera with a running character:
+    their pairs' drifts point this way and that, and the clip stays static."""
+    for settings in (dict(), dict(runner=(15.0, 0.0))):
+        frames = behind_sparks(camera_move(**settings), seed)
+        assert camera.measure(measured(frames, motion)).label == STATIC, (seed, settings)
+
+
 def test_a_slow_drift_over_a_few_pairs_is_no_pan(motion, camera):
     """The slow pan of HARD_MOVES over 3 frames instead of 16: 2.4 px in all, too little to tell a
     pan from a still camera's drift (a clip whose other pairs are held or relit)."""

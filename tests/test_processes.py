@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import BIKES, ROOT, local_config
+from conftest import BIKES, ROOT, assert_same_parquet, local_config
 from pool_jobs import (  # the jobs sent to workers: a module a worker imports without pytest
     LoadsNowhere,
     dies_on_three,
@@ -28,7 +28,6 @@ from pool_jobs import (  # the jobs sent to workers: a module a worker imports w
 
 import pipeline.executors.cpus as cpus_module
 from core.resources import Resources
-from core.shards import read_clips
 from pipeline.data.ip import load_ip
 from pipeline.executors import make_executor
 from pipeline.executors.cpus import cgroup_cpu_quota, usable_cpus
@@ -155,7 +154,7 @@ def test_the_pool_cuts_the_same_bytes_as_the_local_executor(tmp_path, bikes_data
     result = run_film(BIKES, tmp_path, config, load_ip(None))
     assert result.ok, result.message
     assert result.summary.segment_runs[0]["ran_on"]["node"] == "local"
-    _assert_same_parquet(Path(result.film_dir), Path(bikes_dataset))
+    assert_same_parquet(Path(result.film_dir), Path(bikes_dataset))
 
 
 @pytest.mark.slow
@@ -167,15 +166,7 @@ def test_the_pool_cuts_a_film_of_several_segments_as_the_local_executor(tmp_path
     pool = run_film(BIKES, tmp_path / "pool", config, ip)
     assert local.ok and pool.ok, (local.message, pool.message)
     assert pool.summary.segments == local.summary.segments == 5
-    _assert_same_parquet(Path(pool.film_dir), Path(local.film_dir))
-
-
-def _assert_same_parquet(folder: Path, expected: Path) -> None:
-    names = sorted(p.name for p in expected.glob("*.parquet"))
-    assert names and names == sorted(p.name for p in folder.glob("*.parquet"))
-    for name in names:
-        assert (folder / name).read_bytes() == (expected / name).read_bytes(), name
-    assert [c.clip_id for c in read_clips(folder)] == [c.clip_id for c in read_clips(expected)]
+    assert_same_parquet(Path(pool.film_dir), Path(local.film_dir))
 
 
 DRIVER = """

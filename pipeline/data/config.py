@@ -72,12 +72,20 @@ class RunConfig(Settings):
     CPU on the 10.4-min film and 15 % more at 1080p, and gained nothing on a folder of short
     films (docs/speed.md); a third and fourth runnable thread on a node whose tasks already fill
     its cores slow every stage. 2 lets a lone segment (a single film's last) take an idle core."""
+    decode_once_mib: int = 512
+    """A film of one segment whose decoded frames fit in this many MiB is decoded once: its
+    prepare task decodes it first to last and holds the frames, then cuts its segment from them
+    (pipeline/running/film_tasks.py). A 6-s film was decoded nearly twice, for its samples and
+    field runs and then for its segment (docs/speed.md). The bound holds per task: a 6-s 1080p
+    film holds about 430 MiB, a 480p one 84. 0: every film's segments decode it again."""
     progress: bool = True
 
     content_fields = ("segment_seconds",)  # segment boundaries are forced scene boundaries
 
     def validate(self) -> None:
         check_choice("run", "executor", self.executor, EXECUTORS)
+        if self.decode_once_mib < 0:
+            raise ConfigError("run.decode_once_mib must be 0 (off) or more")
 
 
 @dataclass

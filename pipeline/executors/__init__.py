@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from pipeline.executors.base import ONE_CPU, Executor, JobFn, JobReport, StageRunner
+from pipeline.executors.base import ONE_CPU, Executor, JobFn, JobReport, StageRunner, sendable
 
 if TYPE_CHECKING:
     from stages.base import ClipStage
@@ -45,6 +45,7 @@ __all__ = [  # the contracts (defined in base.py, which the executors' modules i
     "make_stage_runner",
     "prestart",
     "resolve_executor",
+    "sendable",
 ]
 
 

@@ -1,9 +1,11 @@
 """The executors' contracts: `Executor` (where the runner's tasks run), `StageRunner` (a batched
-clip stage's replicas) and what a job is (`JobFn`, `JobReport`). Every executor's module imports
-them from here; the rest of the code from `pipeline.executors`, which re-exports them."""
+clip stage's replicas) and what a job is (`JobFn`, `JobReport`; its exception as its result:
+`sendable`). Every executor's module imports them from here; the rest of the code from
+`pipeline.executors`, which re-exports them."""
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import AbstractContextManager
@@ -79,3 +81,17 @@ class StageRunner(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def sendable(exc: Exception) -> Exception:
+    """A job's exception as its result, or where it would not survive pickling (a worker sends
+    it to the driver), its type and text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return RuntimeError(said(exc))
+    return exc

@@ -10,7 +10,7 @@ import threading
 from multiprocessing import connection
 from typing import Any
 
-from pipeline.executors.base import JobReport
+from pipeline.executors.base import JobReport, said, sendable
 from pipeline.executors.jobs import placed, reports_in_batches
 
 
@@ -53,11 +53,7 @@ def _run_task(payload: bytes, report: JobReport) -> Any:
     try:
         return placed(fn(job, report), "local")
     except Exception as exc:  # the job's failure is its result
-        return _sendable(exc)
-
-
-def said(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+        return sendable(exc)
 
 
 def _adopt_environment(environment: dict[str, str], gpu: str | None) -> None:
@@ -80,12 +76,3 @@ def _die_with_driver(lifeline) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="driver-watch", daemon=True).start()
-
-
-def _sendable(exc: Exception) -> Exception:
-    """The job's exception, or where the driver could not unpickle it, its type and text."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-    except Exception:
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
-    return exc

@@ -19,11 +19,11 @@ from typing import Any
 from tqdm import tqdm
 
 from core.resources import Resources
-from pipeline.executors.base import ONE_CPU, JobFn
+from pipeline.executors.base import ONE_CPU, JobFn, said
 from pipeline.executors.checkout import checkout_first, this_checkout_first
 from pipeline.executors.cpus import allowed_cores, usable_cpus
 from pipeline.executors.jobs import BarInThisProcess
-from pipeline.executors.process_worker import said, serve
+from pipeline.executors.process_worker import serve
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,13 @@
 """A film's tasks on the executor: prepare (probe, border crop, the segment plan), one task per
 segment, finalize; the jobs they take and the results they give (`FilmResult`). Each runs in a
-worker, and a film in object storage is worked on in local scratch folders."""
+worker, and a film in object storage is worked on in local scratch folders.
+
+A short film is decoded once: where the scheduler allows it (`PrepareJob.cut_if_short`), a film
+of one segment whose decoded frames fit in `run.decode_once_mib` is decoded first to last in its
+prepare task, the frames held in memory (core/video.py `HeldFrames`); its samples, field runs and
+its one segment read them, and the segment runs in that task (`FilmPlan.cut`). Otherwise prepare
+decodes the frames it samples and each segment task decodes its frames again (126 and 144 of a
+6-s film's 144 frames)."""
 
 from __future__ import annotations
 
@@ -8,6 +15,8 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import av
 
 from core import storage
 from core.film import (
@@ -22,8 +31,10 @@ from core.film import (
     SegmentStats,
     WindowRecord,
 )
+from core.video import HeldFrames
 from pipeline.data.config import PipelineConfig
 from pipeline.data.ip import IP
+from pipeline.executors import sendable
 from pipeline.running.finalize import complete_summary, finalize, summary_line
 from pipeline.running.segments import SegmentJob, limit_threads, plan_segments, run_segment
 from stages.burned_in.overlays import OverlayConfig, film_overlays, overlay_sample_plan
@@ -55,6 +66,9 @@ class PrepareJob:
     config: PipelineConfig
     ip: IP
     force: bool = False  # cut again even if a complete run committed the film
+    # a film of one segment may be cut in this task from frames decoded once (the scheduler's
+    # call: its segment needs no GPU, and no other film of the run may share its folder)
+    cut_if_short: bool = False
 
 
 @dataclass
@@ -69,6 +83,10 @@ class FilmPlan:
     overlays: OverlayRecord | None = None  # None: overlays.enabled is off
     window: WindowRecord = field(kw_only=True)  # what every clip shows: place_window's answer
     fields: FieldRecord | None = field(default=None, kw_only=True)  # None: fields.enabled off
+    # a short film's segment results (SegmentStats, or the exception it raised), cut in the
+    # prepare task from the frames decoded once; None: its segments are tasks of their own
+    cut: list | None = field(default=None, kw_only=True)
+    ran_on: dict[str, str] | None = field(default=None, kw_only=True)  # set by the executor
 
 
 @dataclass
@@ -102,28 +120,67 @@ def prepare_film(job: PrepareJob, report=None) -> FilmPlan | FilmResult:
         )
     probe_seconds = time.perf_counter() - began
     limit_threads(job.config.run.task_threads)
-    crop, overlay_record, fields, seconds = _film_pictures(film, job.config)
+    segments = plan_segments(film, job.config.run.segment_seconds)
+    held = held_frames(film, film_dir, segments, job.config) if job.cut_if_short else None
+    crop, overlay_record, fields, seconds = _film_pictures(film, job.config, held)
     seconds = {"probe": probe_seconds, **seconds}
     window = place_window(crop, job.config.clips, overlay_record, film.pixel_aspect)
-    segments = plan_segments(film, job.config.run.segment_seconds)
     if storage.is_remote(job.path):
         film.path = str(job.path)  # every task fetches the film by its URL (once per node)
-    return FilmPlan(
+    plan = FilmPlan(
         film, crop, film_dir, segments, seconds, overlay_record, window=window, fields=fields
     )
+    if held is not None:
+        plan.cut = [_cut_held(plan, job, held, report or _no_report)]
+    return plan
+
+
+def held_frames(
+    film: FilmInfo, film_dir: str | Path, segments: list[SegmentSpan], config: PipelineConfig
+) -> HeldFrames | None:
+    """A short film's frames, decoded once for its prepare step and its one segment: a film of
+    one segment, not committed already (a rerun's segment is skipped, nothing to decode), whose
+    frames fit in `run.decode_once_mib`; else None. A film the decoder fails on is left to the
+    passes that decode it on their own, to fail where they always did (prepare, or its segment)."""
+    limit = config.run.decode_once_mib * 2**20
+    if len(segments) != 1 or limit <= 0 or segment_committed(film_dir, segments[0]):
+        return None
+    try:
+        return HeldFrames.decode(film.path, film.frame_pts, config.run.decode_threads, limit)
+    except av.error.FFmpegError:
+        return None
+
+
+def segment_committed(film_dir: str | Path, segment: SegmentSpan) -> bool:
+    """Whether the segment's DONE marker is written (a rerun may reuse its parts)."""
+    parts = FilmFolder(Path()).done_marker(segment.index).parts
+    return storage.exists(storage.join(film_dir, *parts))
+
+
+def _cut_held(
+    plan: FilmPlan, job: PrepareJob, held: HeldFrames, report
+) -> SegmentStats | Exception:
+    """The film's one segment, cut in this task from its held frames: its stats, or as when it
+    runs as a task of its own, the exception it raised (its finalize records it)."""
+    segment = segment_job(plan, job.config, job.ip, plan.segments[0])
+    try:
+        return run_stored_segment(segment, report, held)
+    except Exception as exc:
+        return sendable(exc)
 
 
 def _film_pictures(
-    film: FilmInfo, config: PipelineConfig
+    film: FilmInfo, config: PipelineConfig, held: HeldFrames | None = None
 ) -> tuple[CropBox, OverlayRecord | None, FieldRecord | None, dict[str, float]]:
     """The border crop, the overlay pass and the field pass, on one sample of the film's frames,
     decoded once (stages/sources/film_samples.py; each pass timed as its own stage, the decode as the
-    crop's); a pass switched off gives None (the crop then reads its key frames)."""
+    crop's; `held`: the film's frames, decoded already); a pass switched off gives None (the crop
+    then reads its key frames)."""
     began = time.perf_counter()
     overlays = config.overlays if config.overlays.enabled else None
     runs = None
     if overlays is not None:
-        frames, runs = _samples(film, config, overlays)
+        frames, runs = _samples(film, config, overlays, held)
     elif config.crop.box is None:
         frames = sample_luma_frames(film, config.crop.samples)
     else:
@@ -133,7 +190,7 @@ def _film_pictures(
     fields = None
     if config.fields.enabled:
         began = time.perf_counter()
-        fields = find_fields(film, frames, config.fields, runs)
+        fields = find_fields(film, frames, config.fields, runs, held)
         seconds["fields"] = time.perf_counter() - began
     if overlays is None:
         return crop, None, fields, seconds
@@ -145,16 +202,19 @@ def _film_pictures(
     return crop, record, fields, seconds
 
 
-def _samples(film: FilmInfo, config: PipelineConfig, overlays: OverlayConfig):
+def _samples(
+    film: FilmInfo, config: PipelineConfig, overlays: OverlayConfig, held: HeldFrames | None
+):
     """The film's samples (the crop's and the overlay pass's), and the field pass's probed runs
     where one decode gives both (a short film: stages/sources/field_pass.py
     `sampled_and_probed`; the crop's time then holds the runs' too), else None for the runs."""
     plan = overlay_sample_plan(film, overlays, max(config.crop.samples, overlays.samples))
     if plan.spread and config.fields.enabled:
-        shared = sampled_and_probed(film, spread_indices(film, plan.count), config.fields)
+        wanted = spread_indices(film, plan.count)
+        shared = sampled_and_probed(film, wanted, config.fields, held)
         if shared is not None:
             return shared
-    return sample_film(film, plan).frames, None
+    return sample_film(film, plan, held).frames, None
 
 
 def fetched_film(path: str | Path) -> Path:
@@ -188,11 +248,14 @@ def segment_job(plan: FilmPlan, config: PipelineConfig, ip: IP, segment: Segment
     )
 
 
-def run_stored_segment(job: SegmentJob, report=_no_report) -> SegmentStats:
+def run_stored_segment(
+    job: SegmentJob, report=_no_report, held: HeldFrames | None = None
+) -> SegmentStats:
     """A segment of a local film folder runs in place. One in object storage runs in its local
-    scratch folder and is published part by part, its DONE.json last (the commit point)."""
+    scratch folder and is published part by part, its DONE.json last (the commit point).
+    `held`: the film's frames, decoded already (a film of one segment)."""
     if job.store is None:
-        return run_segment(job, report)
+        return run_segment(job, report, held)
     name = job.directory.name
     remote = storage.join(job.store, WORK_DIR, name)
     shutil.rmtree(job.directory, ignore_errors=True)
@@ -200,7 +263,7 @@ def run_stored_segment(job: SegmentJob, report=_no_report) -> SegmentStats:
     if marker is not None:  # committed earlier: run_segment decides whether it still holds
         job.directory.mkdir(parents=True)
         (job.directory / DONE_FILE).write_text(marker)
-    stats = run_segment(job, report)
+    stats = run_segment(job, report, held)
     if not stats.skipped:
         storage.remove(storage.join(remote, DONE_FILE))
         for part in stats.parts:

@@ -1,11 +1,13 @@
 """Films scheduled together on the executor (pipeline/running/runner.py drives it): each film's prepare,
 segment and finalize tasks, a bounded number of films in flight, each task's result routed to
 its film's next step. The driver only routes results; a film's output never depends on the
-order in which its tasks finish."""
+order in which its tasks finish. A short film's prepare task may cut its one segment as well
+(pipeline/running/film_tasks.py): its finalize follows its prepare."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +15,7 @@ from typing import Any
 
 from core import storage
 from core.cli import Interrupted
-from core.film import FilmFolder
+from core.film import SegmentStats
 from core.resources import Resources
 from pipeline.data.config import PipelineConfig
 from pipeline.data.ip import IP
@@ -26,10 +28,12 @@ from pipeline.running.film_tasks import (
     finalize_film,
     prepare_film,
     run_stored_segment,
+    segment_committed,
     segment_job,
 )
 from pipeline.running.segments import frame_stage_resources
 from stages.base import build_clip_stages
+from stages.probe import film_slug
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class FilmScheduler:
         # films finished (or complete before this run), the films being cut, those not probed yet
         self.segments_planned = self.segments_finished = self.films_waiting = 0
         self.cutting: dict[int, FilmPlan] = {}
+        self.shared_names: set[str] = set()  # film names more than one film of the run has
 
     def run_resumable(self, work: list[tuple[int, str | Path, PipelineConfig, IP]]) -> dict:
         """`run`, where Ctrl-C becomes `Interrupted` saying how far the run got (what a rerun
@@ -122,6 +127,7 @@ class FilmScheduler:
     def run(self, work: list[tuple[int, str | Path, PipelineConfig, IP]]) -> dict[int, object]:
         queue = list(reversed(work))
         self.films_waiting = len(queue)
+        self.shared_names = _shared_names([path for _, path, _, _ in work])
         with self.executor.progress_bar("films") as self.bar:
             while queue or self.tasks:
                 while queue and self._films_in_flight() < self.limit:
@@ -135,7 +141,8 @@ class FilmScheduler:
         return len({step.index for step in self.tasks.values()})
 
     def _start(self, index: int, path, config: PipelineConfig, ip: IP) -> None:
-        job = PrepareJob(path, self.out_dir, config, ip, self.force)
+        one_task = _folder_name(path) not in self.shared_names and not _needs_gpu(config)
+        job = PrepareJob(path, self.out_dir, config, ip, self.force, cut_if_short=one_task)
         self.tasks[self.executor.submit(prepare_film, job)] = _Preparing(index, job, time.time())
 
     def _advance(self, task: Hashable) -> None:
@@ -165,6 +172,12 @@ class FilmScheduler:
             return
         self.bar.total = (self.bar.total or 0) + value.film.num_frames
         self.bar.refresh()
+        if value.cut is not None:  # a short film, cut in its prepare task (no GPU reserved)
+            self.segments_planned += len(value.segments)
+            self.cutting[index] = value
+            results, value.cut = value.cut, None
+            self._finalize(index, value, job, step.started, _placed_as(results, value.ran_on))
+            return
         config, ip = job.config, job.ip
         declared = segment_resources(config)
         shortfall = self.executor.shortfall(declared.resources)
@@ -189,8 +202,13 @@ class FilmScheduler:
         if self.running[index]:
             return  # the film's other segments are still running
         results = [self.segment_results.pop(t) for t in self.segments.pop(index)]
-        job = FinalizeJob(step.plan, step.job.config, step.job.ip, results, step.started)
-        self.tasks[self.executor.submit(finalize_film, job)] = _Finalizing(index)
+        self._finalize(index, step.plan, step.job, step.started, results)
+
+    def _finalize(
+        self, index: int, plan: FilmPlan, job: PrepareJob, started: float, results: list
+    ) -> None:
+        finalize = FinalizeJob(plan, job.config, job.ip, results, started)
+        self.tasks[self.executor.submit(finalize_film, finalize)] = _Finalizing(index)
 
 
 def _segments_finished(outcome) -> int:
@@ -201,8 +219,34 @@ def _segments_finished(outcome) -> int:
 
 def _committed_segments(plan: FilmPlan) -> int:
     """Segments of a film being cut whose DONE marker is written (a rerun reuses them)."""
-    markers = (FilmFolder(Path()).done_marker(seg.index).parts for seg in plan.segments)
-    return sum(storage.exists(storage.join(plan.film_dir, *parts)) for parts in markers)
+    return sum(segment_committed(plan.film_dir, seg) for seg in plan.segments)
+
+
+def _folder_name(path: str | Path) -> str:
+    """The readable part of the film's output folder's name (stages/probe.py `film_slug`)."""
+    return film_slug(Path(storage.name(path)).stem, "")
+
+
+def _shared_names(paths: list[str | Path]) -> set[str]:
+    """Names of output folders more than one film may share: two such films with the same
+    content are one folder, which only the scheduler sees once both are prepared, so neither
+    may cut a segment in its prepare task."""
+    names = Counter(_folder_name(path) for path in paths)
+    return {name for name, films in names.items() if films > 1}
+
+
+def _needs_gpu(config: PipelineConfig) -> bool:
+    """Whether the film's segment tasks reserve a GPU (a prepare task reserves none)."""
+    return segment_resources(config).resources.needs_gpu()
+
+
+def _placed_as(results: list, ran_on: dict[str, str] | None) -> list:
+    """A prepare task's segment results, marked where that task ran (the executor marks the
+    task's own result only)."""
+    for stats in results:
+        if isinstance(stats, SegmentStats):
+            stats.ran_on = ran_on
+    return results
 
 
 def _duplicate(job: PrepareJob, first: PrepareJob, plan: FilmPlan) -> FilmResult:

@@ -15,6 +15,10 @@ move onto an idle core, but where every core has a task it costs CPU, docs/speed
 `stage_seconds` are CPU seconds of the thread that ran each stage (decode: the decoder's own
 threads as well).
 
+A film of one segment that its prepare task decoded already (a short film:
+pipeline/running/film_tasks.py) is cut from those frames, held in memory, instead of decoding it
+again; the held decode's CPU counts as the segment's `decode`.
+
 Segment boundaries are forced scene boundaries: the decoder starts a little before the segment
 (warm-up, so a cut in the segment's first frames is still seen) and runs a little past its end
 (so the detector confirms cuts in its last frames), but only the segment's own frames become clips.
@@ -48,7 +52,7 @@ from core.frames import PlaneSource
 from core.record import STATUS_OK, Clip
 from core.resources import Resources
 from core.shards import ShardWriter
-from core.video import FrameReader
+from core.video import FrameReader, HeldFrames
 from pipeline.data.config import PipelineConfig
 from stages.base import ClipStage, FilmContext, Frame, build_clip_stages, clip_schema
 from stages.clips import ClipSplitter
@@ -111,8 +115,13 @@ def completed(job: SegmentJob, fingerprint: str) -> SegmentStats | None:
     return stats if same and stats.window == list(job.window.region) else None
 
 
-def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None) -> SegmentStats:
-    """Process one segment and return its stats (what its DONE.json marker holds)."""
+def run_segment(
+    job: SegmentJob,
+    report: Callable[[int], None] = lambda n: None,
+    held: HeldFrames | None = None,
+) -> SegmentStats:
+    """Process one segment and return its stats (what its DONE.json marker holds). `held`: the
+    film's frames, decoded already for a film of one segment (core/video.py `HeldFrames`)."""
     fingerprint = job.config.fingerprint()
     done = completed(job, fingerprint)
     if done is not None:
@@ -120,7 +129,7 @@ def run_segment(job: SegmentJob, report: Callable[[int], None] = lambda n: None)
         return done.updated(skipped=True)
     shutil.rmtree(job.directory, ignore_errors=True)  # leftovers of an interrupted attempt
     job.directory.mkdir(parents=True)
-    stats = _SegmentRun(job, report).run()
+    stats = _SegmentRun(job, report, held).run()
     stats = stats.updated(fingerprint=fingerprint, ip=job.ip, window=list(job.window.region))
     job.folder.write_segment_stats(job.segment.index, stats)
     return stats
@@ -136,9 +145,12 @@ def limit_threads(threads: int) -> None:
 
 
 class _SegmentRun:
-    def __init__(self, job: SegmentJob, report: Callable[[int], None]):
+    def __init__(
+        self, job: SegmentJob, report: Callable[[int], None], held: HeldFrames | None = None
+    ):
         self.job = job
         self.report = report
+        self.held = held
         film, config, seg = job.film, job.config, job.segment
         held_rule = (config.motion.held_pixel_delta, config.motion.held_max_fraction)
         self.detector = SceneCuts(config.scenes, film.fps, held_rule)
@@ -192,8 +204,9 @@ class _SegmentRun:
             _timed(self.seconds, stage.name, stage.setup)
         limit_threads(config.run.task_threads)
         film = self.job.film
-        path = str(storage.local_film(film.path))
-        reader = FrameReader(path, film.frame_pts, config.run.decode_threads)
+        reader = self.held or FrameReader(
+            str(storage.local_film(film.path)), film.frame_pts, config.run.decode_threads
+        )
         shards = self.job.config.shards
         with ShardWriter(self.job.directory, "part", shards, clip_schema()) as writer:
             self.lane = _ClipLane(self.stages, writer)
@@ -205,7 +218,7 @@ class _SegmentRun:
                 self.lane.close()
         return self._stats(reader)
 
-    def _decode_and_cut(self, reader: FrameReader) -> None:
+    def _decode_and_cut(self, reader: FrameReader | HeldFrames) -> None:
         film, seg = self.job.film, self.job.segment
         lag = max(
             self.detector.lag,
@@ -351,7 +364,7 @@ class _SegmentRun:
             total[name] += seconds
         return total
 
-    def _stats(self, reader: FrameReader) -> SegmentStats:
+    def _stats(self, reader: FrameReader | HeldFrames) -> SegmentStats:
         self.report(self.frames_decoded % 64)
         return SegmentStats(
             segment=self.job.segment,

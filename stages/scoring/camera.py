@@ -19,7 +19,8 @@ The rule (docs/scores.md has the reasons and the figures):
    the picture to be the camera's: effects, characters, or a picture mostly too flat to
    measure), `complex` (the pairs disagree about a clear move, or it turns, or it pans and
    zooms at once; pairs that disagree about a motion barely above the thresholds are static). A clip under the thresholds whose pairs drift one way
-   over the clip is a slow pan.
+   over the clip is a slow pan; a clip whose flow no motion fits (a blurred, glowing or hazy
+   picture) but whose pairs nearly all drift one way faster than the pan threshold is a pan.
 """
 
 from __future__ import annotations
@@ -296,6 +297,8 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
     label = _label(pairs, tx, ty, zoom, rotation, fit, fps, config)
     if label == STATIC:
         label = _slow_pan(pairs, share, config)
+    if label == STATIC and fit < config.min_fit:
+        label = _unfit_pan(pairs, share, config)
     return CameraMotion(label, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
 
 
@@ -357,17 +360,37 @@ def _hanning(height: int, width: int) -> np.ndarray:
 
 def _slow_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> str:
     """A clip under the pan threshold: still, unless its pairs drift the same way, together at
-    least `slow_speed` a frame and `slow_travel` over the clip (a slow pan over a painted background, a pixel a frame, is
-    within the flow's tolerance of no motion pair by pair, but adds up over the clip). Only
-    pairs whose motion explains at least `slow_min_fit` of their points count: a character
-    moving over a plain, dark background drifts too, and then little of the picture agrees."""
+    least `slow_speed` a frame and `slow_travel` over the clip (a slow pan over a painted
+    background, a pixel a frame, is within the flow's tolerance of no motion pair by pair, but
+    adds up over the clip). Only pairs whose motion explains at least `slow_min_fit` of their
+    points count: a character moving over a plain, dark background drifts too, and then little
+    of the picture agrees."""
     voters = [p for p in pairs if p.fit >= config.slow_min_fit]
     if len(voters) < max(2, len(pairs) / 2):
         return STATIC
+    return _drift_pan(voters, pairs, share, config.slow_speed, config)
+
+
+def _unfit_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> str:
+    """A clip whose motions explain almost none of its points (under `min_fit`): the flow of a
+    blurred, glowing or hazy picture scatters beyond the 1.5 px a motion must match, so no
+    motion is kept. The robust translation of every pair's points (its drift) still points where
+    the picture goes: when nearly all pairs (`slow_agreement`) drift one way, faster than the
+    pan threshold itself and far enough over the clip, the camera pans. Effects and characters
+    that explain little of the picture drift this way and that, and stay static."""
+    if len(pairs) < 2:
+        return STATIC
+    return _drift_pan(pairs, pairs, share, config.static_speed, config)
+
+
+def _drift_pan(voters, pairs, share: float, speed: float, config: CameraConfig) -> str:
+    """The pan or tilt the voters' median drift names (times the moving share) when it reaches
+    `speed` a frame, the pairs' drifts add up to `slow_travel` over the clip, and at least
+    `slow_agreement` of all the pairs drift that way; else static."""
     drift_x = share * float(np.median([p.drift[0] for p in voters]))
     drift_y = share * float(np.median([p.drift[1] for p in voters]))
     travel = np.hypot(sum(p.drift[0] for p in pairs), sum(p.drift[1] for p in pairs))
-    if np.hypot(drift_x, drift_y) < config.slow_speed or travel < config.slow_travel:
+    if np.hypot(drift_x, drift_y) < speed or travel < config.slow_travel:
         return STATIC
     label = _pan_label(drift_x, drift_y)
     agree = [_pan_label(*p.drift) == label for p in pairs]  # the whole clip drifts one way

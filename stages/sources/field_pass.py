@@ -27,6 +27,7 @@ restores the film from it while the segments decode.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Collection, Iterator
@@ -37,7 +38,7 @@ import cv2
 import numpy as np
 
 from core.film import FieldRecord
-from core.video import FrameReader, upright_grey
+from core.video import FrameReader, HeldFrames, upright_grey
 from stages.probe import FilmInfo
 from stages.sources.fields import FieldConfig, changed, comb_share
 from stages.sources.film_samples import sample_luma_frames
@@ -83,10 +84,11 @@ def find_fields(
     key_frames: list[np.ndarray] | None,
     config: FieldConfig,
     runs: list[_Run] | None = None,
+    held: HeldFrames | None = None,
 ) -> FieldRecord:
     """The film's field structure: from the key frames alone when they show no teeth and the
     stream flags no interlace, else from probed runs of frames (`runs`, where the caller has
-    them already: `sampled_and_probed`)."""
+    them already: `sampled_and_probed`; `held`: the film's frames, decoded already)."""
     stream_order = _stream_field_order(film)
     frames = key_frames if key_frames is not None else sample_luma_frames(film, config.key_frames)
     chosen = _spread(frames, config.key_frames)
@@ -98,7 +100,7 @@ def find_fields(
     )
     if combed == 0 and stream_order is None and not _too_few(len(chosen), config):
         return record
-    return _decide(record, runs if runs is not None else probe_runs(film, config))
+    return _decide(record, runs if runs is not None else probe_runs(film, config, held=held))
 
 
 def _too_few(samples: int, config: FieldConfig) -> bool:
@@ -107,7 +109,10 @@ def _too_few(samples: int, config: FieldConfig) -> bool:
 
 
 def sampled_and_probed(
-    film: FilmInfo, wanted: Collection[int], config: FieldConfig
+    film: FilmInfo,
+    wanted: Collection[int],
+    config: FieldConfig,
+    held: HeldFrames | None = None,
 ) -> tuple[list[np.ndarray], list[_Run]] | None:
     """For a film that will be probed whatever its samples show (too few of them) and whose
     runs come from one pass: the samples `wanted` (upright grey, by index, as
@@ -117,7 +122,7 @@ def sampled_and_probed(
     spans = _spans(film, config)
     if not _too_few(len(wanted), config) or not _one_pass(film, spans):
         return None
-    runs, samples = _one_pass_runs(film, spans, config, frozenset(wanted))
+    runs, samples = _one_pass_runs(film, spans, config, frozenset(wanted), held)
     return samples, runs
 
 
@@ -180,12 +185,17 @@ def _cadence(runs: list[_Run]) -> str:
     return "2:3:3:2" if names == {"2:3:3:2"} else "3:2"
 
 
-def probe_runs(film: FilmInfo, config: FieldConfig, one_pass: bool | None = None) -> list[_Run]:
+def probe_runs(
+    film: FilmInfo,
+    config: FieldConfig,
+    one_pass: bool | None = None,
+    held: HeldFrames | None = None,
+) -> list[_Run]:
     """The probed runs, judged. Each run is decoded on its own (a seek to the key frame before
     it), or all in `one_pass` from the film's start; None: whichever decodes fewer frames
     (`_one_pass`). A short film has one or two key frames, so each seek decodes it from the
     start again (a 144-frame film's three runs: 275 frames, against 126 in one pass). The frames
-    are the same either way."""
+    are the same either way. `held`: the film's frames, decoded already, read by the one pass."""
     spans = _spans(film, config)
     if one_pass is None:
         one_pass = _one_pass(film, spans)
@@ -193,7 +203,7 @@ def probe_runs(film: FilmInfo, config: FieldConfig, one_pass: bool | None = None
         return [
             _judged(start, stop, list(_decoded(film, start, stop)), config) for start, stop in spans
         ]
-    return _one_pass_runs(film, spans, config)[0]
+    return _one_pass_runs(film, spans, config, held=held)[0]
 
 
 def _spans(film: FilmInfo, config: FieldConfig) -> list[tuple[int, int]]:
@@ -209,15 +219,24 @@ def _one_pass_runs(
     spans: list[tuple[int, int]],
     config: FieldConfig,
     wanted: Collection[int] = frozenset(),
+    held: HeldFrames | None = None,
 ) -> tuple[list[_Run], list[np.ndarray]]:
     """The runs judged from one pass from the film's start, each as it ends (memory: one run and
-    its overlap), and the frames `wanted` on the way (upright grey, by index)."""
+    its overlap), and the frames `wanted` on the way (upright grey, by index); `held`: the
+    film's frames, decoded already, read instead of decoding it."""
     runs: list[_Run] = []
     samples: list[np.ndarray] = []
     window: list[tuple[int, np.ndarray]] = []  # frames from the first run not judged yet
     stop = max(spans[-1][1], max(wanted, default=-1) + 1)
-    reader = FrameReader(film.path, film.frame_pts, threads=1)
-    for index, grey in upright_grey(reader.frames(0, stop), film.rotation):
+    reader = held or FrameReader(film.path, film.frame_pts, threads=1)
+    # a frame neither wanted nor in a run is decoded (the runs need what comes before them) but
+    # never looked at: no grey picture
+    looked_at = (
+        (index, frame)
+        for index, frame in reader.frames(0, stop)
+        if index in wanted or any(start <= index < end for start, end in spans)
+    )
+    for index, grey in upright_grey(looked_at, film.rotation):
         if index in wanted:
             samples.append(grey)
         if len(runs) == len(spans) or index < spans[len(runs)][0]:
@@ -310,12 +329,16 @@ def _judge_slow(run: _Run, luma: np.ndarray, following: np.ndarray) -> None:
     from its top field by half the motion to the next frame's top field (later: top field
     first; earlier: bottom first), where a progressive frame's fields show one moment and are
     moved by nothing but their half row. Only a frame that moves by `SLOW_MOTION` or more as a
-    whole can tell: the shifts are the pictures' global ones (phase correlation)."""
+    whole can tell: the shifts are the pictures' global ones (phase correlation; the fields'
+    own shift only for a frame that moves enough: most of a short film's frames do not, and a
+    phase correlation is most of the field pass's time there)."""
     rows = luma.shape[0] // 2
     top, bottom, later = luma[0 : 2 * rows : 2], luma[1 : 2 * rows : 2], following[0 : 2 * rows : 2]
     motion = _global_shift(top, later)
+    if motion is None or np.hypot(*motion) < SLOW_MOTION:
+        return
     between = _global_shift(top, bottom)
-    if motion is None or between is None or np.hypot(*motion) < SLOW_MOTION:
+    if between is None:
         return
     between[1] += 0.5  # a bottom row lies half a field row below the top row of its index
     still = np.hypot(*between)
@@ -328,9 +351,15 @@ def _judge_slow(run: _Run, luma: np.ndarray, following: np.ndarray) -> None:
 def _global_shift(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """(dx, dy) that moves picture `a` onto `b` as a whole (OpenCV's phase correlation, Hann
     window), or None when the correlation has no clear peak."""
-    window = cv2.createHanningWindow((a.shape[1], a.shape[0]), cv2.CV_32F)
+    window = _hann(a.shape[1], a.shape[0])
     (dx, dy), response = cv2.phaseCorrelate(a.astype(np.float32), b.astype(np.float32), window)
     return np.array([dx, dy]) if np.isfinite(response) and response >= 0.1 else None
+
+
+@functools.lru_cache(maxsize=8)
+def _hann(width: int, height: int) -> np.ndarray:
+    """OpenCV's Hann window of a picture's size, made once per size (read, never written)."""
+    return cv2.createHanningWindow((width, height), cv2.CV_32F)
 
 
 def _weave(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:

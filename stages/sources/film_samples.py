@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.video import FrameReader, upright_grey
+from core.video import FrameReader, HeldFrames, upright_grey
 from stages.probe import FilmInfo
 
 
@@ -55,10 +55,10 @@ def sample_plan(
     return SamplePlan(count, spread)
 
 
-def sample_film(film: FilmInfo, plan: SamplePlan) -> FilmSamples:
-    """The frames `plan` names, from one decode."""
+def sample_film(film: FilmInfo, plan: SamplePlan, held: HeldFrames | None = None) -> FilmSamples:
+    """The frames `plan` names, from one decode (`held`: the film's frames, decoded already)."""
     if plan.spread:
-        return FilmSamples(spread_luma_frames(film, plan.count), plan)
+        return FilmSamples(spread_luma_frames(film, plan.count, held), plan)
     return FilmSamples(sample_luma_frames(film, plan.count), plan)
 
 
@@ -73,17 +73,20 @@ def sample_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
     return [plane for _, plane in upright_grey(frames, film.rotation)]
 
 
-def spread_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
+def spread_luma_frames(
+    film: FilmInfo, count: int, held: HeldFrames | None = None
+) -> list[np.ndarray]:
     """Upright luma planes of `count` frames spread evenly over the film, from one decoding
     pass over all of it: for a short film with few key frames (a pass over it costs little).
 
     The pass skips the frames no other frame refers to, unless wanted (FrameReader `only`): the
     same planes, at 0.9-1.6 instead of 1.4-2.3 CPU-s on the sample film (1253 frames) and 0.2
     instead of 0.3 on bikes.mp4. Should a wanted frame not come out that way (a container whose
-    packet timestamps are not its frames'), the pass is made again without skipping."""
+    packet timestamps are not its frames'), the pass is made again without skipping. `held`:
+    the film's frames, decoded already (core/video.py `HeldFrames`), read instead."""
     wanted = spread_indices(film, count)
     for only in (wanted, None):
-        reader = FrameReader(film.path, film.frame_pts)
+        reader = held or FrameReader(film.path, film.frame_pts)
         frames = reader.frames(0, max(wanted) + 1, only)
         found = list(upright_grey(((i, f) for i, f in frames if i in wanted), film.rotation))
         if len(found) == len(wanted):
