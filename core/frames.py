@@ -17,6 +17,8 @@ and decoded clips) answers the same questions, from its RGB.
 
 from __future__ import annotations
 
+from functools import cache
+
 import av
 import cv2
 import numpy as np
@@ -241,3 +243,13 @@ def block_mean(image: np.ndarray, factor: int) -> np.ndarray:
     rows, cols = max(1, image.shape[0] // factor), max(1, image.shape[1] // factor)
     whole = image[: rows * factor, : cols * factor]
     return cv2.resize(whole, (cols, rows), interpolation=cv2.INTER_AREA)
+
+
+@cache
+def hann_window(height: int, width: int) -> np.ndarray:
+    """The Hann window phase correlation weighs a height x width picture with (taking the edges'
+    wrap-around away), made once per size and shared: read-only, since every caller gets the
+    same array (cv2.phaseCorrelate reads it; it weighs its float32 inputs in place, not this)."""
+    window = cv2.createHanningWindow((width, height), cv2.CV_32F)
+    window.flags.writeable = False
+    return window

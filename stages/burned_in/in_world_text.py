@@ -20,6 +20,8 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
+from core.frames import hann_window
+
 # Text pixels are widened by this many pixels (detector scale) before they are hidden from the
 # picture's shift and before they are grouped into components: a word's letters become one.
 GROW = 2
@@ -72,7 +74,7 @@ def picture_shift(a: np.ndarray, b: np.ndarray, hidden: np.ndarray) -> np.ndarra
     `a` shows no picture outside its text (`MIN_PICTURE`)."""
     if ((a > BLACK_GREY) & ~hidden).mean() < MIN_PICTURE:
         return None  # no picture outside the text: nothing for the text to move with
-    window = cv2.createHanningWindow((a.shape[1], a.shape[0]), cv2.CV_32F)
+    window = hann_window(*a.shape[:2])
     (dx, dy), response = cv2.phaseCorrelate(_filled(a, hidden), _filled(b, hidden), window)
     if not np.isfinite(response) or response < MIN_RESPONSE:
         return None

@@ -26,12 +26,11 @@ The rule (docs/scores.md has the reasons and the figures):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
 import cv2
 import numpy as np
 
-from core.frames import ClipFrames
+from core.frames import ClipFrames, hann_window
 from core.record import Clip
 from core.resources import Resources
 from core.schema import CLIP_SCHEMA
@@ -336,7 +335,7 @@ def coarse_translation(a: np.ndarray, b: np.ndarray, config: CameraConfig) -> Pa
         for frame in (a, b)
     )
     # phaseCorrelate weighs float32 inputs by the window in place: it gets copies
-    (dx, dy), response = cv2.phaseCorrelate(first.copy(), second.copy(), _hanning(height, width))
+    (dx, dy), response = cv2.phaseCorrelate(first.copy(), second.copy(), hann_window(height, width))
     if response < config.coarse_response or abs(dx) >= width / 2 or abs(dy) >= height / 2:
         return None
     moved = cv2.warpAffine(first, np.array([[1, 0, dx], [0, 1, dy]], np.float32), (width, height))
@@ -350,12 +349,6 @@ def coarse_translation(a: np.ndarray, b: np.ndarray, config: CameraConfig) -> Pa
         return None
     tx, ty = dx * UNIT_WIDTH / width, dy * UNIT_HEIGHT / height
     return PairMotion(tx, ty, 0.0, 0.0, float((after <= 12).mean()), (tx, ty))
-
-
-@cache
-def _hanning(height: int, width: int) -> np.ndarray:
-    """The window phase correlation weighs the picture with (the edges' wrap-around taken away)."""
-    return cv2.createHanningWindow((width, height), cv2.CV_32F)
 
 
 def _slow_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> str:

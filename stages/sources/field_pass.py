@@ -27,7 +27,6 @@ restores the film from it while the segments decode.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import Counter
 from collections.abc import Collection, Iterator
@@ -38,6 +37,7 @@ import cv2
 import numpy as np
 
 from core.film import FieldRecord
+from core.frames import hann_window
 from core.video import FrameReader, HeldFrames, upright_grey
 from stages.probe import FilmInfo
 from stages.sources.fields import FieldConfig, changed, comb_share
@@ -351,15 +351,9 @@ def _judge_slow(run: _Run, luma: np.ndarray, following: np.ndarray) -> None:
 def _global_shift(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """(dx, dy) that moves picture `a` onto `b` as a whole (OpenCV's phase correlation, Hann
     window), or None when the correlation has no clear peak."""
-    window = _hann(a.shape[1], a.shape[0])
+    window = hann_window(*a.shape[:2])
     (dx, dy), response = cv2.phaseCorrelate(a.astype(np.float32), b.astype(np.float32), window)
     return np.array([dx, dy]) if np.isfinite(response) and response >= 0.1 else None
-
-
-@functools.lru_cache(maxsize=8)
-def _hann(width: int, height: int) -> np.ndarray:
-    """OpenCV's Hann window of a picture's size, made once per size (read, never written)."""
-    return cv2.createHanningWindow((width, height), cv2.CV_32F)
 
 
 def _weave(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
