@@ -119,9 +119,12 @@ def run_segment(
     job: SegmentJob,
     report: Callable[[int], None] = lambda n: None,
     held: HeldFrames | None = None,
+    stages: list[ClipStage] | None = None,
 ) -> SegmentStats:
     """Process one segment and return its stats (what its DONE.json marker holds). `held`: the
-    film's frames, decoded already for a film of one segment (core/video.py `HeldFrames`)."""
+    film's frames, decoded already for a film of one segment (core/video.py `HeldFrames`);
+    `stages`: the clip stages to run, None for those the job's configuration builds (a bench
+    runs its own: bench/decode_costs.py keeps the clips as cut)."""
     fingerprint = job.config.fingerprint()
     done = completed(job, fingerprint)
     if done is not None:
@@ -129,7 +132,7 @@ def run_segment(
         return done.updated(skipped=True)
     shutil.rmtree(job.directory, ignore_errors=True)  # leftovers of an interrupted attempt
     job.directory.mkdir(parents=True)
-    stats = _SegmentRun(job, report, held).run()
+    stats = _SegmentRun(job, report, held, stages).run()
     stats = stats.updated(fingerprint=fingerprint, ip=job.ip, window=list(job.window.region))
     job.folder.write_segment_stats(job.segment.index, stats)
     return stats
@@ -146,7 +149,11 @@ def limit_threads(threads: int) -> None:
 
 class _SegmentRun:
     def __init__(
-        self, job: SegmentJob, report: Callable[[int], None], held: HeldFrames | None = None
+        self,
+        job: SegmentJob,
+        report: Callable[[int], None],
+        held: HeldFrames | None = None,
+        stages: list[ClipStage] | None = None,
     ):
         self.job = job
         self.report = report
@@ -177,7 +184,7 @@ class _SegmentRun:
             seg.is_last,
             to_bt601=self.pictures.to_bt601,
         )
-        self.stages = build_clip_stages(config)
+        self.stages = build_clip_stages(config) if stages is None else stages
         self.seconds: dict[str, float] = defaultdict(float)
         self.drops: list[Drop] = []
         self.frames_decoded = 0
