@@ -246,7 +246,13 @@ def quality_measures(
     """The stored values behind a clip's decision, each beside its threshold, for people (the
     report, the review page): (reason, "value (threshold)", whether that reason rejected the
     clip: it is in `reasons`, the clip's stored or reviewed reject_reasons)."""
-    measures = []
+    words = _brightness_words(row, thresholds) + _value_words(row, thresholds)
+    return [(reason, text, reason in reasons) for reason, text in words]
+
+
+def _brightness_words(row: Mapping, thresholds: RejectConfig) -> list[tuple[str, str]]:
+    """(reason, words) of the brightness series: black frames, a fade, a flash."""
+    words = []
     peaks, means = row.get("quality_luma_peak"), row.get("quality_luma_mean")
     if peaks is not None and len(peaks):
         black = sum(is_black(p, thresholds) for p in peaks)
@@ -256,7 +262,7 @@ def quality_measures(
             f"than {thresholds.black_max_frames}; black: 99 % of pixels at most grey "
             f"{thresholds.black_luma:g})"
         )
-        measures.append((BLACK, text, BLACK in reasons))
+        words.append((BLACK, text))
     if means is not None and len(means):
         m = np.asarray(means, dtype=float) + 4.0
         median = float(np.median(m))
@@ -266,32 +272,37 @@ def quality_measures(
             f"end {ratio:.2f}x darker (fade: at least {thresholds.fade_min_ratio:g}x, climbing "
             "steadily)"
         )
-        measures.append((FADE, text, FADE in reasons))
+        words.append((FADE, text))
         if len(means) >= 3 and thresholds.flash_min_jump >= 0:
             jump = float(frame_jumps(np.asarray([means], dtype=float)).max())
             text = f"brightest jump {jump:.0f} (flash: at least {thresholds.flash_min_jump:g})"
-            measures.append((FLASH, text, FLASH in reasons))
+            words.append((FLASH, text))
+    return words
+
+
+def _value_words(row: Mapping, thresholds: RejectConfig) -> list[tuple[str, str]]:
+    """(reason, words) of the values compared one to one with a threshold: the text area, the
+    overlay and field measures, the thresholded scores, and the duplicate the folder found."""
+    words = []
     area = row.get("quality_text_area")
     if area is not None and not np.isnan(area):
-        text = f"text area {area:.4f} (text: over {thresholds.text_max_area:g})"
-        measures.append((TEXT, text, TEXT in reasons))
+        words.append((TEXT, f"text area {area:.4f} (text: over {thresholds.text_max_area:g})"))
     for reason, column, limit, what in overlay_limits(thresholds) + field_limits(thresholds):
         value = row.get(column)
         if value is not None and not np.isnan(value):
-            text = f"{what} {value:.4f} ({reason}: over {limit:g})"
-            measures.append((reason, text, reason in reasons))
+            words.append((reason, f"{what} {value:.4f} ({reason}: over {limit:g})"))
     for column, (score, limit) in thresholds.score_limits().items():
         if column in row:
             text = f"{score.label} {score.shown(row[column])} ({score.reject_reason}: {score.describe_limit(limit)})"
-            measures.append((score.reject_reason, text, score.reject_reason in reasons))
+            words.append((score.reject_reason, text))
     duplicate = row.get("duplicate_of")
     if isinstance(duplicate, str):
         text = (
             f"duplicate of {duplicate[:8]} (frame hashes at most "
             f"{thresholds.duplicate_max_distance:g} bits apart)"
         )
-        measures.append((DUPLICATE, text, DUPLICATE in reasons))
-    return measures
+        words.append((DUPLICATE, text))
+    return words
 
 
 def decide(values: Mapping, thresholds: RejectConfig) -> tuple[bool, list[str]]:
