@@ -180,6 +180,11 @@ def own_reasons(table: pa.Table, thresholds: RejectConfig) -> list[list[str]]:
     null measurement gives no reason), the reasons the clip is unfit on its own values, in the
     order error, black, fade, flash, text, subtitle, logo, combed, static, then the thresholded
     scores' reasons in the scores' order. The one rule, for one clip or a film's."""
+    return _as_lists(_reason_flags(table, thresholds), table.num_rows)
+
+
+def _reason_flags(table: pa.Table, thresholds: RejectConfig) -> dict[str, np.ndarray]:
+    """Per reason, in `own_reasons`' order, which rows of `table` it rejects."""
     count = table.num_rows
     order = (ERROR, BLACK, FADE, FLASH, TEXT, SUBTITLE, LOGO, COMBED, STATIC)
     flags = {name: np.zeros(count, bool) for name in order}
@@ -193,21 +198,28 @@ def own_reasons(table: pa.Table, thresholds: RejectConfig) -> list[list[str]]:
         flags[FADE][rows] = ~flags[BLACK][rows] & fades(means, thresholds)
         flags[FLASH][rows] = flashes(means, thresholds)
     if "quality_text_area" in table.column_names:
-        area = table.column("quality_text_area").cast(pa.float64()).fill_null(np.nan)
-        flags[TEXT] = area.to_numpy() > thresholds.text_max_area
+        flags[TEXT] = _floats(table, "quality_text_area") > thresholds.text_max_area
     for reason, column, limit, _ in overlay_limits(thresholds) + field_limits(thresholds):
         if column in table.column_names:
-            values = table.column(column).cast(pa.float64()).fill_null(np.nan)
-            flags[reason] = values.to_numpy() > limit
+            flags[reason] = _floats(table, column) > limit
     if thresholds.reject_static and "motion_scope" in table.column_names:
-        scope = table.column("motion_scope").cast(pa.float64()).fill_null(np.nan)
-        flags[STATIC] = scope.to_numpy() == 0.0
+        flags[STATIC] = _floats(table, "motion_scope") == 0.0
     for column, (score, limit) in thresholds.score_limits().items():
         if column in table.column_names:
             reason = score.reject_reason
             flags[reason] = flags.get(reason, np.zeros(count, bool)) | rejected(
                 score, limit, table.column(column)
             )
+    return flags
+
+
+def _floats(table: pa.Table, column: str) -> np.ndarray:
+    """A number column as float64, null as NaN (which no threshold comparison passes)."""
+    return table.column(column).cast(pa.float64()).fill_null(np.nan).to_numpy()
+
+
+def _as_lists(flags: dict[str, np.ndarray], count: int) -> list[list[str]]:
+    """Per row, the names of the flags it has, in the flags' order."""
     names = list(flags)
     # each row's set of reasons as one number (bit k: reason k), then one list per number seen
     codes = np.zeros(count, np.int64)
