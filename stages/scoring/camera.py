@@ -346,7 +346,9 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
     return CameraMotion(label, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
 
 
-def _zoom_in_question(label: str, zoom: float, fit: float, fps: float, config: CameraConfig):
+def _zoom_in_question(
+    label: str, zoom: float, fit: float, fps: float, config: CameraConfig
+) -> bool:
     """Whether the picture's parts must settle a zoom: the similarity found one (a zoom, or a pan
     and a zoom at once), or no motion fits the picture and its drifts alone decided."""
     if label in (ZOOM_IN, ZOOM_OUT, COMPLEX):
