@@ -17,6 +17,7 @@ import av
 
 from core.pixels import pixel_aspect
 from stages.sources.field_coding import FieldPairing
+from stages.sources.mpeg2_fields import Mpeg2FieldPairing
 
 HASH_CHUNK = 8 * 1024 * 1024
 
@@ -134,7 +135,8 @@ def _first_frame(path: Path) -> tuple[int, int | None]:
 def _demux_timeline(container, stream, path: Path) -> tuple[list[int], int, int]:
     """Every frame's timestamp in display order, the key frames, and the field pictures paired
     into frames (stages/sources/field_coding.py: an H.264 stream that codes fields one by one has a
-    packet per field; only a frame's first field starts one). The key frames of a stream of
+    packet per field; stages/sources/mpeg2_fields.py: so has MPEG-2 in a container written without
+    FFmpeg's parser; only a frame's first field starts one). The key frames of a stream of
     field pictures are its IDR frames, the ones a decoder that skips non-key pictures gives
     (FrameReader.keyframes; it decodes their second fields too): a demuxer may flag every intra
     field key, which made the crop's and the overlay pass's key-frame sampling pick 3 frames of
@@ -163,12 +165,17 @@ def _demux_timeline(container, stream, path: Path) -> tuple[list[int], int, int]
     return sorted(set(pts)), keyframes, fields.fields if fields is not None else 0
 
 
-def _field_pairing(stream) -> FieldPairing | None:
-    """The pairing of an H.264 stream that may code field pictures; None for other codecs and
-    for one whose sequence parameters say it codes frames only."""
-    if stream.codec_context.name != "h264":
+def _field_pairing(stream) -> FieldPairing | Mpeg2FieldPairing | None:
+    """The pairing of an H.264 or MPEG-2 stream that may code field pictures; None for other
+    codecs and for one whose sequence parameters say it codes frames only."""
+    codec, extradata = stream.codec_context.name, stream.codec_context.extradata
+    pairing: FieldPairing | Mpeg2FieldPairing
+    if codec == "h264":
+        pairing = FieldPairing(extradata)
+    elif codec == "mpeg2video":
+        pairing = Mpeg2FieldPairing(extradata)
+    else:
         return None
-    pairing = FieldPairing(stream.codec_context.extradata)
     return None if pairing.may_hold_fields() is False else pairing
 
 
