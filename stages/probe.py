@@ -20,6 +20,7 @@ from stages.sources.field_coding import FieldPairing
 from stages.sources.mpeg2_fields import Mpeg2FieldPairing
 
 HASH_CHUNK = 8 * 1024 * 1024
+UNDECODABLE_START = 64  # packets the first decoded frame may follow when the decoder rejects some
 
 
 class FilmError(Exception):
@@ -119,16 +120,25 @@ def _first_frame(path: Path) -> tuple[int, int | None]:
     the first decodable frame's timestamp (a capture that starts mid-GOP holds frames before
     it that refer to pictures it does not have). It opens the file on its own: a seek back to
     the start is not exact in every container (in MPEG-TS it can land past the first packet),
-    and the timeline must see every packet."""
+    and the timeline must see every packet. Packets the decoder rejects before that frame are
+    passed over, up to `UNDECODABLE_START` of them: an MPEG-2 capture of field pictures that
+    starts on a frame's second field has its fields paired across frames by FFmpeg's parser
+    until the next sequence header, and each such packet fails ("Invalid frame dimensions")."""
+    first_error = None
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
-        try:
-            for frame in container.decode(stream):
-                return int(round(frame.rotation or 0)) % 360, frame.pts
-        except av.error.FFmpegError as exc:
-            raise FilmError(
-                f"{path}: cannot decode its {stream.codec_context.name} video ({_reason(exc)})"
-            ) from None
+        for ordinal, packet in enumerate(container.demux(stream)):
+            try:
+                for frame in packet.decode():
+                    return int(round(frame.rotation or 0)) % 360, frame.pts
+            except av.error.FFmpegError as exc:
+                first_error = first_error or exc
+            if first_error is not None and ordinal >= UNDECODABLE_START:
+                break
+    if first_error is not None:
+        raise FilmError(
+            f"{path}: cannot decode its {stream.codec_context.name} video ({_reason(first_error)})"
+        ) from None
     raise FilmError(f"{path}: the video stream has no decodable frame")
 
 

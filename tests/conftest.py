@@ -358,7 +358,8 @@ def mpeg2_field_films(tmp_path_factory) -> dict[str, Path]:
     second top field first (`pal`) and 29.97 bottom field first (`ntsc`): the raw stream
     (`pal.m2v`), a packet per field in MPEG-TS, DVD's MPEG-PS and Matroska (`pal.ts`,
     `pal.vob`, `pal.mkv`, `ntsc.ts`), and the raw stream copied through FFmpeg's parser into
-    MPEG-TS and MPEG-PS (`pal_copy.ts`, `pal_copy.vob`, `ntsc_copy.vob`)."""
+    MPEG-TS and MPEG-PS (`pal_copy.ts`, `pal_copy.vob`, `ntsc_copy.vob`); and a capture that
+    starts 7 fields in, on the 4th frame's bottom field (`pal_mid.ts`, `pal_mid.mkv`)."""
 
     def build(folder: Path) -> dict[str, str]:
         from mpeg2_field_films import elementary_stream, remux, write_field_pictures
@@ -373,6 +374,10 @@ def mpeg2_field_films(tmp_path_factory) -> dict[str, Path]:
                 films[name + suffix] = str(
                     write_field_pictures(folder / (name + suffix), pictures, rate)
                 )
+            if name == "pal":  # started on frame 3's second field, mid-GOP
+                for suffix in (".ts", ".mkv"):
+                    mid = folder / f"pal_mid{suffix}"
+                    films[mid.name] = str(write_field_pictures(mid, pictures, rate, skip_fields=7))
             for suffix in (".ts", ".vob") if name == "pal" else (".vob",):
                 copy = folder / f"{name}_copy{suffix}"
                 films[copy.name] = str(remux(raw, copy, rate))

@@ -165,10 +165,14 @@ def elementary_stream(
     return pictures
 
 
-def write_field_pictures(path: Path, pictures: list[bytes], rate: Fraction, gop: int = 12) -> Path:
+def write_field_pictures(
+    path: Path, pictures: list[bytes], rate: Fraction, gop: int = 12, skip_fields: int = 0
+) -> Path:
     """Write `elementary_stream`'s pictures: a raw elementary stream (.m2v) as is, or in MPEG-TS
     (.ts), DVD's MPEG-PS (.vob), Matroska (.mkv) or MP4 (.mp4) with a packet per field picture,
-    each timed at its field (at twice `rate`), as a capture of field pictures may carry them."""
+    each timed at its field (at twice `rate`), as a capture of field pictures may carry them.
+    `skip_fields` leaves out the first ones, as a capture that starts in the middle of a group
+    of pictures (in a container only)."""
     if path.suffix == ".m2v":
         path.write_bytes(b"".join(pictures))
         return path
@@ -178,6 +182,8 @@ def write_field_pictures(path: Path, pictures: list[bytes], rate: Fraction, gop:
         stream = out.add_stream("mpeg2video", rate=rate)
         stream.width, stream.height = width, height
         for index, data in enumerate(pictures):
+            if index < skip_fields:
+                continue
             packet = av.Packet(data)
             packet.stream = stream
             packet.time_base = 1 / (2 * rate)

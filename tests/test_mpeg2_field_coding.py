@@ -152,3 +152,32 @@ def test_the_pipeline_cuts_mpeg2_field_pictures_with_no_decode_gap(mpeg2_field_f
         assert len(manifest) == 2, (name, summary["drops"])  # the shots of 61 and 50 frames
         assert summary["frames_decoded"] == summary["film"]["num_frames"] == FRAMES
         assert summary["unmatched_frames"] == summary["corrupt_packets"] == 0
+
+
+def _decoded(path) -> list[int]:
+    """The timestamps of the frames the decoder gives, passing over packets it rejects."""
+    pts = []
+    with av.open(str(path)) as container:
+        for packet in container.demux(video=0):
+            try:
+                pts += [frame.pts for frame in packet.decode()]
+            except av.error.InvalidDataError:
+                continue
+    return pts
+
+
+def test_a_capture_that_starts_on_a_second_field(mpeg2_field_films):
+    """Started on a lone bottom field, in MPEG-TS: FFmpeg's parser pairs each bottom field with
+    the next frame's top field, and the decoder rejects those packets ("Invalid frame
+    dimensions") until the second group of pictures. The probe passed over them (it rejected
+    the film before: `cannot decode its mpeg2video video`); its timeline is the 90 frames
+    decoded, with a warning. In Matroska a field a packet, the pairing follows the decoder's
+    (shifted, then again in step at the sequence header) but for one frame it never gives."""
+    film = Probe().process(mpeg2_field_films["pal_mid.ts"])
+    assert film.frame_pts == _decoded(mpeg2_field_films["pal_mid.ts"])
+    assert film.num_frames == 90
+    assert any("first 19 frame(s)" in w for w in film.warnings), film.warnings
+    film = Probe().process(mpeg2_field_films["pal_mid.mkv"])
+    decoded = _decoded(mpeg2_field_films["pal_mid.mkv"])
+    assert len(decoded) == 110 and set(decoded) < set(film.frame_pts)
+    assert film.num_frames == 111

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 _HEAD_BYTES = 4096  # of a packet: headers, quantiser matrices and its first picture's extension
 _PICTURE, _EXTENSION = b"\x00\x00\x01\x00", b"\x00\x00\x01\xb5"
+_SEQUENCE_HEADER = b"\x00\x00\x01\xb3"
 _SEQUENCE_EXTENSION, _PICTURE_CODING_EXTENSION = 1, 8
 _FRAME, _INTRA = 3, 1
 
@@ -45,6 +46,8 @@ class Mpeg2FieldPairing:
         self._sequence(head)
         self.idr = False
         picture = head.find(_PICTURE)
+        if 0 <= head.find(_SEQUENCE_HEADER) < picture:
+            self.open_bottom = None  # the decoder pairs no field across a sequence header
         extension = head.find(_EXTENSION, picture + 4) if picture >= 0 else -1
         if extension < 0 or len(head) < extension + 7 or head[extension + 4] >> 4 != 8:
             self.open_bottom = None
