@@ -326,6 +326,22 @@ def test_a_pan_over_parallax_is_a_pan_not_a_zoom(motion, camera):
     assert result.label == PAN_LEFT, result
 
 
+@pytest.mark.parametrize("zoom", [0.02, -0.02])
+@pytest.mark.parametrize("flat", ["top", "left"])
+def test_a_zoom_with_one_flat_half_stays_a_zoom(zoom, flat, motion, camera):
+    """A zoom under a plain sky (the upper half flat grey) or beside a plain wall (the left side
+    flat): that half has nothing to measure, which is not the same as not parting. Step 10 first
+    read the unmeasured half as still and the zoom as a pan's parallax: `static` (found by
+    review, 2026-11-28)."""
+    frames = camera_move(zoom=zoom)
+    if flat == "top":
+        frames[:, :300] = 128
+    else:
+        frames[:, :, :400] = 128
+    result = camera.measure(measured(frames, motion))
+    assert result.label == (ZOOM_IN if zoom > 0 else ZOOM_OUT), result
+
+
 def wobbling_slide(first, second) -> np.ndarray:
     """16 frames of the camera's window sliding by `first` and `second` in turn (px a frame at
     480x720): a diagonal slide whose pairs go alternately nearer one axis and the other."""
