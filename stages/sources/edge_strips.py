@@ -1,0 +1,107 @@
+"""Dark strips at the edges of a standard-definition picture that are not black bars.
+
+A DVD or a broadcast capture stores 720 columns, but the picture it was made from is 702 to 711
+columns wide (704 by the usual rule): the columns outside it are blank, or half blank where
+analog blanking ramps up into the picture, and often of different widths on each side. The first
+or last stored row may be half a line (half black, half picture), and a VHS capture's last rows
+carry the head-switching noise. The border crop (stages/crop.py) keeps all of these: a ramp's
+greys are above its threshold, a half line and noise have picture-bright pixels, and strips under
+`crop.min_bar` pixels are ignored on purpose.
+
+The rule, per side, on the film's sampled frames, inside the box the bar rule found: the `depth`
+lines at the edge (the zone) are judged against the `REFERENCE` lines just inside them (the
+picture). A line of the zone is **not picture** when it is dim (its mean brightness under `DIM`
+of the reference's: a blank or half-blank column, a half line) or unlike its inner neighbour (it
+differs from it, mean absolute difference, by more than `UNLIKE` grey levels past the largest
+such step between two lines of the reference: a ramp's step, noise, the edge of a grey strip;
+a picture with hard edges along the side has large steps of its own). A frame's strip
+runs from the edge to the innermost such line. A frame whose reference is dark (mean grey under
+`LIGHT`: a night scene, a fade) does not vote, so a dark scene's dark edge is never taken for a
+strip. On each side the voting frames are grouped into views of that side: frames whose
+reference (its brightness along the side, in `PROFILE` pieces) is alike within `SAME_VIEW` grey
+levels are one view. A view's strip is the widest that `AGREE` of its frames see, the film's the
+widest that `AGREE` of its views see, and there must be `MIN_VIEWS` of them. A strip stays put
+while the picture beside it changes; picture that is dark or edged at the frame's side (a door
+frame at the edge of a still shot) stays only while the picture beside it does, so a film whose
+picture never changes beside an edge keeps that edge.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+REFERENCE = 16  # lines just inside the zone, whose brightness and texture stand for the picture
+LIGHT = 40.0  # mean grey (0-255) the reference must reach for a frame to vote on that side
+DIM = 0.7  # a line under this share of the reference's brightness is blank or half blank
+UNLIKE = 8.0  # grey levels past the picture's largest line-to-line step: a line so unlike is none
+AGREE = 0.8  # share of the voting frames (of a view) and views (of the film) that see a strip
+MIN_VIEWS = 2  # views that must vote on a side for a strip to be found there
+PROFILE, SAME_VIEW = 16, 10.0  # a side's reference seen as 16 means; alike within 10 levels
+
+Edges = tuple[int, int, int, int]  # top, bottom (exclusive), left, right (exclusive)
+
+
+def strip_widths(
+    luma_frames: Sequence[np.ndarray], edges: Edges, columns: int, rows: int
+) -> tuple[int, int, int, int]:
+    """Widths (stored pixels) of the dark strips inside `edges` on its left, right, top and
+    bottom, at most `columns` (sides) and `rows` (top and bottom); 0 where there is none."""
+    top, bottom, left, right = edges
+    boxes = [f[top:bottom, left:right] for f in luma_frames]
+    sides = (
+        (lambda b: b.T, columns),  # left: the box's columns, the edge first
+        (lambda b: b.T[::-1], columns),  # right
+        (lambda b: b, rows),  # top: its rows
+        (lambda b: b[::-1], rows),  # bottom
+    )
+    left_w, right_w, top_w, bottom_w = (
+        _film_strip([_frame_strip(lines(b), depth) for b in boxes], depth) for lines, depth in sides
+    )
+    return left_w, right_w, top_w, bottom_w
+
+
+def _frame_strip(lines: np.ndarray, depth: int) -> tuple[int, np.ndarray] | None:
+    """One frame's strip on one side, `lines` ordered from the edge inward, and its reference's
+    profile; None when the reference is too dark to tell (or the box too small to hold the
+    zone and the reference)."""
+    if depth <= 0 or lines.shape[0] < depth + REFERENCE + 1:
+        return None
+    near = lines[: depth + REFERENCE].astype(np.float32)
+    means = near.mean(axis=1)
+    reference = float(means[depth:].mean())
+    if reference < LIGHT:
+        return None
+    steps = np.abs(near[1:] - near[:-1]).mean(axis=1)  # steps[j]: line j against line j + 1
+    largest = float(steps[depth:].max())  # the picture's own, a hard edge along the side too
+    dim = means[:depth] < DIM * reference
+    unlike = steps[:depth] > largest + UNLIKE
+    blank = np.flatnonzero(dim | unlike)
+    pieces = np.array_split(near[depth:].mean(axis=0), PROFILE)
+    return (int(blank[-1]) + 1 if blank.size else 0), np.array([p.mean() for p in pieces])
+
+
+def _film_strip(votes: list[tuple[int, np.ndarray] | None], depth: int) -> int:
+    """The widest strip that AGREE of the side's views see (0 with under MIN_VIEWS of them)."""
+    views: list[tuple[np.ndarray, list[int]]] = []  # each view's first profile, its strips
+    for vote in votes:
+        if vote is None:
+            continue
+        strip, profile = vote
+        for first, strips in views:
+            if np.abs(profile - first).mean() <= SAME_VIEW:
+                strips.append(strip)
+                break
+        else:
+            views.append((profile, [strip]))
+    if len(views) < MIN_VIEWS:
+        return 0
+    return min(depth, _agreed([_agreed(strips) for _, strips in views]))
+
+
+def _agreed(widths: list[int]) -> int:
+    """The widest strip that AGREE of the widths reach."""
+    ordered = sorted(widths)
+    return ordered[len(ordered) - math.ceil(AGREE * len(ordered))]
