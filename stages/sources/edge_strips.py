@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,6 +41,7 @@ UNLIKE = 8.0  # grey levels past the picture's largest line-to-line step: a line
 AGREE = 0.8  # share of the voting frames (of a view) and views (of the film) that see a strip
 MIN_VIEWS = 2  # views that must vote on a side for a strip to be found there
 PROFILE, SAME_VIEW = 16, 10.0  # a side's reference seen as 16 means; alike within 10 levels
+FLAT = 2.0  # a line whose grey varies by at most this (standard deviation) along it is flat
 
 Edges = tuple[int, int, int, int]  # top, bottom (exclusive), left, right (exclusive)
 
@@ -63,10 +65,18 @@ def strip_widths(
     return left_w, right_w, top_w, bottom_w
 
 
-def _frame_strip(lines: np.ndarray, depth: int) -> tuple[int, np.ndarray] | None:
-    """One frame's strip on one side, `lines` ordered from the edge inward, and its reference's
-    profile; None when the reference is too dark to tell (or the box too small to hold the
-    zone and the reference)."""
+class _Vote(NamedTuple):
+    """One frame's look at one side: its strip, the part of it that is flat lines from the
+    edge on, and the profile of its reference (which view of the side it is)."""
+
+    strip: int
+    flat: int
+    profile: np.ndarray
+
+
+def _frame_strip(lines: np.ndarray, depth: int) -> _Vote | None:
+    """One frame's vote on one side, `lines` ordered from the edge inward; None when the
+    reference is too dark to tell (or the box too small to hold the zone and the reference)."""
     if depth <= 0 or lines.shape[0] < depth + REFERENCE + 1:
         return None
     near = lines[: depth + REFERENCE].astype(np.float32)
@@ -78,27 +88,33 @@ def _frame_strip(lines: np.ndarray, depth: int) -> tuple[int, np.ndarray] | None
     largest = float(steps[depth:].max())  # the picture's own, a hard edge along the side too
     dim = means[:depth] < DIM * reference
     unlike = steps[:depth] > largest + UNLIKE
-    blank = np.flatnonzero(dim | unlike)
+    blank = dim | unlike
+    flat = blank & (near[:depth].std(axis=1) <= FLAT)
+    marked = np.flatnonzero(blank)
     pieces = np.array_split(near[depth:].mean(axis=0), PROFILE)
-    return (int(blank[-1]) + 1 if blank.size else 0), np.array([p.mean() for p in pieces])
+    return _Vote(
+        int(marked[-1]) + 1 if marked.size else 0,
+        int(np.argmin(flat)) if not flat.all() else depth,
+        np.array([p.mean() for p in pieces]),
+    )
 
 
-def _film_strip(votes: list[tuple[int, np.ndarray] | None], depth: int) -> int:
-    """The widest strip that AGREE of the side's views see (0 with under MIN_VIEWS of them)."""
+def _film_strip(votes: list[_Vote | None], depth: int) -> int:
+    """The widest strip that AGREE of the side's views see (none with under MIN_VIEWS of them),
+    or where wider, the flat strip that AGREE of all the voting frames see."""
+    cast = [vote for vote in votes if vote is not None]
+    if not cast:
+        return 0
     views: list[tuple[np.ndarray, list[int]]] = []  # each view's first profile, its strips
-    for vote in votes:
-        if vote is None:
-            continue
-        strip, profile = vote
+    for vote in cast:
         for first, strips in views:
-            if np.abs(profile - first).mean() <= SAME_VIEW:
-                strips.append(strip)
+            if np.abs(vote.profile - first).mean() <= SAME_VIEW:
+                strips.append(vote.strip)
                 break
         else:
-            views.append((profile, [strip]))
-    if len(views) < MIN_VIEWS:
-        return 0
-    return min(depth, _agreed([_agreed(strips) for _, strips in views]))
+            views.append((vote.profile, [vote.strip]))
+    seen = _agreed([_agreed(strips) for _, strips in views]) if len(views) >= MIN_VIEWS else 0
+    return min(depth, max(seen, _agreed([vote.flat for vote in cast])))
 
 
 def _agreed(widths: list[int]) -> int:
