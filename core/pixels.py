@@ -33,9 +33,11 @@ def shown_size(width: int, height: int, aspect: float) -> tuple[int, int]:
 
 def shape_words(width: int, height: int, sar: str | None, rotation: int | None = 0) -> str:
     """`anamorphic 720x480 SAR 32:27, shown as 853x480` for pixels that are not square, else
-    empty: the console line's, summary.json's and the report's words."""
+    empty: the console line's, summary.json's and the report's words. Editors and phone apps
+    write SARs such as 2664:2665 that show the picture at its stored size: to the pixel those
+    are square, and naming them anamorphic would send a user looking for a squeeze there is not."""
     aspect = pixel_aspect(sar, rotation)
-    if aspect == 1:
-        return ""
     shown_w, shown_h = shown_size(width, height, aspect)
+    if (shown_w, shown_h) == (width, height):
+        return ""
     return f"anamorphic {width}x{height} SAR {sar}, shown as {shown_w}x{shown_h}"

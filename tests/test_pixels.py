@@ -97,6 +97,9 @@ def test_the_probe_reads_the_sar_and_names_the_shape(copies):
     square = Probe().process(copies["ntsc_16x9"][1])
     assert (square.sar, square.pixel_aspect) == ("1:1", 1.0)
     assert shape_words(square.width, square.height, square.sar) == ""
+    # A SAR a phone editor wrote (seen on a real 700x1036 edit) that shows no other width.
+    assert shape_words(700, 1036, "2664:2665") == ""
+    assert shape_words(700, 1036, "2664:2625").startswith("anamorphic 700x1036")
 
 
 @pytest.mark.parametrize("name", SHAPES)

@@ -99,6 +99,13 @@ class OverlayConfig(Settings):
     logo_steady_grey: float = 12.0
     """The median, over a mark's edge pixels, of the spread (highest less lowest) of the views'
     mean grey levels there, at most this for an opaque mark."""
+    logo_chance: float = 1e-4
+    """...and with `logo_min_shots` views or more, a mark whose grey levels change (not opaque)
+    keeps its edges in more views than chance would give a picture as busy as its surroundings:
+    the binomial chance of as many views at the ring's share of edges is at most this. Short
+    busy pieces (5-7 views, two moving shots split into several views) otherwise found
+    chance blobs: 4 of 6 views at a ring share of 0.15 is a chance of 0.006 (real copies,
+    docs/quality.md); the real marks measured 8e-16 to 1e-5."""
     logo_margin: float = 0.35
     """A logo lies in a corner: wholly within this share of the picture's width of its left or
     right edge and of its height of its top or bottom edge (channel marks and watermarks sit in
@@ -154,6 +161,8 @@ class OverlayConfig(Settings):
             raise ConfigError("overlays.min_text_pixels and detector_pixels must be at least 1")
         if not self.clip_frames or any(p < 0 for p in self.clip_frames):
             raise ConfigError(f"overlays.clip_frames={self.clip_frames}: give frame positions")
+        if not 0 < self.logo_chance <= 1:
+            raise ConfigError(f"overlays.logo_chance={self.logo_chance}: give more than 0, up to 1")
         for name in ("bottom_zone", "top_zone", "edge_top", "edge_bottom"):
             if not 0 <= getattr(self, name) <= 0.5:
                 raise ConfigError(f"overlays.{name}={getattr(self, name)}: give 0 to 0.5")
