@@ -22,8 +22,14 @@ reference (its brightness along the side, in `PROFILE` pieces) is alike within `
 levels are one view. A view's strip is the widest that `AGREE` of its frames see, the film's the
 widest that `AGREE` of its views see, and there must be `MIN_VIEWS` of them. A strip stays put
 while the picture beside it changes; picture that is dark or edged at the frame's side (a door
-frame at the edge of a still shot) stays only while the picture beside it does, so a film whose
-picture never changes beside an edge keeps that edge.
+frame at the edge of a still shot) stays only while the picture beside it does.
+
+A film whose picture never changes beside an edge (one still shot) has one view of it. It still
+loses the part of a strip, from the edge on, whose blank lines show what picture beside a bright
+reference does not: lines of one grey (standard deviation along the line at most `FLAT`: black
+or a ramp's grey), a half line (`HALF` more of its length black, grey at most `BLACK`, than any
+line of the reference), or noise (a line that changes from the sampled frame before by
+`UNLIKE` grey levels more than any line of the reference does) in `AGREE` of its voting frames.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ AGREE = 0.8  # share of the voting frames (of a view) and views (of the film) th
 MIN_VIEWS = 2  # views that must vote on a side for a strip to be found there
 PROFILE, SAME_VIEW = 16, 10.0  # a side's reference seen as 16 means; alike within 10 levels
 FLAT = 2.0  # a line whose grey varies by at most this (standard deviation) along it is flat
+BLACK, HALF = 16, 0.25  # a half line: a quarter more of it at most this grey (full range)
 
 Edges = tuple[int, int, int, int]  # top, bottom (exclusive), left, right (exclusive)
 
@@ -60,23 +67,31 @@ def strip_widths(
         (lambda b: b[::-1], rows),  # bottom
     )
     left_w, right_w, top_w, bottom_w = (
-        _film_strip([_frame_strip(lines(b), depth) for b in boxes], depth) for lines, depth in sides
+        _film_strip(_side_votes([lines(b) for b in boxes], depth), depth) for lines, depth in sides
     )
     return left_w, right_w, top_w, bottom_w
 
 
+def _side_votes(frames_lines: list[np.ndarray], depth: int) -> list[_Vote | None]:
+    """Each frame's vote on one side (its lines ordered from the edge inward), the frame before
+    it in the sample at hand to tell noise."""
+    before = [None, *frames_lines[:-1]]
+    return [_frame_strip(lines, depth, prior) for lines, prior in zip(frames_lines, before)]
+
+
 class _Vote(NamedTuple):
-    """One frame's look at one side: its strip, the part of it that is flat lines from the
-    edge on, and the profile of its reference (which view of the side it is)."""
+    """One frame's look at one side: its strip, the part of it from the edge on that one view
+    can tell (`sure`), and the profile of its reference (which view of the side it is)."""
 
     strip: int
-    flat: int
+    sure: int
     profile: np.ndarray
 
 
-def _frame_strip(lines: np.ndarray, depth: int) -> _Vote | None:
-    """One frame's vote on one side, `lines` ordered from the edge inward; None when the
-    reference is too dark to tell (or the box too small to hold the zone and the reference)."""
+def _frame_strip(lines: np.ndarray, depth: int, before: np.ndarray | None) -> _Vote | None:
+    """One frame's vote on one side, `lines` ordered from the edge inward (`before`: the sampled
+    frame before's); None when the reference is too dark to tell (or the box too small to hold
+    the zone and the reference)."""
     if depth <= 0 or lines.shape[0] < depth + REFERENCE + 1:
         return None
     near = lines[: depth + REFERENCE].astype(np.float32)
@@ -86,22 +101,39 @@ def _frame_strip(lines: np.ndarray, depth: int) -> _Vote | None:
         return None
     steps = np.abs(near[1:] - near[:-1]).mean(axis=1)  # steps[j]: line j against line j + 1
     largest = float(steps[depth:].max())  # the picture's own, a hard edge along the side too
-    dim = means[:depth] < DIM * reference
-    unlike = steps[:depth] > largest + UNLIKE
-    blank = dim | unlike
-    flat = blank & (near[:depth].std(axis=1) <= FLAT)
+    blank = (means[:depth] < DIM * reference) | (steps[:depth] > largest + UNLIKE)
+    sure = blank & (_flat(near, depth) | _half(near, depth) | _restless(near, before, depth))
     marked = np.flatnonzero(blank)
     pieces = np.array_split(near[depth:].mean(axis=0), PROFILE)
     return _Vote(
         int(marked[-1]) + 1 if marked.size else 0,
-        int(np.argmin(flat)) if not flat.all() else depth,
+        int(np.argmin(sure)) if not sure.all() else depth,
         np.array([p.mean() for p in pieces]),
     )
 
 
+def _flat(near: np.ndarray, depth: int) -> np.ndarray:
+    """The zone's lines of one grey."""
+    return near[:depth].std(axis=1) <= FLAT
+
+
+def _half(near: np.ndarray, depth: int) -> np.ndarray:
+    """The zone's lines with HALF more of their length black than any line of the reference."""
+    black = (near <= BLACK).mean(axis=1)
+    return black[:depth] >= black[depth:].max() + HALF
+
+
+def _restless(near: np.ndarray, before: np.ndarray | None, depth: int) -> np.ndarray:
+    """The zone's lines that changed since the frame before more than the reference did."""
+    if before is None or before.shape[0] < near.shape[0]:
+        return np.zeros(depth, bool)
+    change = np.abs(near - before[: near.shape[0]].astype(np.float32)).mean(axis=1)
+    return change[:depth] > change[depth:].max() + UNLIKE
+
+
 def _film_strip(votes: list[_Vote | None], depth: int) -> int:
     """The widest strip that AGREE of the side's views see (none with under MIN_VIEWS of them),
-    or where wider, the flat strip that AGREE of all the voting frames see."""
+    or where wider, the sure strip that AGREE of all the voting frames see."""
     cast = [vote for vote in votes if vote is not None]
     if not cast:
         return 0
@@ -114,7 +146,7 @@ def _film_strip(votes: list[_Vote | None], depth: int) -> int:
         else:
             views.append((vote.profile, [vote.strip]))
     seen = _agreed([_agreed(strips) for _, strips in views]) if len(views) >= MIN_VIEWS else 0
-    return min(depth, max(seen, _agreed([vote.flat for vote in cast])))
+    return min(depth, max(seen, _agreed([vote.sure for vote in cast])))
 
 
 def _agreed(widths: list[int]) -> int:
