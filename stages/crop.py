@@ -7,6 +7,10 @@ the film's box is the union over frames. A dark scene, a fade or a title card on
 frame's box and cannot shrink the union; to resist a single glitched frame, the union edge is the
 `agree`-th most extreme value rather than the extreme itself. Frames with no picture at all (black)
 are ignored.
+
+Inside those bars, a standard-definition picture may still have dark strips that are no bars: a
+DVD's blank or half-blank columns around its 704-pixel active width, a half line, a capture's
+noisy rows (stages/sources/edge_strips.py). They are cropped too, before the box is made even.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.settings import Settings
+from core.settings import ConfigError, Settings
 from stages.probe import FilmError, FilmInfo
 from stages.sources.edge_strips import Edges, strip_widths
 from stages.sources.film_samples import sample_luma_frames
@@ -46,6 +50,11 @@ class CropConfig(Settings):
     """An edge strip is at most this many stored columns wide on each side."""
     edge_rows: int = 8
     """An edge strip is at most this many stored rows tall at the top and at the bottom."""
+
+    def validate(self) -> None:
+        for name in ("edge_max_height", "edge_columns", "edge_rows"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"crop.{name} must be 0 or more, not {getattr(self, name)}")
 
 
 @dataclass(frozen=True)

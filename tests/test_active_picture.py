@@ -222,3 +222,26 @@ def test_the_rule_on_frames_made_here():
     night = _painted(shots, Strips(), gain=0.2)
     assert BorderCrop().detect(night, 720, 480).source == "full"
     assert BorderCrop().detect(_painted(shots, Strips()), 720, 480).source == "full"
+
+
+def test_the_record_names_the_strips_only_where_there_are_some():
+    """summary.json's crop keeps its keys for a film without strips (byte-identical summaries'
+    crop section); with strips it gains `strips`, and the console and report words name them.
+    A negative zone is refused when the settings are read."""
+    from core.film import CropRecord
+    from pipeline.data.config import load_config
+    from pipeline.inspection.report_data import crop_text
+
+    clean = CropRecord.of(0, 0, 720, 480, "full", (0, 0, 0, 0))
+    assert clean.to_dict() == {"x": 0, "y": 0, "w": 720, "h": 480, "source": "full"}
+    assert clean.line() == ""
+    found = CropRecord.of(6, 2, 704, 476, "detected", (2, 4, 1, 2))
+    assert found.to_dict()["strips"] == [2, 4, 1, 2]
+    assert CropRecord.from_dict(found.to_dict()).strips == [2, 4, 1, 2]
+    assert found.line() == "dark edges cropped: left 2, right 4, top 1, bottom 2 px"
+    assert (
+        crop_text(found)
+        == "6, 2, 704, 476 (detected; dark edges cropped: left 2, right 4, top 1, bottom 2 px)"
+    )
+    with pytest.raises(ValueError, match="crop.edge_rows must be 0 or more"):
+        load_config(None, ["crop.edge_rows=-1"])
