@@ -195,22 +195,19 @@ def _copied(frames) -> ClipFrames:
 
 
 def cut_clips(film: Path, overrides: list[str]) -> tuple[list[Clip], FilmContext]:
-    """The film's clips as cut (frames in memory, nothing measured), and its FilmContext."""
+    """The film's clips as cut (frames in memory, nothing measured), and its FilmContext: its
+    prepare step, then each segment with `_Keep` as its one clip stage."""
     from pipeline.data.ip import load_ip
-    from pipeline.executors import make_executor
-    from pipeline.running import segments
-    from pipeline.running.runner import run_films
+    from pipeline.running.film_tasks import FilmPlan, PrepareJob, prepare_film, segment_job
+    from pipeline.running.segments import run_segment
 
-    keep, build = _Keep(), segments.build_clip_stages
-    segments.build_clip_stages = lambda config: [keep]
-    try:
-        with tempfile.TemporaryDirectory() as out:
-            config = load_config(None, ["run.progress=false", *overrides])
-            executor = make_executor("local", None, progress=False)
-            executor.start()
-            run_films([film], out, config, load_ip(None), executor)
-    finally:
-        segments.build_clip_stages = build
+    keep = _Keep()
+    with tempfile.TemporaryDirectory() as out:
+        config, ip = load_config(None, overrides), load_ip(None)
+        plan = prepare_film(PrepareJob(film, out, config, ip))
+        assert isinstance(plan, FilmPlan)  # a fresh folder holds no finished film
+        for segment in plan.segments:
+            run_segment(segment_job(plan, config, ip, segment), stages=[keep])
     return keep.clips, keep.film
 
 

@@ -66,9 +66,9 @@ def timed_parts() -> PartClock:
     from core.video import HeldFrames
     from pipeline.running import film_tasks, folder_passes
     from stages.burned_in.overlays import FilmOverlays
+    from stages.burned_in.text_detector import TextDetector
     from stages.crop import BorderCrop
     from stages.probe import Probe
-    from stages.quality import TextDetector
     from stages.sources import field_pass, film_samples
 
     parts = [

@@ -19,7 +19,8 @@ import cv2
 import numpy as np
 
 from bench.run import SAMPLE
-from stages.quality import RejectConfig, TextDetector
+from stages.burned_in.text_detector import TextDetector
+from stages.quality import RejectConfig
 
 SHOTS_WITHOUT_TEXT = [*range(83, 200, 8), *range(571, 960, 8)]
 SUBTITLE_PIXELS = (12, 14, 16, 20)

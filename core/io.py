@@ -27,6 +27,25 @@ def write_table_atomic(table: pa.Table, path: str | Path, compression: str = "zs
     return path
 
 
+def write_table_with_state(table: pa.Table, path: str | Path, key: str, state: dict) -> Path:
+    """`table` with `state` as JSON in its schema metadata under `key`: a folder index's file
+    (the quality pass's, the semantic one's), read back with `read_table_with_state`."""
+    metadata = {key.encode(): json.dumps(state, sort_keys=True).encode()}
+    return write_table_atomic(table.replace_schema_metadata(metadata), path)
+
+
+def read_table_with_state(path: Path, key: str) -> tuple[pa.Table, dict] | None:
+    """A table written by `write_table_with_state` and its state; None when it is missing or
+    cannot be read, or holds no state under `key` (an index is then built anew)."""
+    if not path.is_file():
+        return None
+    try:
+        table = pq.read_table(path)
+        return table, json.loads((table.schema.metadata or {})[key.encode()])
+    except (OSError, ValueError, KeyError, pa.ArrowException):
+        return None
+
+
 def write_json_atomic(data: Any, path: str | Path) -> Path:
     return write_text_atomic(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", path)
 

@@ -97,7 +97,7 @@ class Clip:
     prompt_version: str | None = None
     caption_status: str | None = CAPTION_PENDING  # a clip is born uncaptioned
     caption_raw: str | None = None
-    # quality (stages/quality.py; docs/quality.md)
+    # quality (stages/quality/; docs/quality.md)
     usable: bool = True
     reject_reasons: list[str] = field(default_factory=list)
     duplicate_of: str | None = None  # clip_id of the copy that is kept

@@ -1,4 +1,4 @@
-"""How far the pHash duplicate search (stages/quality.py perceptual_hash, frames 0, 5, 10 and 15
+"""How far the pHash duplicate search (stages/quality/measures.py perceptual_hash, frames 0, 5, 10 and 15
 of a clip, a match at a mean of 12 bits or less) sees a copy of a scene that was re-cropped or
 re-timed, as a recap or a TV edit makes it: what a semantic search over CLIP embeddings is for
 (docs/scores.md, "Semantic duplicates").

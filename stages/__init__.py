@@ -1,9 +1,9 @@
 """Pipeline stages, none of them aware of Ray: the contracts and the clip stage registry are in
-stages/base.py. Beside them the stages that cut a film (probe, crop, clips, motion, quality,
-encode, transitions), and rooms: `scenes/` (cuts, black runs, blends), `sources/` (field structure
+stages/base.py. Beside them the stages that cut a film (probe, crop, clips, motion, encode,
+transitions), and rooms: `scenes/` (cuts, black runs, blends), `sources/` (field structure
 and restoration, field-coded streams, the shared film samples), `burned_in/` (subtitles, logos,
-edge text, player bars), `scoring/` (the scores users filter by), `captioning/`,
-`motion_levels/`."""
+edge text, player bars, the text detector), `quality/` (the quality stage and the reject
+decision), `scoring/` (the scores users filter by), `captioning/`, `motion_levels/`."""
 
 from core.moved import keep_old_paths
 

@@ -253,15 +253,15 @@ def test_a_picture_mostly_too_flat_to_follow_is_static(motion, camera):
     assert result.pairs <= 4 and result.label == STATIC, result
 
 
-def behind_sparks(frames: np.ndarray, seed: int) -> np.ndarray:
-    """The frames softened (a Gaussian blur of 4 px: haze, a glow) with 60 white sparks of 6-30
-    px drawn anew at random in each frame: the flow of such a picture scatters, and no motion
-    explains its points within the 1.5 px it must match."""
+def behind_sparks(frames: np.ndarray, seed: int, count: int = 60) -> np.ndarray:
+    """The frames softened (a Gaussian blur of 4 px: haze, a glow) with `count` white sparks of
+    6-30 px drawn anew at random in each frame: the flow of such a picture scatters, and no
+    motion explains its points within the 1.5 px it must match."""
     rng = np.random.default_rng(seed)
     out = []
     for frame in frames:
         soft = cv2.GaussianBlur(frame, (0, 0), 4.0)
-        for _ in range(60):
+        for _ in range(count):
             y, x, radius = rng.integers(0, 480), rng.integers(0, 720), rng.integers(6, 30)
             cv2.circle(soft, (int(x), int(y)), int(radius), (255, 255, 255), -1)
         out.append(soft)
@@ -284,6 +284,74 @@ def test_sparks_over_a_still_camera_or_a_running_character_stay_static(seed, mot
     for settings in (dict(), dict(runner=(15.0, 0.0))):
         frames = behind_sparks(camera_move(**settings), seed)
         assert camera.measure(measured(frames, motion)).label == STATIC, (seed, settings)
+
+
+@pytest.mark.parametrize(("zoom", "seed", "label"), [(0.02, 5, ZOOM_IN), (-0.025, 3, ZOOM_OUT)])
+def test_a_zoom_behind_glowing_sparks_is_read_from_how_the_picture_parts(
+    zoom, seed, label, motion, camera
+):
+    """A zoom of 2-2.5 % a frame behind 40 sparks a frame: no motion explains a third of the
+    points (main's rule: static, as a clip of effects, and its drifts point nowhere), but the
+    picture's halves still part both ways alike, pair after pair: a zoom."""
+    frames = behind_sparks(camera_move(zoom=zoom), seed, count=40)
+    result = camera.measure(measured(frames, motion))
+    assert result.fit < CameraConfig().min_fit, result
+    assert result.label == label, result
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fewer_sparks_over_a_still_camera_stay_static(seed, motion, camera):
+    """The 40 sparks over a still camera: their halves part this way and that, no zoom."""
+    frames = behind_sparks(camera_move(), seed, count=40)
+    assert camera.measure(measured(frames, motion)).label == STATIC, seed
+
+
+def stretched_pan(slide: float, stretch: float) -> np.ndarray:
+    """A pan whose picture also stretches across, (1 + stretch) a frame about the centre, and
+    not up and down: the flow of a pan over parallax, where the nearer side slides faster."""
+    out = []
+    for k, frame in enumerate(camera_move(slide=(slide, 0.0))):
+        scale = (1 + stretch) ** k
+        matrix = np.array([[scale, 0, 360 * (1 - scale)], [0, 1, 0]], np.float32)
+        out.append(cv2.warpAffine(frame, matrix, SIZE[::-1]))
+    return np.stack(out)
+
+
+def test_a_pan_over_parallax_is_a_pan_not_a_zoom(motion, camera):
+    """A pan of 6 px a frame stretched across by 2 % a frame: a similarity fits it as a pan and a
+    zoom at once (main's rule: complex), but the picture parts left from right only, not top
+    from bottom as a zoom would: the pan it is."""
+    result = camera.measure(measured(stretched_pan(6.0, 0.02), motion))
+    assert abs(result.zoom) > CameraConfig().static_zoom, result  # the similarity's zoom
+    assert result.label == PAN_LEFT, result
+
+
+def wobbling_slide(first, second) -> np.ndarray:
+    """16 frames of the camera's window sliding by `first` and `second` in turn (px a frame at
+    480x720): a diagonal slide whose pairs go alternately nearer one axis and the other."""
+    scene, out, at = background(), [], np.zeros(2)
+    for k in range(16):
+        out.append(window(scene, at, 0.0, 1.0).round().astype(np.uint8))
+        at = at + (first if k % 2 == 0 else second)
+    return np.stack(out)
+
+
+def test_a_diagonal_is_named_by_its_dominant_axis(motion, camera):
+    """A slide of (8, 3) and (5, 5.5) px in turn goes 1.5 times as far across as down, but half
+    its pairs are nearer the vertical: main's rule counted them against the pan (complex); they
+    go the clip's way, within 45 degrees, and the clip is the pan its larger axis names."""
+    across = camera.measure(measured(wobbling_slide((8.0, 3.0), (5.0, 5.5)), motion))
+    assert across.label == PAN_LEFT, across
+    down = camera.measure(measured(wobbling_slide((-3.0, -8.0), (-5.5, -5.0)), motion))
+    assert down.label == TILT_DOWN, down
+
+
+@pytest.mark.parametrize("slide", [(5.0, 5.0), (-5.0, 4.6)])
+def test_a_diagonal_with_no_dominant_axis_is_complex(slide, motion, camera):
+    """A slide that goes as far across as down (within `diagonal_ratio`, 1.2) is neither a pan
+    nor a tilt (main's rule named whichever axis was a hair larger)."""
+    result = camera.measure(measured(camera_move(slide=slide), motion))
+    assert result.label == COMPLEX, result
 
 
 def test_a_slow_drift_over_a_few_pairs_is_no_pan(motion, camera):

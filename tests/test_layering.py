@@ -235,7 +235,7 @@ IMPORT_NAMES = {
 USED_WITHOUT_IMPORT = {
     "sentencepiece": "transformers reads the CogVideoX T5 tokenizer's spiece.model with it",
     "accelerate": "diffusers and transformers load real checkpoints with low memory through it",
-    "rapidocr-onnxruntime": "found with importlib (stages/quality.py): its ONNX text detector",
+    "rapidocr-onnxruntime": "found with importlib (stages/burned_in/text_detector.py): its ONNX text detector",
     "pytest-timeout": "the `timeout` setting of [tool.pytest.ini_options]",
     "pytest-xdist": "the `-n` option scripts/test.sh gives pytest (make test, make test-fast)",
     "ipykernel": "the kernel tests/test_notebook.py runs the notebook in",

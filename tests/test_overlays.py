@@ -22,9 +22,10 @@ from stages.base import FilmContext
 from stages.burned_in.logos import persistent_edges, views
 from stages.burned_in.overlays import FilmOverlays, OverlayConfig, OverlayStage
 from stages.burned_in.overlays_text import text_lines
+from stages.burned_in.text_detector import TextDetector
 from stages.crop import CropBox
 from stages.probe import Probe
-from stages.quality import RejectConfig, TextDetector, own_reasons
+from stages.quality import RejectConfig, own_reasons
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "sintel_trailer.mp4"
 SHOTS_WITHOUT_TEXT = [*range(83, 200, 8), *range(571, 960, 8)]  # 64 frames, no text in them

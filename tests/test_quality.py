@@ -495,7 +495,8 @@ def test_a_films_table_is_judged_exactly_as_clip_by_clip(random_rows, thresholds
 
 
 def test_a_missing_text_model_is_a_clear_error(tmp_path):
-    from stages.quality import QualityConfig, QualityError
+    from stages.burned_in.text_detector import TextModelError
+    from stages.quality import QualityConfig
 
-    with pytest.raises(QualityError, match="quality.text_model=.*no such file"):
+    with pytest.raises(TextModelError, match="quality.text_model=.*no such file"):
         QualityStage(QualityConfig(text_model=str(tmp_path / "det.onnx")))

@@ -38,14 +38,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from core.film import FilmFolder, FolderError
-from core.io import write_table_atomic
+from core.io import read_table_with_state, write_table_with_state
 from pipeline.passes.bitscan import range_pairs
 from stages.quality import RejectConfig
 
 INDEX_FILE = "quality_index.parquet"
+INDEX_STATE_KEY = "animegamer.quality_index"  # its state in the file's schema metadata
 # 2: only fit clips are searched (`searched`); 3: the radius is the one every pair is complete to
 # (a version 2 index may hold clips searched to less than its radius)
 INDEX_VERSION = "3"
@@ -131,15 +131,11 @@ class QualityIndex:
     def load(cls, root: Path, thresholds: RejectConfig) -> QualityIndex:
         """The index of `root`; an empty one when missing, unreadable, of another version, or
         searched with a smaller distance than `thresholds` needs (its pairs would miss some)."""
-        path = Path(root) / INDEX_FILE
         empty = cls(INDEX_SCHEMA.empty_table(), {})
-        if not path.is_file():
+        stored = read_table_with_state(Path(root) / INDEX_FILE, INDEX_STATE_KEY)
+        if stored is None:
             return empty
-        try:
-            table = pq.read_table(path)
-            state = json.loads((table.schema.metadata or {})[b"animegamer.quality_index"])
-        except (OSError, ValueError, KeyError, pa.ArrowException):
-            return empty
+        table, state = stored
         usable = state.get("version") == INDEX_VERSION and table.schema.equals(INDEX_SCHEMA)
         if not usable or state.get("radius", -1.0) < thresholds.duplicate_max_distance:
             return empty
@@ -193,8 +189,7 @@ class QualityIndex:
         searched = clips.schema.get_field_index("searched")
         clips = clips.set_column(searched, "searched", clips.column("fit"))  # what was searched
         table = _with_pairs(clips, pairs).cast(INDEX_SCHEMA)
-        metadata = {b"animegamer.quality_index": json.dumps(state, sort_keys=True).encode()}
-        return write_table_atomic(table.replace_schema_metadata(metadata), Path(root) / INDEX_FILE)
+        return write_table_with_state(table, Path(root) / INDEX_FILE, INDEX_STATE_KEY, state)
 
 
 def stored_pairs(indexed: pa.Table, clips: pa.Table) -> Pairs:

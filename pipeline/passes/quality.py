@@ -46,6 +46,7 @@ from pipeline.passes.duplicates import (
     CLIP_COLUMNS,
     INDEX_SCHEMA,
     PairIds,
+    Pairs,
     QualityIndex,
     choose_kept,
     film_stamp,
@@ -140,25 +141,14 @@ def apply_quality(location: Path, thresholds: RejectConfig, progress: bool = Fal
         [index.clips_of(sorted(set(stamps) - {key[f] for f in read}))]
         + [_index_part(film, key[film], thresholds) for film in read]
     )
-    # Only clips fit on their own take part, so only they are searched. The index holds every
-    # pair among the clips it marks searched (fit when it was written): those still fit, of
-    # unchanged films, are old; every other fit clip is searched against all fit clips.
     fit = clips.column("fit").to_numpy(zero_copy_only=False)
-    old = fit & ~_not_in(clips, reused) & index.searched(clips)
-    pairs = stored_pairs(index.rows_of(reused), clips).among(old)
-    radius = index.search_distance(thresholds, reusing=bool(old.any()))
-    pairs = pairs + near_pairs(clips, ~old, thresholds, taking_part=fit, distance=radius)
+    pairs, radius = _near_pairs(index, clips, fit, reused, thresholds)
     duplicate_of = choose_kept(clips, fit, pairs, thresholds)
     similar = _similar_copies(
         root, films, key, stamps, clips, fit, duplicate_of, thresholds, progress
     )
     duplicate_of = [d or s for d, s in zip(duplicate_of, similar)]
-    before = clips.column("duplicate_of").to_pylist()
-    changed = {
-        folder
-        for folder, was, now in zip(clips.column("folder").to_pylist(), before, duplicate_of)
-        if was != now
-    }
+    changed = _changed_folders(clips, duplicate_of)
     to_decide = [f for f in films if f in read or key[f] in changed]
     ids = clips.column("clip_id").to_pylist()
     found = {
@@ -178,6 +168,35 @@ def apply_quality(location: Path, thresholds: RejectConfig, progress: bool = Fal
         usable=int(pc.sum(final.column("usable")).as_py() or 0),
         read_films=len(set(read) | set(to_decide)),
     )
+
+
+def _near_pairs(
+    index: QualityIndex,
+    clips: pa.Table,
+    fit: np.ndarray,
+    reused: list[str],
+    thresholds: RejectConfig,
+) -> tuple[Pairs, float]:
+    """The near-duplicate pairs among `clips` and the distance they are complete to.
+
+    Only clips fit on their own take part, so only they are searched. The index holds every
+    pair among the clips it marks searched (fit when it was written): those still fit, of
+    unchanged films (`reused`), are old; every other fit clip is searched against all fit
+    clips."""
+    old = fit & ~_not_in(clips, reused) & index.searched(clips)
+    pairs = stored_pairs(index.rows_of(reused), clips).among(old)
+    radius = index.search_distance(thresholds, reusing=bool(old.any()))
+    return pairs + near_pairs(clips, ~old, thresholds, taking_part=fit, distance=radius), radius
+
+
+def _changed_folders(clips: pa.Table, duplicate_of: list) -> set[str]:
+    """The film folders (index keys) with a clip whose duplicate_of is not what it was."""
+    before = clips.column("duplicate_of").to_pylist()
+    return {
+        folder
+        for folder, was, now in zip(clips.column("folder").to_pylist(), before, duplicate_of)
+        if was != now
+    }
 
 
 def _similar_copies(root, films, key, stamps, clips, fit, taken, thresholds, progress) -> list:

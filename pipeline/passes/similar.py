@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from core.film import SHARDS_DIR
-from core.io import publish, write_json_atomic, write_table_atomic
+from core.io import publish, read_table_with_state, write_json_atomic, write_table_with_state
 from core.shards import shard_paths
 from pipeline.passes.duplicates import category_codes, kept_copies
 
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 INDEX_DIR = "similar_index"
 PAIRS_FILE = "pairs.parquet"
+INDEX_STATE_KEY = "animegamer.similar_index"  # its state in the pairs file's schema metadata
 INDEX_VERSION = "1"
 BLOCK_SUFFIXES = (".npy", ".ids.json")
 EMBEDDING = "clip_embedding"  # stages/scoring/clip_scores.py's column
@@ -370,14 +371,10 @@ class SimilarIndex:
     def load(cls, root: Path, min_cosine: float) -> SimilarIndex:
         folder = root / INDEX_DIR
         empty = cls(folder, {}, PAIRS_SCHEMA.empty_table())
-        path = folder / PAIRS_FILE
-        if not path.is_file():
+        stored = read_table_with_state(folder / PAIRS_FILE, INDEX_STATE_KEY)
+        if stored is None:
             return empty
-        try:
-            pairs = pq.read_table(path)
-            state = json.loads((pairs.schema.metadata or {})[b"animegamer.similar_index"])
-        except (OSError, ValueError, KeyError, pa.ArrowException):
-            return empty
+        pairs, state = stored
         if state.get("version") != INDEX_VERSION or not pairs.schema.equals(PAIRS_SCHEMA):
             return empty
         if state.get("radius", 1.0) > min_cosine:  # its pairs would miss some
@@ -408,8 +405,7 @@ class SimilarIndex:
             "stamps": {k: stamps[k] for k in files if stamps.get(k)},
             "files": files,
         }
-        metadata = {b"animegamer.similar_index": json.dumps(state, sort_keys=True).encode()}
-        write_table_atomic(pairs.replace_schema_metadata(metadata), self.folder / PAIRS_FILE)
+        write_table_with_state(pairs, self.folder / PAIRS_FILE, INDEX_STATE_KEY, state)
         for stale in set(self.files.values()) - set(files.values()):
             for suffix in BLOCK_SUFFIXES:
                 (self.folder / f"{stale}{suffix}").unlink(missing_ok=True)

@@ -119,9 +119,12 @@ def run_segment(
     job: SegmentJob,
     report: Callable[[int], None] = lambda n: None,
     held: HeldFrames | None = None,
+    stages: list[ClipStage] | None = None,
 ) -> SegmentStats:
     """Process one segment and return its stats (what its DONE.json marker holds). `held`: the
-    film's frames, decoded already for a film of one segment (core/video.py `HeldFrames`)."""
+    film's frames, decoded already for a film of one segment (core/video.py `HeldFrames`);
+    `stages`: the clip stages to run, None for those the job's configuration builds (a bench
+    runs its own: bench/decode_costs.py keeps the clips as cut)."""
     fingerprint = job.config.fingerprint()
     done = completed(job, fingerprint)
     if done is not None:
@@ -129,7 +132,7 @@ def run_segment(
         return done.updated(skipped=True)
     shutil.rmtree(job.directory, ignore_errors=True)  # leftovers of an interrupted attempt
     job.directory.mkdir(parents=True)
-    stats = _SegmentRun(job, report, held).run()
+    stats = _SegmentRun(job, report, held, stages).run()
     stats = stats.updated(fingerprint=fingerprint, ip=job.ip, window=list(job.window.region))
     job.folder.write_segment_stats(job.segment.index, stats)
     return stats
@@ -146,7 +149,11 @@ def limit_threads(threads: int) -> None:
 
 class _SegmentRun:
     def __init__(
-        self, job: SegmentJob, report: Callable[[int], None], held: HeldFrames | None = None
+        self,
+        job: SegmentJob,
+        report: Callable[[int], None],
+        held: HeldFrames | None = None,
+        stages: list[ClipStage] | None = None,
     ):
         self.job = job
         self.report = report
@@ -177,7 +184,7 @@ class _SegmentRun:
             seg.is_last,
             to_bt601=self.pictures.to_bt601,
         )
-        self.stages = build_clip_stages(config)
+        self.stages = build_clip_stages(config) if stages is None else stages
         self.seconds: dict[str, float] = defaultdict(float)
         self.drops: list[Drop] = []
         self.frames_decoded = 0
@@ -242,37 +249,45 @@ class _SegmentRun:
         for decoded, (index, picture) in enumerate(frames):
             last = index
             frame = self._frame(index, picture)
-            for cut in _timed(self.seconds, "scenes", self.detector.process, frame):
-                self._add_cut(cut, cuts)
-            self.flash_frames.update(self.detector.take_flashes())
-            for cut in _timed(self.seconds, "boundaries", self.black_runs.process, frame):
-                self._add_cut(cut, cuts)
-            self.transition_frames.update(self.black_runs.take_transition_frames())
-            self.transition_frames.update(
-                _timed(self.seconds, "blends", self.blends.process, frame)
-            )
-            if self.gradual is not None:
-                found = _timed(self.seconds, "transitions", self.gradual.process, frame)
-                self.transition_frames.update(found)
-            if self.gated is not None:
-                oldest = self.settled - self.gated_reach
-                _timed(self.seconds, "transitions", self.gated.add, frame, oldest)
+            self._detect(frame, cuts)
             if seg.start <= index < seg.stop:
                 waiting.append((decoded, frame))
             while waiting and waiting[0][0] <= decoded - lag:
                 self._settle(waiting.popleft()[1], cuts)
-        for cut in self.detector.finish(last + 1):
-            self._add_cut(cut, cuts)
-        self.flash_frames.update(self.detector.take_flashes())
-        self.black_runs.finish(last + 1)
-        self.transition_frames.update(_timed(self.seconds, "blends", self.blends.finish, last + 1))
-        if self.gradual is not None:
-            found = _timed(self.seconds, "transitions", self.gradual.finish, last + 1)
-            self.transition_frames.update(found)
+        self._finish_detecting(last + 1, cuts)
         while waiting:
             self._settle(waiting.popleft()[1], cuts)
         self._stand_in(seg.stop)
         self._handle(self.splitter.finish(seg.stop))
+
+    def _detect(self, frame: Frame, cuts: set[int]) -> None:
+        """Every frame-level detector's look at one decoded frame, in this order (the blend rule
+        is told the cuts the other two found first): cuts into `cuts`, flashes and transition
+        frames into their sets."""
+        for cut in _timed(self.seconds, "scenes", self.detector.process, frame):
+            self._add_cut(cut, cuts)
+        self.flash_frames.update(self.detector.take_flashes())
+        for cut in _timed(self.seconds, "boundaries", self.black_runs.process, frame):
+            self._add_cut(cut, cuts)
+        self.transition_frames.update(self.black_runs.take_transition_frames())
+        self.transition_frames.update(_timed(self.seconds, "blends", self.blends.process, frame))
+        if self.gradual is not None:
+            found = _timed(self.seconds, "transitions", self.gradual.process, frame)
+            self.transition_frames.update(found)
+        if self.gated is not None:
+            oldest = self.settled - self.gated_reach
+            _timed(self.seconds, "transitions", self.gated.add, frame, oldest)
+
+    def _finish_detecting(self, end: int, cuts: set[int]) -> None:
+        """No frame at or after `end` will come: what each detector still held."""
+        for cut in self.detector.finish(end):
+            self._add_cut(cut, cuts)
+        self.flash_frames.update(self.detector.take_flashes())
+        self.black_runs.finish(end)
+        self.transition_frames.update(_timed(self.seconds, "blends", self.blends.finish, end))
+        if self.gradual is not None:
+            found = _timed(self.seconds, "transitions", self.gradual.finish, end)
+            self.transition_frames.update(found)
 
     def _add_cut(self, cut: int, cuts: set[int]) -> None:
         """A cut reported after its frame was already cut into clips (a detector that reports

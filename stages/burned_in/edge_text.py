@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from stages.burned_in.overlays_text import Box, subtitle_like, text_lines
-from stages.quality import TextDetector
+from stages.burned_in.text_detector import TextDetector
 
 BORDER = 16  # grey level of the padding between and around the zones (near black)
 GAP = 8  # rows of padding between the zones: a line touching its input's border is missed

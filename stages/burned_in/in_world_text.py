@@ -35,6 +35,12 @@ PATCH_MARGIN = 2
 # that the masks miss (0.1-0.3 % of the frame in a real crawl) still lock the correlation onto
 # the scroll, and every line would pass for in-world text.
 MIN_PICTURE = 0.02
+# The grey level up to which a pixel is black background. The same 32 as `reject.black_luma` and
+# `scenes.black_luma`, but a rule of its own, not read from them: they judge whole frames (99 %
+# of the pixels at most that level) for the reject decision and for scene boundaries, this one
+# counts pixels for the stored `quality_text_area`; and a reject threshold must change no stored
+# value (`quality-calibrate` re-applies them to what was measured), nor a scenes setting what the
+# quality stage measures.
 BLACK_GREY = 32
 
 

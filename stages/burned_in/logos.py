@@ -62,20 +62,7 @@ def persistent_edges(pictures: Sequence[np.ndarray], config: OverlayConfig) -> l
     height, width = pictures[0].shape
     scale = min(1.0, LOGO_WIDTH / width)
     size = (max(1, int(width * scale)), max(1, int(height * scale)))
-    grow = np.ones((3, 3), np.uint8)
-    share = np.zeros(size[::-1], np.float32)  # per pixel: the share of views it is an edge in
-    low = np.full(size[::-1], 255.0, np.float32)  # per pixel: the darkest and brightest view mean
-    high = np.zeros(size[::-1], np.float32)
-    for run in runs:
-        counts = np.zeros(size[::-1], np.uint16)
-        mean = np.zeros(size[::-1], np.float32)
-        for index in run:
-            small = cv2.resize(pictures[index], size, interpolation=cv2.INTER_AREA)
-            counts += cv2.dilate(cv2.Canny(small, 40, 120), grow) > 0
-            mean += small / len(run)
-        share += (counts * 2 >= len(run)) / len(runs)
-        np.minimum(low, mean, out=low)
-        np.maximum(high, mean, out=high)
+    share, low, high = _view_votes(pictures, runs, size)
     few = len(runs) < config.logo_min_shots
     steady = (share >= config.logo_persistence).astype(np.uint8)
     steady[:3], steady[-3:], steady[:, :3], steady[:, -3:] = 0, 0, 0, 0  # the crop's own edge
@@ -109,6 +96,29 @@ def persistent_edges(pictures: Sequence[np.ndarray], config: OverlayConfig) -> l
             )
         )
     return boxes
+
+
+def _view_votes(
+    pictures: Sequence[np.ndarray], runs: list[list[int]], size: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per pixel at `size` (w, h): the share of the views `runs` it is an edge in (an edge in
+    half of a view's pictures: Canny, grown by a pixel), and the darkest and the brightest of
+    the views' mean grey."""
+    grow = np.ones((3, 3), np.uint8)
+    share = np.zeros(size[::-1], np.float32)  # per pixel: the share of views it is an edge in
+    low = np.full(size[::-1], 255.0, np.float32)  # per pixel: the darkest and brightest view mean
+    high = np.zeros(size[::-1], np.float32)
+    for run in runs:
+        counts = np.zeros(size[::-1], np.uint16)
+        mean = np.zeros(size[::-1], np.float32)
+        for index in run:
+            small = cv2.resize(pictures[index], size, interpolation=cv2.INTER_AREA)
+            counts += cv2.dilate(cv2.Canny(small, 40, 120), grow) > 0
+            mean += small / len(run)
+        share += (counts * 2 >= len(run)) / len(runs)
+        np.minimum(low, mean, out=low)
+        np.maximum(high, mean, out=high)
+    return share, low, high
 
 
 def _gate_corner(box: Box, size: tuple[int, int], brightest: np.ndarray) -> bool:

@@ -16,7 +16,7 @@ It gives an `OverlayRecord` (core/film.py): summary.json's `overlays`.
 The clip pass (`OverlayStage`, a registered clip stage) looks closely at each clip's frames
 inside the film's subtitle bands, at the same scale, and stores how much of the band is overlay
 text; it also stores how much of a logo the clip's window shows. Both are measurements: the
-quality rule (stages/quality.py `own_reasons`) turns them into the `subtitle` and `logo`
+quality rule (stages/quality/reject.py `own_reasons`) turns them into the `subtitle` and `logo`
 reasons. docs/quality.md ("Overlays") has the figures.
 """
 
@@ -38,9 +38,9 @@ from stages.burned_in.edge_text import edge_text_share, edge_zones
 from stages.burned_in.logos import persistent_edges, views
 from stages.burned_in.overlays_text import Box, subtitle_like, text_lines
 from stages.burned_in.player_bars import player_rows
+from stages.burned_in.text_detector import TextDetector
 from stages.crop import CropBox
 from stages.probe import FilmInfo
-from stages.quality import TextDetector
 from stages.sources.film_samples import SamplePlan, sample_plan
 
 BLACK_PEAK = 24  # a sampled frame whose 98th-percentile grey is at most this shows no picture
@@ -379,7 +379,7 @@ class OverlayStage(ClipStage):
     """Fills `overlay_subtitle_area` (the largest share of the film's subtitle bands, as the clip
     shows them, that the detector marks as subtitle text, over `clip_frames`) and
     `overlay_logo_share` (the largest share of a film logo's box inside the clip's window). It
-    decides nothing: stages/quality.py `own_reasons` does."""
+    decides nothing: stages/quality/reject.py `own_reasons` does."""
 
     name = "overlays"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from stages.quality import TextDetector
+from stages.burned_in.text_detector import TextDetector
 
 Box = tuple[int, int, int, int]  # x0, y0, x1, y1 (exclusive)
 

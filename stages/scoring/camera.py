@@ -21,6 +21,10 @@ The rule (docs/scores.md has the reasons and the figures):
    zooms at once; pairs that disagree about a motion barely above the thresholds are static). A clip under the thresholds whose pairs drift one way
    over the clip is a slow pan; a clip whose flow no motion fits (a blurred, glowing or hazy
    picture) but whose pairs nearly all drift one way faster than the pan threshold is a pan.
+   A diagonal is named by its larger axis, or `complex` when neither axis clearly dominates.
+4. A zoom must part the picture's halves both ways alike (left from right and top from
+   bottom): a similarity's zoom they do not show is a pan's parallax, and a picture no motion
+   fits whose halves part alike pair after pair zooms.
 """
 
 from __future__ import annotations
@@ -106,6 +110,13 @@ class CameraConfig(Settings):
     """... whose peak must reach this height (0-1: one clean shift of the whole picture is 1)."""
     coarse_gain: float = 0.33
     """... and whose shift must take at least this share of the pair's grey difference away."""
+    diagonal_ratio: float = 1.2
+    """A clear move names a pan or tilt by its larger axis when that axis is at least this many
+    times the smaller; a diagonal closer to 45 degrees is `complex` (it is neither)."""
+    part_balance: float = 0.5
+    """A zoom parts the picture's halves both ways alike: the smaller of the left-right and the
+    top-bottom parting must be at least this share of the larger (a pan over parallax or a
+    perspective ground parts one way only)."""
 
     def validate(self) -> None:
         if self.grid_step < 1:
@@ -153,20 +164,7 @@ def fit_pairs(
     time costs ten times more in numpy's per-call overhead."""
     if not flows:
         return []
-    height, width = flows[0][0].shape
-    step = config.grid_step
-    ys, xs = np.mgrid[step // 2 : height - 1 : step, step // 2 : width - 1 : step]
-    ys, xs = ys.ravel(), xs.ravel()
-    picture = np.stack(greys).astype(np.float32)
-    # central differences at the grid points only (a whole Sobel image costs more)
-    gx = picture[:, ys, xs + 1] - picture[:, ys, xs - 1]
-    gy = picture[:, ys + 1, xs] - picture[:, ys - 1, xs]
-    textured = np.hypot(gx, gy) >= 2 * config.min_texture
-    u = np.stack([flow_x[ys, xs] for flow_x, _ in flows]).astype(np.float64)
-    v = np.stack([flow_y[ys, xs] for _, flow_y in flows]).astype(np.float64)
-    # point positions in 480x720 pixels about the picture's centre
-    px = (xs + 0.5) * (UNIT_WIDTH / width) - UNIT_WIDTH / 2
-    py = (ys + 0.5) * (UNIT_HEIGHT / height) - UNIT_HEIGHT / 2
+    px, py, u, v, textured = _grid_points(flows, greys, config)
     counts = np.maximum(textured.sum(axis=1), 1)
 
     def share(explained: np.ndarray) -> np.ndarray:
@@ -201,6 +199,48 @@ def fit_pairs(
         else None
         for p, f, n, (dx, dy) in zip(params, fits, counts, shift)
     ]
+
+
+def _grid_points(flows, greys, config: CameraConfig):
+    """The flow of each pair at the grid points (480x720 px units): point positions px, py about
+    the picture's centre, flows u, v (pairs x points), and which points have texture."""
+    height, width = flows[0][0].shape
+    step = config.grid_step
+    ys, xs = np.mgrid[step // 2 : height - 1 : step, step // 2 : width - 1 : step]
+    ys, xs = ys.ravel(), xs.ravel()
+    picture = np.stack(greys).astype(np.float32)
+    # central differences at the grid points only (a whole Sobel image costs more)
+    gx = picture[:, ys, xs + 1] - picture[:, ys, xs - 1]
+    gy = picture[:, ys + 1, xs] - picture[:, ys - 1, xs]
+    textured = np.hypot(gx, gy) >= 2 * config.min_texture
+    u = np.stack([flow_x[ys, xs] for flow_x, _ in flows]).astype(np.float64)
+    v = np.stack([flow_y[ys, xs] for _, flow_y in flows]).astype(np.float64)
+    px = (xs + 0.5) * (UNIT_WIDTH / width) - UNIT_WIDTH / 2
+    py = (ys + 0.5) * (UNIT_HEIGHT / height) - UNIT_HEIGHT / 2
+    return px, py, u, v, textured
+
+
+def part_expansions(
+    flows: list[tuple[np.ndarray, np.ndarray]], greys: list[np.ndarray], config: CameraConfig
+) -> np.ndarray:
+    """Per pair, how the picture's halves part: (ex, ey), the scale change per frame along x
+    (the right half's median flow against the left half's, over the distance between them) and
+    along y (the lower half's against the upper). A zoom parts both ways alike (push-in: both
+    +); a pan parts neither, even where its flow scatters (blur, glow), and a pan over parallax
+    or a perspective ground parts one way only: the nearer side moves more."""
+    if not flows:
+        return np.zeros((0, 2))
+    px, py, u, v, textured = _grid_points(flows, greys, config)
+
+    def parting(flow, position, low_side, high_side):
+        low, high = textured & low_side, textured & high_side
+        at = np.broadcast_to(position, flow.shape)
+        gap = _median_of(at, high) - _median_of(at, low)
+        rise = _median_of(flow, high) - _median_of(flow, low)
+        counted = low.any(axis=1) & high.any(axis=1) & (gap > 0)
+        return np.where(counted, rise / np.where(counted, gap, 1.0), 0.0)
+
+    return np.stack([parting(u, px, px < 0, px > 0), parting(v, py, py < 0, py > 0)], axis=1)
 
 
 def _robust_similarity(px, py, u, v, used, iterations: int = 4):
@@ -279,6 +319,7 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
     remeasured = [
         coarse_or_flow(pair, grey[i], grey[i + 1], config) for pair, i in zip(fitted, lit)
     ]
+    kept = [i for pair, i in zip(remeasured, lit) if pair is not None]
     pairs = [pair for pair in remeasured if pair is not None]
     if not pairs:  # every pair held, relit or flat: no move can be seen
         return CameraMotion(STATIC, 0.0, 0.0, 0.0, 0.0, 1.0, 0)
@@ -298,7 +339,48 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
         label = _slow_pan(pairs, share, config)
     if label == STATIC and fit < config.min_fit:
         label = _unfit_pan(pairs, share, config)
+    if _zoom_in_question(label, zoom, fit, fps, config):
+        parts = part_expansions([measured.flows[i] for i in kept], [grey[i] for i in kept], config)
+        motion = (tx, ty, zoom, rotation)
+        label = _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config)
     return CameraMotion(label, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
+
+
+def _zoom_in_question(
+    label: str, zoom: float, fit: float, fps: float, config: CameraConfig
+) -> bool:
+    """Whether the picture's parts must settle a zoom: the similarity found one (a zoom, or a pan
+    and a zoom at once), or no motion fits the picture and its drifts alone decided."""
+    if label in (ZOOM_IN, ZOOM_OUT, COMPLEX):
+        return abs(zoom) * fps > config.static_zoom
+    return fit < config.min_fit
+
+
+def _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config: CameraConfig) -> str:
+    """The label once the picture's halves have been asked whether it zooms (part_expansions):
+    a zoom parts them both ways alike, in the zoom's sense. Where the similarity found a zoom
+    that most pairs' halves do not show (`min_agreement`), the zoom was a pan's parallax or a
+    perspective ground, and the clip is labelled by its translation. Where no motion fits the
+    picture (blur, glow), nearly all pairs' halves (`slow_agreement`) must part alike beyond the
+    zoom threshold, and the zoom must move the picture at least half as much as its drift."""
+    tx, ty, zoom, rotation = motion
+    if len(parts) < 2:
+        return label
+    parted = share * float(np.median(parts.mean(axis=1)))
+    size = np.abs(parts)
+    balanced = (np.sign(parts[:, 0]) == np.sign(parts[:, 1])) & (
+        size.min(axis=1) >= config.part_balance * size.max(axis=1)
+    )
+    agree = float(np.mean(balanced & (np.sign(parts[:, 0]) == np.sign(parted))))
+    if fit >= config.min_fit:
+        if agree >= config.min_agreement and np.sign(parted) == np.sign(zoom):
+            return label
+        return _label(pairs, tx, ty, 0.0, rotation, fit, fps, config)
+    drift = share * np.hypot(*np.median([p.drift for p in pairs], axis=0))
+    zooms = abs(parted) * fps > config.static_zoom and abs(parted) * REACH >= 0.5 * drift
+    if zooms and agree >= config.slow_agreement:
+        return ZOOM_IN if parted > 0 else ZOOM_OUT
+    return label
 
 
 def steady_light(a: np.ndarray, b: np.ndarray, max_change: float) -> bool:
@@ -399,6 +481,7 @@ def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str
         return STATIC
     if fit < config.min_fit:
         return STATIC
+    clear = max(speed, zoom_speed, turn_speed) > config.complex_margin * config.static_speed
     if turn_speed > max(speed, zoom_speed):
         return COMPLEX
     if moving_zoom and zoom_speed >= speed:
@@ -407,14 +490,26 @@ def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str
     elif speed > config.static_speed:
         if moving_zoom and zoom_speed > 0.5 * speed:
             return COMPLEX  # a pan and a zoom at once
+        if clear and max(abs(tx), abs(ty)) < config.diagonal_ratio * min(abs(tx), abs(ty)):
+            return COMPLEX  # a diagonal with no dominant axis: neither a pan nor a tilt
         label = _pan_label(tx, ty)
-        agree = [_pan_label(p.tx, p.ty) == label for p in pairs]
+        # a clear diagonal's pairs scatter about its direction, some past 45 degrees; a move
+        # barely above the thresholds must agree pair by pair (else it is a shake: static)
+        agree = [_goes_along(p.tx, p.ty, tx, ty, label, clear) for p in pairs]
     else:
         return STATIC  # a small zoom under the pan threshold with no pan
     if np.mean(agree) >= config.min_agreement:
         return label
-    clear = max(speed, zoom_speed, turn_speed) > config.complex_margin * config.static_speed
     return COMPLEX if clear else STATIC
+
+
+def _goes_along(pair_x, pair_y, tx, ty, label: str, clear: bool) -> bool:
+    """Whether a pair moves as the clip's pan or tilt `label` (the clip moving by tx, ty): it
+    names the same move, or, for a clear move, it goes within 45 degrees of the clip's way."""
+    if _pan_label(pair_x, pair_y) == label:
+        return True
+    along = pair_x * tx + pair_y * ty
+    return clear and along >= np.cos(np.pi / 4) * np.hypot(pair_x, pair_y) * np.hypot(tx, ty)
 
 
 def _pan_label(tx: float, ty: float) -> str:

@@ -15,7 +15,7 @@ out: combing is motion between two fields, and there is none in a still part of 
 
 The clip stage (`CombingStage`, registered, order 40) stores `combing`: the largest share of
 comb-tooth pixels among the clip's 16 frames, counted in the densest band of rows. The quality
-rule (stages/quality.py) turns it into the `combed` reason. docs/sources.md has the figures.
+rule (stages/quality/reject.py) turns it into the `combed` reason. docs/sources.md has the figures.
 """
 
 from __future__ import annotations
