@@ -20,7 +20,7 @@ file does not have are not added when it is written back.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -132,6 +132,23 @@ class CropRecord(JsonRecord):
     w: int = 0
     h: int = 0
     source: str | None = None
+    # stored pixels of dark edge strips cropped inside the bars (left, right, top, bottom;
+    # stages/sources/edge_strips.py), written only where there are some
+    strips: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, x: int, y: int, w: int, h: int, source: str, strips: Sequence[int]) -> CropRecord:
+        """The record of a crop box; `strips` left out of the file when all are 0."""
+        absent = frozenset() if any(strips) else frozenset({"strips"})
+        return cls(x=x, y=y, w=w, h=h, source=source, strips=list(strips), absent=absent)
+
+    def line(self) -> str:
+        """The console's words for the edge strips: `dark edges cropped: left 8, right 10, top
+        2 px`, or ''."""
+        named = [
+            f"{side} {n}" for side, n in zip(("left", "right", "top", "bottom"), self.strips) if n
+        ]
+        return f"dark edges cropped: {', '.join(named)} px" if named else ""
 
     @property
     def box(self) -> tuple[int, int, int, int] | None:

@@ -7,6 +7,10 @@ the film's box is the union over frames. A dark scene, a fade or a title card on
 frame's box and cannot shrink the union; to resist a single glitched frame, the union edge is the
 `agree`-th most extreme value rather than the extreme itself. Frames with no picture at all (black)
 are ignored.
+
+Inside those bars, a standard-definition picture may still have dark strips that are no bars: a
+DVD's blank or half-blank columns around its 704-pixel active width, a half line, a capture's
+noisy rows (stages/sources/edge_strips.py). They are cropped too, before the box is made even.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.settings import Settings
+from core.settings import ConfigError, Settings
 from stages.probe import FilmError, FilmInfo
+from stages.sources.edge_strips import Edges, strip_widths
 from stages.sources.film_samples import sample_luma_frames
 
 
@@ -33,6 +38,23 @@ class CropConfig(Settings):
     """Bars thinner than this many pixels are ignored (encoders leave thin dark edges)."""
     agree: int = 2
     """A box edge must be reached by at least this many sampled frames."""
+    edges: bool = True
+    """Also crop the dark strips at a standard-definition picture's edges that are not black
+    bars: a DVD's blank or half-blank columns around its 704-pixel active width (black or a grey
+    ramp, uneven sides), a half-black first or last line, a capture's noisy bottom rows
+    (stages/sources/edge_strips.py; docs/sources.md)."""
+    edge_max_height: int = 576
+    """Only pictures of at most this many stored rows are looked at for edge strips (DVDs and
+    SD captures; a dark strip at an HD picture's edge is left to the bar rule)."""
+    edge_columns: int = 16
+    """An edge strip is at most this many stored columns wide on each side."""
+    edge_rows: int = 8
+    """An edge strip is at most this many stored rows tall at the top and at the bottom."""
+
+    def validate(self) -> None:
+        for name in ("edge_max_height", "edge_columns", "edge_rows"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"crop.{name} must be 0 or more, not {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -42,6 +64,8 @@ class CropBox:
     w: int
     h: int
     source: str  # "detected", "manifest", or "full" (nothing to crop / nothing detectable)
+    # stored pixels of dark edge strips cropped inside the bars: left, right, top, bottom
+    strips: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 class BorderCrop:
@@ -70,12 +94,25 @@ class BorderCrop:
         right = sorted((b[3] for b in boxes), reverse=True)[agree - 1]
         top, bottom = self._ignore_thin(top, bottom, height)
         left, right = self._ignore_thin(left, right, width)
+        strips = self._strips(luma_frames, (top, bottom, left, right), height)
+        left, right = left + strips[0], right - strips[1]
+        top, bottom = top + strips[2], bottom - strips[3]
         # Even offsets and sizes keep chroma planes aligned for any later encoding.
         x, y = left + left % 2, top + top % 2
         w, h = (right - x) // 2 * 2, (bottom - y) // 2 * 2
         if (x, y, w, h) == (0, 0, width // 2 * 2, height // 2 * 2):
             return CropBox(0, 0, width, height, "full")
-        return CropBox(x, y, w, h, "detected")
+        return CropBox(x, y, w, h, "detected", strips)
+
+    def _strips(
+        self, luma_frames: list[np.ndarray], edges: Edges, height: int
+    ) -> tuple[int, int, int, int]:
+        """The dark edge strips inside the bars (left, right, top, bottom), where the setting
+        and the picture's size call for them."""
+        config = self.config
+        if not config.edges or height > config.edge_max_height:
+            return (0, 0, 0, 0)
+        return strip_widths(luma_frames, edges, config.edge_columns, config.edge_rows)
 
     def _picture_box(self, luma: np.ndarray) -> tuple[int, int, int, int] | None:
         """(top, bottom_exclusive, left, right_exclusive) of one frame, None if it is black."""

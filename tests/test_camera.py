@@ -221,7 +221,7 @@ def test_a_character_wandering_over_a_plain_background_is_static_not_complex(mot
     """A character that wanders over a plain background (its drawing the only texture, as a
     figure over a dark night sky) a little over the pan threshold, a step right, a step down:
     the pairs disagree about a motion barely above the threshold. That is the character, not a
-    camera move: static (main's rule called it complex; a real JJK shot did this)."""
+    camera move: static (the rule before called it complex; a real JJK shot did this)."""
     figure = background()[300:600, 700:1100]  # 300x400 of painted detail
     frames = np.full((16, *SIZE, 3), 25, np.uint8)
     x, y = 140.0, 60.0
@@ -270,7 +270,7 @@ def behind_sparks(frames: np.ndarray, seed: int, count: int = 60) -> np.ndarray:
 
 def test_a_pan_behind_glowing_sparks_is_read_from_its_drift(motion, camera):
     """A pan of 8 px a frame behind a haze of sparks: every pair's motion explains under a tenth
-    of its points (main's rule: static, as a clip of effects), but each pair's robust
+    of its points (the rule before: static, as a clip of effects), but each pair's robust
     translation still points where the picture goes, nearly all the same way: a pan."""
     result = camera.measure(measured(behind_sparks(camera_move(slide=(8.0, 0.0)), 3), motion))
     assert result.fit < CameraConfig().min_fit, result
@@ -291,7 +291,7 @@ def test_a_zoom_behind_glowing_sparks_is_read_from_how_the_picture_parts(
     zoom, seed, label, motion, camera
 ):
     """A zoom of 2-2.5 % a frame behind 40 sparks a frame: no motion explains a third of the
-    points (main's rule: static, as a clip of effects, and its drifts point nowhere), but the
+    points (the rule before: static, as a clip of effects, and its drifts point nowhere), but the
     picture's halves still part both ways alike, pair after pair: a zoom."""
     frames = behind_sparks(camera_move(zoom=zoom), seed, count=40)
     result = camera.measure(measured(frames, motion))
@@ -319,11 +319,27 @@ def stretched_pan(slide: float, stretch: float) -> np.ndarray:
 
 def test_a_pan_over_parallax_is_a_pan_not_a_zoom(motion, camera):
     """A pan of 6 px a frame stretched across by 2 % a frame: a similarity fits it as a pan and a
-    zoom at once (main's rule: complex), but the picture parts left from right only, not top
+    zoom at once (the rule before: complex), but the picture parts left from right only, not top
     from bottom as a zoom would: the pan it is."""
     result = camera.measure(measured(stretched_pan(6.0, 0.02), motion))
     assert abs(result.zoom) > CameraConfig().static_zoom, result  # the similarity's zoom
     assert result.label == PAN_LEFT, result
+
+
+@pytest.mark.parametrize("zoom", [0.02, -0.02])
+@pytest.mark.parametrize("flat", ["top", "left"])
+def test_a_zoom_with_one_flat_half_stays_a_zoom(zoom, flat, motion, camera):
+    """A zoom under a plain sky (the upper half flat grey) or beside a plain wall (the left side
+    flat): that half has nothing to measure, which is not the same as not parting. Step 10 first
+    read the unmeasured half as still and the zoom as a pan's parallax: `static` (found by
+    review, 2026-11-28)."""
+    frames = camera_move(zoom=zoom)
+    if flat == "top":
+        frames[:, :300] = 128
+    else:
+        frames[:, :, :400] = 128
+    result = camera.measure(measured(frames, motion))
+    assert result.label == (ZOOM_IN if zoom > 0 else ZOOM_OUT), result
 
 
 def wobbling_slide(first, second) -> np.ndarray:
@@ -338,7 +354,7 @@ def wobbling_slide(first, second) -> np.ndarray:
 
 def test_a_diagonal_is_named_by_its_dominant_axis(motion, camera):
     """A slide of (8, 3) and (5, 5.5) px in turn goes 1.5 times as far across as down, but half
-    its pairs are nearer the vertical: main's rule counted them against the pan (complex); they
+    its pairs are nearer the vertical: the rule before counted them against the pan (complex); they
     go the clip's way, within 45 degrees, and the clip is the pan its larger axis names."""
     across = camera.measure(measured(wobbling_slide((8.0, 3.0), (5.0, 5.5)), motion))
     assert across.label == PAN_LEFT, across
@@ -349,7 +365,7 @@ def test_a_diagonal_is_named_by_its_dominant_axis(motion, camera):
 @pytest.mark.parametrize("slide", [(5.0, 5.0), (-5.0, 4.6)])
 def test_a_diagonal_with_no_dominant_axis_is_complex(slide, motion, camera):
     """A slide that goes as far across as down (within `diagonal_ratio`, 1.2) is neither a pan
-    nor a tilt (main's rule named whichever axis was a hair larger)."""
+    nor a tilt (the rule before named whichever axis was a hair larger)."""
     result = camera.measure(measured(camera_move(slide=slide), motion))
     assert result.label == COMPLEX, result
 

@@ -243,7 +243,7 @@ def test_a_shared_opening_is_a_duplicate_in_the_second_episode_whatever_the_orde
     first, second = _episodes(tmp_path / "films", shots)
     together = tmp_path / "together"
     # 240x160 clips, 3:2 as the default 720x480 and still above the 180x120 grey copy a frame's
-    # hash is made from (stages/quality.py HASH_INPUT_SIZE): the rule sees the same pictures
+    # hash is made from (stages/quality/measures.py HASH_INPUT_SIZE): the rule sees the same pictures
     config = stage_config(clips__height=160, clips__width=240)
     results = run_films([second, first], together, config, load_ip(None))
     assert all(r.ok for r in results)

@@ -109,4 +109,5 @@ def crop_text(crop: CropRecord | None) -> str | None:
     if crop is None or crop.box is None:
         return None
     source = crop.source if "source" not in crop.absent else "source unknown"
-    return f"{crop.x}, {crop.y}, {crop.w}, {crop.h} ({source})"
+    words = "; ".join(w for w in (source, crop.line()) if w)
+    return f"{crop.x}, {crop.y}, {crop.w}, {crop.h} ({words})"

@@ -107,7 +107,7 @@ def _summary(
         complete=not failed,
         film=FilmFacts.from_dict(film.facts()),
         ip=ip.name,
-        crop=CropRecord(x=crop.x, y=crop.y, w=crop.w, h=crop.h, source=crop.source),
+        crop=CropRecord.of(crop.x, crop.y, crop.w, crop.h, crop.source, crop.strips),
         upscaled=source_scale(  # the window's size, as shown
             output_region(crop, config.clips, film.pixel_aspect), config.clips, film.pixel_aspect
         ),
@@ -213,6 +213,7 @@ def summary_line(film: FilmInfo, summary: FilmSummary) -> str:
         + (f"; {summary.fields.line()}" if summary.fields and summary.fields.line() else "")
         + (f"; {summary.film.shape_words()}" if summary.film.shape_words() else "")
         + (f"; {summary.upscaled.note}" if summary.upscaled else "")
+        + (f"; {summary.crop.line()}" if summary.crop and summary.crop.line() else "")
         + (f"; {summary.overlays.line()}" if summary.overlays is not None else "")
         + (f"; {summary.window.line()}" if summary.window and summary.window.line() else "")
     )

@@ -124,9 +124,11 @@ def run_segment(
     """Process one segment and return its stats (what its DONE.json marker holds). `held`: the
     film's frames, decoded already for a film of one segment (core/video.py `HeldFrames`);
     `stages`: the clip stages to run, None for those the job's configuration builds (a bench
-    runs its own: bench/decode_costs.py keeps the clips as cut)."""
+    runs its own: bench/decode_costs.py keeps the clips as cut). A run with stages of its own is
+    not the configuration's run: it neither skips on nor writes the configuration's DONE.json,
+    which would otherwise let a later real run in that folder skip the segment."""
     fingerprint = job.config.fingerprint()
-    done = completed(job, fingerprint)
+    done = completed(job, fingerprint) if stages is None else None
     if done is not None:
         report(job.segment.stop - job.segment.start)
         return done.updated(skipped=True)
@@ -134,7 +136,8 @@ def run_segment(
     job.directory.mkdir(parents=True)
     stats = _SegmentRun(job, report, held, stages).run()
     stats = stats.updated(fingerprint=fingerprint, ip=job.ip, window=list(job.window.region))
-    job.folder.write_segment_stats(job.segment.index, stats)
+    if stages is None:
+        job.folder.write_segment_stats(job.segment.index, stats)
     return stats
 
 

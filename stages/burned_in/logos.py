@@ -77,13 +77,13 @@ def persistent_edges(pictures: Sequence[np.ndarray], config: OverlayConfig) -> l
             continue  # a speck, or a line across the picture (structure, not a mark)
         if not _at_the_edge((x, y, x + w, y + h), size, config.logo_margin):
             continue  # marks are put where they hide the least: in corners
-        if _contrast(share, mask, steady) < config.logo_contrast:
+        inside, ring = mask & steady.astype(bool), _ring(mask)
+        if _contrast(share, inside, ring) < config.logo_contrast:
             continue  # its surroundings stay put nearly as well: a still background
-        inside = mask & steady.astype(bool)
         opaque = float(np.median((high - low)[inside])) <= config.logo_steady_grey
         if few and not opaque:
             continue  # too few views to trust edges alone, and its pixels change: not opaque
-        if not opaque and _by_chance(share, mask, inside, len(runs)) > config.logo_chance:
+        if not opaque and _by_chance(share, inside, ring, len(runs)) > config.logo_chance:
             continue  # a busy picture keeps edges there in as many views by chance
         if _gate_corner((x, y, x + w, y + h), size, high):
             continue  # the film gate's rounded corner: part of the transfer, not a mark
@@ -139,25 +139,25 @@ def _gate_corner(box: Box, size: tuple[int, int], brightest: np.ndarray) -> bool
     return float(brightest[corner_y, corner_x].max()) <= BLACK_PEAK
 
 
-def _contrast(share: np.ndarray, mask: np.ndarray, steady: np.ndarray) -> float:
+def _contrast(share: np.ndarray, inside: np.ndarray, ring: np.ndarray) -> float:
     """How much better a candidate's edges stay put than its surroundings': the mean share of
     views of its steady pixels less the mean share of the ring 15 pixels around it. A mark
     drawn over the film stands out of a picture that changes behind it; an edge of a background
     that a few views share is surrounded by edges that most of those views share too."""
-    ring = _ring(mask)
-    inside = mask & steady.astype(bool)
     return float(share[inside].mean() - share[ring].mean()) if ring.any() else 0.0
 
 
-def _by_chance(share: np.ndarray, mask: np.ndarray, inside: np.ndarray, views: int) -> float:
+def _by_chance(share: np.ndarray, inside: np.ndarray, ring: np.ndarray, views: int) -> float:
     """The chance that a pixel as busy as the candidate's surroundings is an edge in as many of
     the views as the candidate's median pixel is: the binomial tail, each view an independent
     draw at the ring's share. With few views the share moves in coarse steps (4 of 6 views is
     0.67), so a busy picture's chance blobs clear `logo_contrast`: on real short pieces of 5-7
     views such blobs came out between 0.002 and 0.02, the real marks at 1e-5 and below."""
-    ring = _ring(mask)
     busy = float(share[ring].mean()) if ring.any() else 1.0
-    votes = int(round(float(np.median(share[inside])) * views))
+    # each pixel's count of views, as a whole number (the share sums float32 steps of
+    # 1/views); the lower median, so that a count halfway between two is not rounded up
+    counts = np.sort(np.rint(share[inside] * views).astype(int))
+    votes = int(counts[(len(counts) - 1) // 2])
     return sum(
         math.comb(views, k) * busy**k * (1 - busy) ** (views - k) for k in range(votes, views + 1)
     )

@@ -23,7 +23,7 @@ reasons. docs/quality.md ("Overlays") has the figures.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import cv2
 import numpy as np
@@ -224,7 +224,7 @@ class FilmOverlays:
         top, bottom = top + top % 2, bottom - bottom % 2  # even, as the border crop's
         if bottom - top < crop.h // 2:
             return crop, []  # most of the picture: not a player's bar
-        box = CropBox(crop.x, crop.y + top, crop.w, bottom - top, "detected")
+        box = replace(crop, y=crop.y + top, h=bottom - top, source="detected")
         return box, [[crop.y + y0, crop.y + y1] for y0, y1 in rows]
 
     def process(

@@ -121,9 +121,11 @@ class CameraConfig(Settings):
     def validate(self) -> None:
         if self.grid_step < 1:
             raise ConfigError(f"camera.grid_step={self.grid_step}: give 1 or more")
-        for name in ("min_fit", "min_agreement"):
+        for name in ("min_fit", "min_agreement", "part_balance"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"camera.{name}={getattr(self, name)}: give a share, 0-1")
+        if self.diagonal_ratio < 1:
+            raise ConfigError(f"camera.diagonal_ratio={self.diagonal_ratio}: give 1 or more")
 
 
 @dataclass(frozen=True)
@@ -227,7 +229,8 @@ def part_expansions(
     (the right half's median flow against the left half's, over the distance between them) and
     along y (the lower half's against the upper). A zoom parts both ways alike (push-in: both
     +); a pan parts neither, even where its flow scatters (blur, glow), and a pan over parallax
-    or a perspective ground parts one way only: the nearer side moves more."""
+    or a perspective ground parts one way only: the nearer side moves more. NaN where a half
+    has no texture to measure."""
     if not flows:
         return np.zeros((0, 2))
     px, py, u, v, textured = _grid_points(flows, greys, config)
@@ -238,7 +241,9 @@ def part_expansions(
         gap = _median_of(at, high) - _median_of(at, low)
         rise = _median_of(flow, high) - _median_of(flow, low)
         counted = low.any(axis=1) & high.any(axis=1) & (gap > 0)
-        return np.where(counted, rise / np.where(counted, gap, 1.0), 0.0)
+        # a half with no texture (a plain sky, a wall) measures nothing: not measured is not
+        # "does not part", so it is NaN, and such a pair is left out of the zoom question
+        return np.where(counted, rise / np.where(counted, gap, 1.0), np.nan)
 
     return np.stack([parting(u, px, px < 0, px > 0), parting(v, py, py < 0, py > 0)], axis=1)
 
@@ -364,6 +369,7 @@ def _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config: CameraC
     picture (blur, glow), nearly all pairs' halves (`slow_agreement`) must part alike beyond the
     zoom threshold, and the zoom must move the picture at least half as much as its drift."""
     tx, ty, zoom, rotation = motion
+    parts = parts[~np.isnan(parts).any(axis=1)]  # pairs whose halves were measured both ways
     if len(parts) < 2:
         return label
     parted = share * float(np.median(parts.mean(axis=1)))
@@ -375,7 +381,8 @@ def _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config: CameraC
     if fit >= config.min_fit:
         if agree >= config.min_agreement and np.sign(parted) == np.sign(zoom):
             return label
-        return _label(pairs, tx, ty, 0.0, rotation, fit, fps, config)
+        translated = _label(pairs, tx, ty, 0.0, rotation, fit, fps, config)
+        return _slow_pan(pairs, share, config) if translated == STATIC else translated
     drift = share * np.hypot(*np.median([p.drift for p in pairs], axis=0))
     zooms = abs(parted) * fps > config.static_zoom and abs(parted) * REACH >= 0.5 * drift
     if zooms and agree >= config.slow_agreement:
