@@ -42,20 +42,15 @@ class Mpeg2FieldPairing:
         return None if self.progressive is None else not self.progressive
 
     def starts_frame(self, packet) -> bool:
+        """Whether this packet (bytes, or any buffer: an av.Packet is read in place) starts a
+        frame: a frame picture, a first field, or a packet whose picture is out of reach."""
         head = bytes(memoryview(packet)[:_HEAD_BYTES])
         self._sequence(head)
-        self.idr = False
-        picture = head.find(_PICTURE)
-        if 0 <= head.find(_SEQUENCE_HEADER) < picture:
+        picture = _first_picture(head)
+        structure, self.idr = picture if picture else (_FRAME, False)
+        if head.find(_SEQUENCE_HEADER) >= 0 or structure == _FRAME:
             self.open_bottom = None  # the decoder pairs no field across a sequence header
-        extension = head.find(_EXTENSION, picture + 4) if picture >= 0 else -1
-        if extension < 0 or len(head) < extension + 7 or head[extension + 4] >> 4 != 8:
-            self.open_bottom = None
-            return True  # no picture coding extension in reach: counted, as before
-        structure = head[extension + 6] & 3
-        self.idr = (head[picture + 5] >> 3) & 7 == _INTRA
         if structure == _FRAME:
-            self.open_bottom = None
             return True
         bottom = structure == 2
         if self.open_bottom is not None and self.open_bottom != bottom:
@@ -72,3 +67,15 @@ class Mpeg2FieldPairing:
                 self.progressive = bool(data[at + 5] & 0x08)
                 return
             at = data.find(_EXTENSION, at + 4)
+
+
+def _first_picture(head: bytes) -> tuple[int, bool] | None:
+    """The picture_structure of the packet's first picture, and whether it is intra coded; None
+    where its picture coding extension is not in `head`."""
+    picture = head.find(_PICTURE)
+    extension = head.find(_EXTENSION, picture + 4) if picture >= 0 else -1
+    if extension < 0 or len(head) < extension + 7:
+        return None
+    if head[extension + 4] >> 4 != _PICTURE_CODING_EXTENSION:
+        return None
+    return head[extension + 6] & 3, (head[picture + 5] >> 3) & 7 == _INTRA
