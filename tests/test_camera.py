@@ -342,6 +342,29 @@ def test_a_zoom_with_one_flat_half_stays_a_zoom(zoom, flat, motion, camera):
     assert result.label == (ZOOM_IN if zoom > 0 else ZOOM_OUT), result
 
 
+def pan_then_pause(slide: float) -> np.ndarray:
+    """16 frames: the camera pans by `slide` px a frame for 8 pairs, then stops for 7 while a
+    character crosses the still picture (so those pairs are not held); for a negative `slide`,
+    the mirror image of the positive one's frames."""
+    scene, figure = background(), character()
+    frames = []
+    for i in range(16):
+        frame = window(scene, (abs(slide), 0.0), 0.0, min(i, 8)).round().astype(np.uint8)
+        x = 150 + 12 * i
+        frame[150:350, x : x + 200] = figure
+        frames.append(frame if slide > 0 else frame[:, ::-1])
+    return np.stack(frames)
+
+
+@pytest.mark.parametrize("slide", [4.0, -4.0])
+def test_a_pan_that_pauses_is_a_pan_either_way(slide, motion, camera):
+    """Pairs the flow sees no motion in go along a clear pan (the camera pauses), whichever way
+    it goes: counted against it, this clip read `complex`; and a still pair used to name
+    `pan_right`, so mirror images could differ (review, 2026-11-28)."""
+    result = camera.measure(measured(pan_then_pause(slide), motion))
+    assert result.label == (PAN_LEFT if slide > 0 else PAN_RIGHT), result
+
+
 def wobbling_slide(first, second) -> np.ndarray:
     """16 frames of the camera's window sliding by `first` and `second` in turn (px a frame at
     480x720): a diagonal slide whose pairs go alternately nearer one axis and the other."""

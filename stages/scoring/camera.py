@@ -512,7 +512,12 @@ def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str
 
 def _goes_along(pair_x, pair_y, tx, ty, label: str, clear: bool) -> bool:
     """Whether a pair moves as the clip's pan or tilt `label` (the clip moving by tx, ty): it
-    names the same move, or, for a clear move, it goes within 45 degrees of the clip's way."""
+    names the same move, or, for a clear move, it goes within 45 degrees of the clip's way. A
+    pair the flow saw no motion in names no way: it goes along a clear move (a camera that
+    pauses within the shot) and along no move that is barely above the thresholds (before this
+    test it read as `pan_right`, so mirror-image clips could be labelled differently)."""
+    if pair_x == 0 and pair_y == 0:
+        return clear
     if _pan_label(pair_x, pair_y) == label:
         return True
     along = pair_x * tx + pair_y * ty
