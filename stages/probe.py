@@ -17,8 +17,10 @@ import av
 
 from core.pixels import pixel_aspect
 from stages.sources.field_coding import FieldPairing
+from stages.sources.mpeg2_fields import Mpeg2FieldPairing
 
 HASH_CHUNK = 8 * 1024 * 1024
+UNDECODABLE_START = 64  # packets the first decoded frame may follow when the decoder rejects some
 
 
 class FilmError(Exception):
@@ -118,23 +120,33 @@ def _first_frame(path: Path) -> tuple[int, int | None]:
     the first decodable frame's timestamp (a capture that starts mid-GOP holds frames before
     it that refer to pictures it does not have). It opens the file on its own: a seek back to
     the start is not exact in every container (in MPEG-TS it can land past the first packet),
-    and the timeline must see every packet."""
+    and the timeline must see every packet. Packets the decoder rejects before that frame are
+    passed over, up to `UNDECODABLE_START` of them: an MPEG-2 capture of field pictures that
+    starts on a frame's second field has its fields paired across frames by FFmpeg's parser
+    until the next sequence header, and each such packet fails ("Invalid frame dimensions")."""
+    first_error = None
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
-        try:
-            for frame in container.decode(stream):
-                return int(round(frame.rotation or 0)) % 360, frame.pts
-        except av.error.FFmpegError as exc:
-            raise FilmError(
-                f"{path}: cannot decode its {stream.codec_context.name} video ({_reason(exc)})"
-            ) from None
+        for ordinal, packet in enumerate(container.demux(stream)):
+            try:
+                for frame in packet.decode():
+                    return int(round(frame.rotation or 0)) % 360, frame.pts
+            except av.error.FFmpegError as exc:
+                first_error = first_error or exc
+            if first_error is not None and ordinal >= UNDECODABLE_START:
+                break
+    if first_error is not None:
+        raise FilmError(
+            f"{path}: cannot decode its {stream.codec_context.name} video ({_reason(first_error)})"
+        ) from None
     raise FilmError(f"{path}: the video stream has no decodable frame")
 
 
 def _demux_timeline(container, stream, path: Path) -> tuple[list[int], int, int]:
     """Every frame's timestamp in display order, the key frames, and the field pictures paired
     into frames (stages/sources/field_coding.py: an H.264 stream that codes fields one by one has a
-    packet per field; only a frame's first field starts one). The key frames of a stream of
+    packet per field; stages/sources/mpeg2_fields.py: so has MPEG-2 in a container written without
+    FFmpeg's parser; only a frame's first field starts one). The key frames of a stream of
     field pictures are its IDR frames, the ones a decoder that skips non-key pictures gives
     (FrameReader.keyframes; it decodes their second fields too): a demuxer may flag every intra
     field key, which made the crop's and the overlay pass's key-frame sampling pick 3 frames of
@@ -163,12 +175,17 @@ def _demux_timeline(container, stream, path: Path) -> tuple[list[int], int, int]
     return sorted(set(pts)), keyframes, fields.fields if fields is not None else 0
 
 
-def _field_pairing(stream) -> FieldPairing | None:
-    """The pairing of an H.264 stream that may code field pictures; None for other codecs and
-    for one whose sequence parameters say it codes frames only."""
-    if stream.codec_context.name != "h264":
+def _field_pairing(stream) -> FieldPairing | Mpeg2FieldPairing | None:
+    """The pairing of an H.264 or MPEG-2 stream that may code field pictures; None for other
+    codecs and for one whose sequence parameters say it codes frames only."""
+    codec, extradata = stream.codec_context.name, stream.codec_context.extradata
+    pairing: FieldPairing | Mpeg2FieldPairing
+    if codec == "h264":
+        pairing = FieldPairing(extradata)
+    elif codec == "mpeg2video":
+        pairing = Mpeg2FieldPairing(extradata)
+    else:
         return None
-    pairing = FieldPairing(stream.codec_context.extradata)
     return None if pairing.may_hold_fields() is False else pairing
 
 

@@ -349,6 +349,43 @@ def field_coded_films(tmp_path_factory) -> dict[str, Path]:
     return {k: Path(v) for k, v in built_once(tmp_path_factory, "field_coded", build).items()}
 
 
+MPEG2_FIELD_RATES = {"pal": Fraction(25), "ntsc": Fraction(30000, 1001)}
+
+
+@pytest.fixture(scope="session")
+def mpeg2_field_films(tmp_path_factory) -> dict[str, Path]:
+    """tests/mpeg2_field_films.py: FIELD_FILM_FRAMES as MPEG-2 intra field pictures, 25 frames a
+    second top field first (`pal`) and 29.97 bottom field first (`ntsc`): the raw stream
+    (`pal.m2v`), a packet per field in MPEG-TS, DVD's MPEG-PS and Matroska (`pal.ts`,
+    `pal.vob`, `pal.mkv`, `ntsc.ts`), and the raw stream copied through FFmpeg's parser into
+    MPEG-TS and MPEG-PS (`pal_copy.ts`, `pal_copy.vob`, `ntsc_copy.vob`); and a capture that
+    starts 7 fields in, on the 4th frame's bottom field (`pal_mid.ts`, `pal_mid.mkv`)."""
+
+    def build(folder: Path) -> dict[str, str]:
+        from mpeg2_field_films import elementary_stream, remux, write_field_pictures
+
+        planes = [field_film_planes(rgb) for rgb in field_film_frames()]
+        films = {}
+        for name, rate in MPEG2_FIELD_RATES.items():
+            pictures = elementary_stream(planes, rate, bottom_first=name == "ntsc")
+            raw = write_field_pictures(folder / f"{name}.m2v", pictures, rate)
+            films[raw.name] = str(raw)
+            for suffix in (".ts", ".vob", ".mkv") if name == "pal" else (".ts",):
+                films[name + suffix] = str(
+                    write_field_pictures(folder / (name + suffix), pictures, rate)
+                )
+            if name == "pal":  # started on frame 3's second field, mid-GOP
+                for suffix in (".ts", ".mkv"):
+                    mid = folder / f"pal_mid{suffix}"
+                    films[mid.name] = str(write_field_pictures(mid, pictures, rate, skip_fields=7))
+            for suffix in (".ts", ".vob") if name == "pal" else (".vob",):
+                copy = folder / f"{name}_copy{suffix}"
+                films[copy.name] = str(remux(raw, copy, rate))
+        return films
+
+    return {k: Path(v) for k, v in built_once(tmp_path_factory, "mpeg2_fields", build).items()}
+
+
 def soft_telecine_film(path: Path) -> Path:
     """FIELD_FILM_FRAMES at 352x240 as MPEG-2 with soft 3:2 pulldown flags (tests/field_films.py)."""
     from field_films import write_soft_telecine
