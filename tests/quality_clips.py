@@ -64,33 +64,6 @@ def judged(clip: Clip) -> tuple[bool, list[str]]:
     return decide(clip.to_row(), THRESHOLDS)
 
 
-def make_clip(frames: np.ndarray) -> Clip:
-    return Clip(
-        clip_id="test",
-        film_id="film",
-        film_name="film",
-        ip="generic",
-        segment_index=0,
-        scene_index=0,
-        clip_index=0,
-        start_frame=0,
-        end_frame=48,
-        start_time=0.0,
-        end_time=2.0,
-        frame_indices=list(range(0, 48, 3)),
-        crop_x=0,
-        crop_y=0,
-        crop_w=720,
-        crop_h=480,
-        height=480,
-        width=720,
-        num_frames=16,
-        fps=8.0,
-        source_fps=24.0,
-        frames=frames,
-    )
-
-
 @pytest.fixture(scope="module")
 def quality_stage() -> QualityStage:
     stage = QualityStage()

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from captioning import ScriptedEngine, answer_well
-from conftest import SINTEL, _texture, local_config
-from quality_clips import THRESHOLDS, judged, make_clip, write_film
+from conftest import SINTEL, _texture, local_config, make_clip
+from quality_clips import THRESHOLDS, judged, write_film
 
 from pipeline.cli import main as cli_main
 from pipeline.data.ip import load_ip
@@ -188,10 +188,10 @@ def test_fades_from_and_to_black_are_rejected_but_cuts_and_steady_shots_are_not(
 def test_stage_rejects_a_black_start_and_a_fade(quality_stage, shots):
     picture = shots[850].astype(np.float32)
     black_start = _ramp(picture, [0.0] + [1.0] * 15)
-    assert judged(quality_stage.process(make_clip(black_start))) == (False, ["black"])
-    fade = quality_stage.process(make_clip(_ramp(picture, np.linspace(0.2, 1.0, 16))))
+    assert judged(quality_stage.process(make_clip(frames=black_start))) == (False, ["black"])
+    fade = quality_stage.process(make_clip(frames=_ramp(picture, np.linspace(0.2, 1.0, 16))))
     assert judged(fade) == (False, ["fade"])
-    steady = quality_stage.process(make_clip(_ramp(picture, np.ones(16))))
+    steady = quality_stage.process(make_clip(frames=_ramp(picture, np.ones(16))))
     assert judged(steady) == (True, []) and len(steady.quality_hashes) == 4
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-from quality_clips import THRESHOLDS, judged, make_clip
+from conftest import make_clip
+from quality_clips import THRESHOLDS, judged
 
 from stages.quality import QualityStage
 
 
 def test_subtitles_drawn_on_real_frames_are_text(quality_stage, shots):
     for picture in shots.values():
-        plain = quality_stage.process(make_clip(np.stack([picture] * 16)))
+        plain = quality_stage.process(make_clip(frames=np.stack([picture] * 16)))
         assert plain.quality_text_area <= THRESHOLDS.text_max_area and judged(plain)[0]
         subtitled = picture.copy()
         cv2.putText(
@@ -26,7 +27,7 @@ def test_subtitles_drawn_on_real_frames_are_text(quality_stage, shots):
             2,
             cv2.LINE_AA,
         )
-        clip = quality_stage.process(make_clip(np.stack([subtitled] * 16)))
+        clip = quality_stage.process(make_clip(frames=np.stack([subtitled] * 16)))
         assert judged(clip) == (False, ["text"]), clip.quality_text_area
 
 
@@ -44,7 +45,7 @@ def test_scrolling_credits_are_text(quality_stage):
             cv2.LINE_AA,
         )
     frames = np.stack([page[12 * k : 12 * k + 480] for k in range(16)])  # rolling up 12 px
-    clip = quality_stage.process(make_clip(frames))
+    clip = quality_stage.process(make_clip(frames=frames))
     assert "text" in judged(clip)[1] and clip.quality_text_area > 0.02
 
 
@@ -94,7 +95,7 @@ def wide_street(shots) -> np.ndarray:
 
 
 def _text_area(stage: QualityStage, frames) -> float:
-    return stage.process(make_clip(np.stack(frames))).quality_text_area
+    return stage.process(make_clip(frames=np.stack(frames))).quality_text_area
 
 
 def test_a_sign_that_pans_with_the_picture_is_in_world(quality_stage, wide_street):
