@@ -17,7 +17,9 @@ from stages.burned_in.overlays_text import Box
 if TYPE_CHECKING:  # the settings' type only: stages/burned_in/overlays.py imports this module
     from stages.burned_in.overlays import OverlayConfig
 
-BLACK_PEAK = 24  # a corner whose grey is at most this in every view is black (a gate's)
+# the overlay passes' black: a sampled frame whose 98th-percentile grey is at most this shows no
+# picture (overlays.py), and a corner this dark in every view is a film gate's black
+BLACK_PEAK = 24
 LOGO_WIDTH = 480  # the persistent-edge map is made at this width (the crop box's)
 SAME_THUMBNAIL = 10  # two pictures are one view when their 32x18 thumbnails differ less (grey)
 SAME_HISTOGRAM = 0.25  # ... or their 32-bin grey histograms differ less (L1 of shares)

@@ -35,15 +35,13 @@ from core.record import Clip
 from core.settings import ConfigError, Settings
 from stages.base import ClipStage, FilmContext, register_clip_stage
 from stages.burned_in.edge_text import edge_text_share, edge_zones
-from stages.burned_in.logos import persistent_edges, views
+from stages.burned_in.logos import BLACK_PEAK, persistent_edges, views
 from stages.burned_in.overlays_text import Box, subtitle_like, text_lines
 from stages.burned_in.player_bars import player_rows
 from stages.burned_in.text_detector import TextDetector
 from stages.crop import CropBox
 from stages.probe import FilmInfo
 from stages.sources.film_samples import SamplePlan, sample_plan
-
-BLACK_PEAK = 24  # a sampled frame whose 98th-percentile grey is at most this shows no picture
 
 
 @dataclass
