@@ -182,3 +182,37 @@ def test_the_rule_can_be_switched_off(pictures):
     frames = _still(a, 30) + blended + _still(b, 30)
     assert _spans(frames, blend_gate=-1) == []
     assert BlendSpans(SceneConfig(blend_gate=-1), FPS, cut_lag=5).lag == 0
+
+
+def _blur(picture: np.ndarray, sigma: float) -> np.ndarray:
+    return cv2.GaussianBlur(picture, (0, 0), sigma) if sigma > 0 else picture
+
+
+@pytest.mark.parametrize("cut", [None, 35])
+def test_a_blur_out_blur_in_is_a_span(pictures, cut):
+    """The last shot blurs out over 5 frames, the next blurs in over 5 (frames 30-39): the
+    blurred frames are far from both sides, so the blend tests above miss them; the blur rule
+    marks them, also when the cut detector fires where the pictures switch."""
+    a, b = pictures
+    out = [_blur(a, 2.0 * (k + 1)) for k in range(5)]
+    into = [_blur(b, 2.0 * (5 - k)) for k in range(5)]
+    frames = _still(a, 30) + out + into + _still(b, 30)
+    found = _spans(frames, cuts=(cut,) if cut else ())
+    assert set(range(30, 40)) <= set(found) and found[0] >= 26 and found[-1] <= 44, found
+    # the blend tests alone leave blurred frames out
+    assert not set(range(30, 40)) <= set(_spans(frames, cuts=(cut,) if cut else (), blur_drop=-1))
+
+
+def test_a_focus_pull_inside_a_shot_is_not_a_span(pictures):
+    """One picture going out of focus and back: the same picture on both sides of the blur."""
+    a, _ = pictures
+    sigmas = [6 * max(0.0, 1 - abs(i - 35) / 10) for i in range(70)]
+    assert _spans([_blur(a, s) for s in sigmas]) == []
+
+
+def test_a_hard_cut_from_a_sharp_to_a_soft_shot_is_not_a_span(pictures):
+    """The soft shot after the cut has little detail against the sharp one before it, but as
+    much as its own frames: no blur."""
+    a, b = pictures
+    soft = _blur(b, 4.0)
+    assert _spans(_still(a, 30) + _still(soft, 30), cuts=(30,)) == []

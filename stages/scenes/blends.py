@@ -1,6 +1,7 @@
-"""Blends (`BlendSpans`): dissolves, fades that never reach a flat picture and short wipes, found
-on CPU as transition spans: frames whose every pixel lies between the frames a fraction of a second
-before and after them, when those two differ in colour and no cut lies between them. It costs
+"""Blends (`BlendSpans`): dissolves, fades that never reach a flat picture, short wipes and blur
+transitions, found on CPU as transition spans: frames whose every pixel lies between the frames a
+fraction of a second before and after them, when those two differ in colour and no cut lies
+between them, or frames blurred far below both when those two are different pictures. It costs
 about a fifth of decoding (docs/scenes.md).
 """
 
@@ -12,7 +13,7 @@ import numpy as np
 from core.frames import block_mean
 from stages.base import Frame
 from stages.scenes.config import SceneConfig
-from stages.scenes.similarity import colour_histogram, histogram_distance
+from stages.scenes.similarity import colour_histogram, edge_likeness, histogram_distance
 
 
 class BlendSpans:
@@ -34,6 +35,18 @@ class BlendSpans:
       in a still shot t is one of them);
     - B is not A in another light (`_same_picture`: a lighting change moves every pixel by one
       gain and offset per channel, which is also "between").
+    Or t is a blur between them (`_blurs`, the same cut rule): the outgoing shot blurs out and the
+    next blurs in, or a zoom dissolve passes through a blurred frame. Such a frame lies outside
+    the pair (the blur spreads both pictures), so the tests above miss it, and its colours stay
+    close to both when the shots share a palette. Instead:
+    - t's fine detail (`_detail`) is at most `blur_drop` times the sharper one's and
+      `BLUR_SOFTER` times the softer one's;
+    - t keeps at least `BLUR_CONTRAST` of their contrast (grey-level standard deviation), and
+      that is more than a flat picture's (`flat_std`): a fade towards a flat or black picture
+      loses its detail and its contrast together, and is the tests above's and the fade rule's;
+    - A and B are different pictures: their edge strengths correlate below `blur_likeness`
+      (`edge_likeness`); a camera zoom or a focus pull through a blur inside one shot keeps its
+      shapes on both sides.
     Blend frames closer than the longest lag are joined into one run (no boundary between them).
     A run that comes within `reach` of a boundary takes every frame up to it (half a dissolve
     ended by a cut), and `pad` frames past it when the boundary is within the shortest lag (the
@@ -46,6 +59,14 @@ class BlendSpans:
     WIDTH = 64
     RELIT = 0.02
     FLAT_SHARE = 0.25
+    # a blur keeps the picture's contrast: on the blur transitions measured (docs/scenes.md) the
+    # blurred frame kept 0.53 to 1.4 times the grey-level spread of its sides
+    BLUR_CONTRAST = 0.4
+    DETAIL_SIGMA = 1.5  # the blur (pixels at detection width) that fine detail is measured against
+    # a blur frame's detail against the softer of its two sides (a shot of little detail, a
+    # desert or a sky, has little to lose): below this, as well as `blur_drop` of the sharper
+    BLUR_SOFTER = 0.6
+    BLUR_EDGE = 0.9  # a blur run goes on over the frames with less detail than this share
 
     def __init__(self, config: SceneConfig, fps: float, cut_lag: int):
         self.enabled = config.blend_gate >= 0
@@ -55,11 +76,20 @@ class BlendSpans:
         self.pad = max(0, int(round(config.blend_pad_seconds * fps)))
         self.gate, self.edge_gate = config.blend_gate, config.blend_edge_gate
         self.between, self.mix = config.blend_between, config.blend_mix
+        self.blur_drop, self.blur_likeness = config.blur_drop, config.blur_likeness
+        # a picture this flat (grey-level spread) has no detail to lose: at least one grey level
+        # when flat runs are off (scenes.flat_std negative)
+        self.flat_std = max(config.flat_std, 1.0)
         self.cut_lag = cut_lag
-        # index -> (float BGR at WIDTH, colour histogram) of the frames a judgement may need
-        self.frames: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # index -> (float BGR at WIDTH, colour histogram, fine detail, contrast) of the frames a
+        # judgement may need
+        self.frames: dict[int, tuple[np.ndarray, np.ndarray, float, float]] = {}
         self.cuts: set[int] = set()
-        self.run: list[int] | None = None  # [first, last] marked frame of the open run
+        # [first, last] marked frame of the open run, the first frame it marked before them,
+        # and whether a blur frame is among them
+        self.run: list[int] | None = None
+        self.run_edge = 0
+        self.run_blurred = False
         self.next: int | None = None  # the next frame to judge
 
     @property
@@ -79,8 +109,22 @@ class BlendSpans:
             return []
         small = frame.small()
         reduced = block_mean(small, max(1, small.shape[1] // self.WIDTH))
-        self.frames[frame.index] = (reduced.astype(np.float32), colour_histogram(reduced))
+        detail, contrast = self._detail(frame.grey()) if self.blur_drop >= 0 else (0.0, 0.0)
+        self.frames[frame.index] = (
+            reduced.astype(np.float32),
+            colour_histogram(reduced),
+            detail,
+            contrast,
+        )
         return self._judge_up_to(frame.index - self.reach - self.cut_lag)
+
+    def _detail(self, grey: np.ndarray) -> tuple[float, float]:
+        """A picture's fine detail (mean absolute difference between its grey levels and their
+        Gaussian blur: what a blur takes away) and its contrast (grey-level standard
+        deviation)."""
+        grey = grey.astype(np.float32)
+        smooth = cv2.GaussianBlur(grey, (0, 0), self.DETAIL_SIGMA)
+        return float(cv2.norm(grey, smooth, cv2.NORM_L1)) / grey.size, float(grey.std())
 
     def finish(self, end: int) -> list[int]:
         """No frame at or after `end`; every cut is known."""
@@ -107,7 +151,9 @@ class BlendSpans:
 
     def _is_blend(self, t: int, gate: float) -> bool:
         now = self.frames.get(t)
-        return now is not None and any(self._blends(t, now[0], k, gate) for k in self.lags)
+        return now is not None and any(
+            self._blends(t, now[0], k, gate) or self._blurs(t, now, k) for k in self.lags
+        )
 
     def _blends(self, t: int, now: np.ndarray, k: int, gate: float) -> bool:
         before, after = self.frames.get(t - k), self.frames.get(t + k)
@@ -126,20 +172,68 @@ class BlendSpans:
             return False
         return not _same_picture(a, b, self.RELIT, self.FLAT_SHARE)
 
+    def _blurs(self, t: int, now: tuple, k: int) -> bool:
+        """Frame t is blurred far below the different pictures k before and after it (the
+        class's docstring)."""
+        if self.blur_drop < 0:
+            return False
+        before, after = self.frames.get(t - k), self.frames.get(t + k)
+        if before is None or after is None:
+            return False
+        sharper, softer = max(before[2], after[2]), min(before[2], after[2])
+        if now[2] > self.blur_drop * sharper or now[2] > self.BLUR_SOFTER * softer:
+            return False
+        if min(now[3], self.BLUR_CONTRAST * min(before[3], after[3])) <= self.flat_std:
+            return False
+        if not self._blurred_across_cuts(t - k, t + k):
+            return False
+        return edge_likeness(before[0], after[0]) < self.blur_likeness
+
+    def _blurred_across_cuts(self, first: int, last: int) -> bool:
+        """No boundary starts one of the frames (first, last], or one does and the blur reaches
+        it from both sides: the frames either side of it have less than `BLUR_SOFTER` of the
+        detail of `first` and `last` (the cut detector fires inside a blur transition, where the
+        pictures switch; a hard cut from a sharp shot to a soft one has a sharp frame before
+        it)."""
+        cuts = [c for c in self.cuts if first < c <= last]
+        if not cuts:
+            return True
+        known = [self.frames.get(i) for i in (first, cuts[0] - 1, cuts[-1], last)]
+        frames = [f for f in known if f is not None]
+        if len(cuts) > 1 or len(frames) < len(known):
+            return False
+        before, out, into, after = (f[2] for f in frames)
+        return out <= self.BLUR_SOFTER * before and into <= self.BLUR_SOFTER * after
+
+    def _is_blur(self, t: int) -> bool:
+        now = self.frames.get(t)
+        return now is not None and any(self._blurs(t, now, k) for k in self.lags)
+
+    def _still_blurred(self, t: int, clean: int) -> bool:
+        """Frame t, next to a blur run, has less than `BLUR_EDGE` of the fine detail of the
+        frame `clean`, the farthest the run may reach (taken to be out of the blur)."""
+        now, out = self.frames.get(t), self.frames.get(clean)
+        return now is not None and out is not None and now[2] < self.BLUR_EDGE * out[2]
+
     def _cut_within(self, first: int, last: int) -> bool:
         """A boundary starts one of the frames (first, last]."""
         return any(first < c <= last for c in self.cuts)
 
     def _take(self, t: int) -> list[int]:
         """Frame t is a blend: it joins the open run (with the frames between), or opens one."""
-        run = self.run
+        run, blurred = self.run, self._is_blur(t)
         if run is not None and t - run[1] <= self.reach and not self._cut_within(run[1], t):
             joined = list(range(run[1] + 1, t + 1))
             run[1] = t
+            if blurred and not self.run_blurred:  # its start may be a blur's slow start
+                self.run_blurred, edge = True, self.run_edge
+                self.run_edge = min(edge, self._edge(run[0], -1, True))
+                joined += range(self.run_edge, edge)
             return joined
         out = self._close_run()
-        self.run = [t, t]
-        return out + list(range(self._edge(t, -1), t + 1))
+        self.run, self.run_blurred = [t, t], blurred
+        self.run_edge = self._edge(t, -1, blurred)
+        return out + list(range(self.run_edge, t + 1))
 
     def _passed(self, t: int) -> list[int]:
         """Frame t is no blend: the open run ends when no later frame can join it."""
@@ -152,14 +246,15 @@ class BlendSpans:
         if self.run is None:
             return []
         last, self.run = self.run[1], None
-        return list(range(last + 1, self._edge(last, 1) + 1))
+        return list(range(last + 1, self._edge(last, 1, self.run_blurred) + 1))
 
-    def _edge(self, t: int, step: int) -> int:
+    def _edge(self, t: int, step: int, blurred: bool) -> int:
         """The outermost frame of a run whose last (step 1) or first (step -1) blend frame is t:
         up to a boundary within `reach` (a blend that runs into a cut takes every frame to it,
         and `pad` more past it when the cut is within the shortest lag: the blend straddles it),
         else on over the frames that are blends at the lower `edge_gate` (a dissolve's faint
-        ends), and at least `pad` frames; never more than `reach` frames from t."""
+        ends) or, for a run with a blur frame, still blurred (`_still_blurred`: a blur's slow
+        start and end), and at least `pad` frames; never more than `reach` frames from t."""
         bound = t + step * self.reach
         near = [c for c in self.cuts if min(t, bound) < c <= max(t, bound)]
         if near:
@@ -168,7 +263,10 @@ class BlendSpans:
                 return max(cut - 1 - self.pad, bound) if step < 0 else min(cut + self.pad, bound)
             return cut if step < 0 else cut - 1
         edge = t
-        while edge != bound and self._is_blend(edge + step, self.edge_gate):
+        while edge != bound and (
+            self._is_blend(edge + step, self.edge_gate)
+            or (blurred and self._still_blurred(edge + step, bound))
+        ):
             edge += step
         if step < 0:
             return max(min(edge, t - self.pad), bound)

@@ -68,6 +68,14 @@ class SceneConfig(Settings):
     """A blend is far from both frames: min(sum|t-A|, sum|t-B|) / sum|A-B| at least this."""
     blend_pad_seconds: float = 0.13
     """Each run of blend frames is widened by this much on each side (the faint ends)."""
+    blur_drop: float = 0.35
+    """Blur transitions (the outgoing shot blurs out, the next blurs in; a zoom dissolve through
+    a blurred frame), in `BlendSpans`: a frame counts as a blend of the frames a lag before and
+    after it when its fine detail (grey level minus its Gaussian blur, mean absolute) is at most
+    this share of both's and those two are different pictures (`blur_likeness`). Negative: off."""
+    blur_likeness: float = 0.2
+    """A blur frame's two sides are different pictures when their edge strengths correlate
+    below this (`edge_likeness`: a shot zooming through a blur stays above it)."""
 
     gradual: str = "off"
     """Learned detector of gradual transitions (dissolves, fades through any colour, wipes):
