@@ -5,7 +5,8 @@ which frames no clip may hold, one module per rule family.
   shot is no cut); `detectors.py`: the cut detectors, with the hold rule (anime judged from
   drawing to drawing);
 - `black.py`: sustained black or flat runs (`BlackRuns`) and their fades;
-- `blends.py`: dissolves, fades through any colour and short wipes on CPU (`BlendSpans`);
+- `blends.py`: dissolves, fades through any colour, short wipes and blur transitions on CPU
+  (`BlendSpans`);
 - `similarity.py`: how alike two small pictures are, shared by the rules above;
 - `config.py`: the `scenes` settings section (`SceneConfig`).
 

@@ -187,25 +187,24 @@ class BlendSpans:
             return False
         if min(now[3], self.BLUR_CONTRAST * min(before[3], after[3])) <= self.flat_std:
             return False
-        if not self._blurred_across_cuts(t - k, t + k):
+        if not self._blurred_to_cut(t, k):
             return False
         return edge_likeness(before[0], after[0]) < self.blur_likeness
 
-    def _blurred_across_cuts(self, first: int, last: int) -> bool:
-        """No boundary starts one of the frames (first, last], or one does and the blur reaches
-        it from both sides: the frames either side of it have less than `BLUR_SOFTER` of the
-        detail of `first` and `last` (the cut detector fires inside a blur transition, where the
-        pictures switch; a hard cut from a sharp shot to a soft one has a sharp frame before
-        it)."""
-        cuts = [c for c in self.cuts if first < c <= last]
+    def _blurred_to_cut(self, t: int, k: int) -> bool:
+        """No boundary starts one of the frames (t - k, t + k], or one does and the blur reaches
+        it from t's side: the frame next to it on that side has less than `BLUR_SOFTER` of the
+        detail of the pair's frame on that side. The cut detector fires inside a blur
+        transition, where the pictures switch, and a shot may open blurred and come into focus;
+        a hard cut into a soft shot is followed by frames as soft as the cut's."""
+        cuts = [c for c in self.cuts if t - k < c <= t + k]
         if not cuts:
             return True
-        known = [self.frames.get(i) for i in (first, cuts[0] - 1, cuts[-1], last)]
-        frames = [f for f in known if f is not None]
-        if len(cuts) > 1 or len(frames) < len(known):
+        if len(cuts) > 1:
             return False
-        before, out, into, after = (f[2] for f in frames)
-        return out <= self.BLUR_SOFTER * before and into <= self.BLUR_SOFTER * after
+        next_to, clean = (cuts[0], t + k) if cuts[0] <= t else (cuts[0] - 1, t - k)
+        near, far = self.frames.get(next_to), self.frames.get(clean)
+        return near is not None and far is not None and near[2] <= self.BLUR_SOFTER * far[2]
 
     def _is_blur(self, t: int) -> bool:
         now = self.frames.get(t)
