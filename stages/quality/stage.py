@@ -16,7 +16,7 @@ from core.frames import as_clip_frames
 from core.record import Clip
 from core.settings import ConfigError, Settings
 from stages.base import ClipStage, FilmContext, register_clip_stage
-from stages.burned_in.in_world_text import without_in_world_text
+from stages.burned_in.in_world_text import MIN_STILL_TEXT, without_in_world_text
 from stages.burned_in.picture_text import overlaps, without_blobs
 from stages.burned_in.text_detector import TextDetector
 from stages.quality.measures import LUMA_SIZE, luma_series, perceptual_hash
@@ -166,10 +166,10 @@ class QualityStage(ClipStage):
         detector = self.detector.name
         in_world = (
             f"inworld:s{self.config.in_world_min_shift:g}:t{self.config.in_world_tolerance:g}"
-            f":m{self.config.in_world_min_match:g}"
+            f":m{self.config.in_world_min_match:g}:k{MIN_STILL_TEXT:g}"
         )
-        if self.close is not None:
-            detector += f";close:{self.close.height}x{self.close.width}@text-spans"
+        if self.close is not None:  # the close look of clips in the film's text stretches
+            in_world += f";close:{self.close.height}x{self.close.width}@text-spans"
         return f"luma{LUMA_SIZE[0]}x{LUMA_SIZE[1]};{detector}:f{texts};{in_world};phash64:f{hashes}"
 
 
