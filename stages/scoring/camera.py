@@ -122,7 +122,8 @@ class CameraConfig(Settings):
     short_share: float = 1 / 3
     """A clip still by its median is a pan or tilt when at least this share of its pairs moves
     clearly (`complex_margin` times the pan threshold, their motion explaining `slow_min_fit` of
-    their points), every one of them the same way: a camera that moves for part of the clip."""
+    their points), every one of them the same way, and most of the others are seen to hold (their
+    motion explains `min_fit` of their points): a camera that moves for part of the clip."""
     short_travel: float = 40.0
     """... and those pairs carry the picture at least this many pixels (480x720) together."""
     part_balance: float = 0.5
@@ -497,18 +498,20 @@ def _drift_pan(voters, pairs, share: float, speed: float, config: CameraConfig) 
 def _short_move(pairs: list[PairMotion], config: CameraConfig) -> str:
     """A clip its median calls still whose clearly moving pairs (`short_share` of them or more,
     each beyond `complex_margin` times the pan threshold and explaining `slow_min_fit` of its
-    points) all go one way and carry the picture `short_travel` together: the camera moves for
-    part of the clip and holds (a tilt that settles on a face). Pairs that jolt this way and
-    that (a shake, a character crossing) name no single way and leave the clip still."""
-    clear = [
-        p
-        for p in pairs
-        if p.fit >= config.slow_min_fit
-        and np.hypot(p.tx, p.ty) > config.complex_margin * config.static_speed
-    ]
+    points) all go one way and carry the picture `short_travel` together, while most of its
+    other pairs are seen to hold (their motion, none, explains `min_fit` of their points): the
+    camera moves for part of the clip and holds (a tilt that settles on a face). Pairs that jolt
+    this way and that (a shake) name no single way; where the rest of the pairs cannot be
+    measured (flat sand, cuts the scene detector missed), the hold is not seen either."""
+    moves = config.complex_margin * config.static_speed
+    is_clear = [p.fit >= config.slow_min_fit and np.hypot(p.tx, p.ty) > moves for p in pairs]
+    clear = [p for p, c in zip(pairs, is_clear) if c]
+    held = sum(p.fit >= config.min_fit for p, c in zip(pairs, is_clear) if not c)
     ways = {_pan_label(p.tx, p.ty) for p in clear}
     travel = np.hypot(sum(p.tx for p in clear), sum(p.ty for p in clear))
     if len(clear) < config.short_share * len(pairs) or len(ways) != 1:
+        return STATIC
+    if held < 0.5 * (len(pairs) - len(clear)):
         return STATIC
     return ways.pop() if travel >= config.short_travel else STATIC
 
