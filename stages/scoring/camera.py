@@ -18,7 +18,7 @@ The rule (docs/scores.md has the reasons and the figures):
    `zoom_out`, `static` (no move above the thresholds, a motion that explains too little of
    the picture to be the camera's: effects, characters, or a picture mostly too flat to
    measure), `complex` (the pairs disagree about a clear move, or it turns, or it pans and
-   zooms at once; pairs that disagree about a motion barely above the thresholds are static). A clip under the thresholds whose pairs drift one way
+   zooms at once with neither the larger; pairs that disagree about a motion barely above the thresholds are static). A clip under the thresholds whose pairs drift one way
    over the clip is a slow pan; a clip whose flow no motion fits (a blurred, glowing or hazy
    picture) but whose pairs nearly all drift one way faster than the pan threshold is a pan.
    A diagonal is named by its larger axis, or `complex` when neither axis clearly dominates;
