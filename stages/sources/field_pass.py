@@ -55,7 +55,8 @@ from stages.sources.fields import FieldConfig, changed, comb_share
 from stages.sources.film_samples import sample_luma_frames
 
 MOVING_SHARE = 0.002  # a frame moves when this share of its pixels changed since the frame before
-MENDED_SHARE = 0.6  # a run is telecined when this share of its combed frames a match mends
+MENDED_SHARE = 0.6  # a run is mended (telecine, or held drawings) when a match mends this share
+# of its combed frames
 STREAM_ORDERS = {2: "top", 3: "bottom", 4: "top", 5: "bottom"}  # AVFieldOrder: TT BB TB BT
 SLOW_MOTION = 1.0  # field rows (or half columns) a frame: less, and a weave cannot be told
 SLOW_WOVEN_SHARE = 0.6  # a run without teeth is interlaced when this share of its moving frames
@@ -164,11 +165,11 @@ def _decide(record: FieldRecord, runs: list[_Run]) -> FieldRecord:
 
 
 def _kinds(runs: list[_Run]) -> list[str]:
-    """Each run's kind. The runs too few of whose frames a match mends to show a cycle
-    (`unsure`, and the odd mended frame of a progressive run) are read together once, where no
-    run shows a cycle on its own: a held-drawing film's telecined runs may hold one or two mended
-    frames each (the One Piece hybrid copy: three in all, at one place), and together they are
-    telecined when they keep to one stretch of CYCLE_EVIDENCE frames."""
+    """Each run's kind. Where no run shows a cycle on its own, the mended frames of the runs
+    that could not tell (`unsure`, and a progressive run's odd one) are read together: a
+    telecined film of held drawings may mend one or two frames a run (the One Piece hybrid
+    copy: three in all, at one place), and its unsure runs are telecined when those frames keep
+    to one stretch of CYCLE_EVIDENCE (stages/sources/cadence.py)."""
     kinds = [run.kind for run in runs]
     if TELECINED in kinds:
         return kinds
