@@ -56,39 +56,23 @@ def _pictures(film) -> np.ndarray:
     return np.load(film.path.with_suffix(".npy")).astype(np.float32)
 
 
-@pytest.fixture(scope="session")
-def telecined(tmp_path_factory):
-    return _film(tmp_path_factory, "telecined_film")[0]
+def _film_fixture(name: str):
+    """A session fixture `name`: the labelled film pulldown_films.`name`_film, built once."""
+
+    @pytest.fixture(scope="session", name=name)
+    def built(tmp_path_factory):
+        return _film(tmp_path_factory, f"{name}_film")[0]
+
+    return built
 
 
-@pytest.fixture(scope="session")
-def interlaced(tmp_path_factory):
-    return _film(tmp_path_factory, "interlaced_film")[0]
-
-
-@pytest.fixture(scope="session")
-def hybrid(tmp_path_factory):
-    return _film(tmp_path_factory, "hybrid_film")[0]
-
-
-@pytest.fixture(scope="session")
-def crawl_hybrid(tmp_path_factory):
-    return _film(tmp_path_factory, "crawl_hybrid_film")[0]
-
-
-@pytest.fixture(scope="session")
-def held_drawings(tmp_path_factory):
-    return _film(tmp_path_factory, "held_drawings_film")[0]
-
-
-@pytest.fixture(scope="session")
-def few_changes(tmp_path_factory):
-    return _film(tmp_path_factory, "few_changes_film")[0]
-
-
-@pytest.fixture(scope="session")
-def fine_lines(tmp_path_factory):
-    return _film(tmp_path_factory, "fine_lines_film")[0]
+telecined = _film_fixture("telecined")
+interlaced = _film_fixture("interlaced")
+hybrid = _film_fixture("hybrid")
+crawl_hybrid = _film_fixture("crawl_hybrid")
+held_drawings = _film_fixture("held_drawings")
+few_changes = _film_fixture("few_changes")
+fine_lines = _film_fixture("fine_lines")
 
 
 # ------------------------------------------------------------------------------ the comb rule
