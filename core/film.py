@@ -196,8 +196,8 @@ class OverlayRecord(JsonRecord):
 class FieldRecord(JsonRecord):
     """summary.json's `fields`: the film's field structure (stages/sources/field_pass.py) and what was
     done about it. `structure` is progressive, telecined, interlaced or hybrid; `parts` are the
-    probed runs of frames, [start, stop, kind] (kind: progressive, telecined, interlaced or
-    still); `restored_frames` and `restored_fps` are filled once the film is cut: the frames
+    probed runs of frames, [start, stop, kind] (kind: progressive, telecined, interlaced,
+    still, or unsure: mended frames too few to show a cycle); `restored_frames` and `restored_fps` are filled once the film is cut: the frames
     the segments kept and their rate (decimation drops one telecine duplicate in five)."""
 
     structure: str = "progressive"
