@@ -170,6 +170,9 @@ class OverlayRecord(JsonRecord):
     text_scale: float = 1.0  # source pixels to the text detector's pixels
     # [[y0, y1], ...]: a web player's interface at the picture's top or bottom, cropped away
     player_rows: list[list[int]] = field(default_factory=list)
+    # [[start, stop], ...] seconds: stretches whose samples show text over the picture (not in a
+    # band, not a logo); the quality stage looks at their clips closely (stages/burned_in/picture_text.py)
+    text_spans: list[list[float]] = field(default_factory=list)
 
     def line(self) -> str:
         """The console's words: `hardsubbed: 71 % of frames, band y 420-470; logo at x
@@ -180,6 +183,12 @@ class OverlayRecord(JsonRecord):
             parts.append(f"hardsubbed: {self.subtitle_share * 100:.0f} % of frames, band {bands}")
         parts += [f"logo at x {x}-{x + w} y {y}-{y + h}" for x, y, w, h in self.logos]
         parts += [f"player bar y {y0}-{y1} cropped" for y0, y1 in self.player_rows]
+        if self.text_spans:
+            seconds = sum(stop - start for start, stop in self.text_spans)
+            parts.append(
+                f"text over the picture in {len(self.text_spans)} stretch"
+                f"{'es' if len(self.text_spans) > 1 else ''} ({seconds:.0f} s), looked at closely"
+            )
         return "; ".join(parts) if parts else "no overlays"
 
 
@@ -187,8 +196,8 @@ class OverlayRecord(JsonRecord):
 class FieldRecord(JsonRecord):
     """summary.json's `fields`: the film's field structure (stages/sources/field_pass.py) and what was
     done about it. `structure` is progressive, telecined, interlaced or hybrid; `parts` are the
-    probed runs of frames, [start, stop, kind] (kind: progressive, telecined, interlaced or
-    still); `restored_frames` and `restored_fps` are filled once the film is cut: the frames
+    probed runs of frames, [start, stop, kind] (kind: progressive, telecined, interlaced,
+    still, or unsure: mended frames too few to show a cycle); `restored_frames` and `restored_fps` are filled once the film is cut: the frames
     the segments kept and their rate (decimation drops one telecine duplicate in five)."""
 
     structure: str = "progressive"

@@ -470,6 +470,14 @@ def dialogue_film(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def credits_film(tmp_path_factory):
+    """640x360 with staff credits over the middle of the picture in two of its five shots."""
+    from overlay_films import credits_film as make
+
+    return _labelled_film(tmp_path_factory, make)
+
+
+@pytest.fixture(scope="session")
 def gate_film(tmp_path_factory):
     """480x360 with a film gate's rounded black corners on every frame."""
     from overlay_films import gate_film as make

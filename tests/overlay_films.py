@@ -47,6 +47,7 @@ FONT_FILES = {
 WHITE, YELLOW, BLACK = (255, 255, 255), (255, 222, 40), (0, 0, 0)
 SUBTITLE, LOGO, IN_WORLD = "subtitle", "logo", "in_world"
 PLAYER, GATE = "player", "gate"  # a web player's interface; a film gate's rounded corners
+CREDIT = "credit"  # staff credits over the middle of the picture
 
 
 class FontMissing(RuntimeError):
@@ -99,6 +100,19 @@ class Subtitle:
     colour: tuple[int, int, int] = WHITE
     style: str = "outline"  # or "shadow"
     script: str = "latin"  # or "cjk"
+
+
+@dataclass(frozen=True)
+class Credit:
+    """A staff credit over the middle of the picture, as an opening's: thin white lines with no
+    outline, their top-left corner at (x, y), shown on frames [start, stop)."""
+
+    start: int
+    stop: int
+    lines: tuple[str, ...]
+    x: int
+    y: int
+    size: int = 15
 
 
 @dataclass(frozen=True)
@@ -272,6 +286,11 @@ def _subtitle_patch(event: Subtitle, width: int, height: int, margin: int) -> _P
     return _Patch(rgba, (width - w) // 2, y, SUBTITLE, " / ".join(event.lines))
 
 
+def _credit_patch(credit: Credit) -> _Patch:
+    rgba = _text_patch(credit.lines, "latin", credit.size, WHITE, "none")
+    return _Patch(rgba, credit.x, credit.y, CREDIT, " / ".join(credit.lines))
+
+
 def _logo_patch(width: int, text: str = "ANI+") -> _Patch:
     """A streaming site's mark: bold white text on a rounded dark plate, 55 % opaque, in the
     top-right corner."""
@@ -435,14 +454,19 @@ def write_labelled_film(
     margin: int = 10,
     player: tuple[tuple[int, int], ...] = (),
     gate: int = 0,
+    credits: tuple[Credit, ...] = (),
 ) -> LabelledFilm:
     """Write the film (H.264, crf 18) and return it with its labels. `size` is (width, height);
     `margin` is the subtitles' distance from the frame's top or bottom edge; `logo` True (a
     semi-transparent plate) or "opaque"; `player`: frame ranges [start, stop) that show a web
-    player's control bar; `gate`: the radius of a film gate's rounded black corners (0: none)."""
+    player's control bar; `gate`: the radius of a film gate's rounded black corners (0: none);
+    `credits`: staff credits over the middle of the picture."""
     width, height = size
     pictures = read_pictures({shot.picture for shot in shots})
-    patches = {event: _subtitle_patch(event, width, height, margin) for event in subtitles}
+    patches: dict[Subtitle | Credit, _Patch] = {
+        event: _subtitle_patch(event, width, height, margin) for event in subtitles
+    }
+    patches |= {credit: _credit_patch(credit) for credit in credits}
     corner = (
         (_opaque_logo_patch(width) if logo == "opaque" else _logo_patch(width)) if logo else None
     )
@@ -630,3 +654,30 @@ def dialogue_film(path: Path) -> LabelledFilm:
         Subtitle(98, 180, CJK[3], 26, script="cjk"),
     ]
     return write_labelled_film(path, (640, 480), shots, subtitles, margin=16)
+
+
+OPENING_CREDITS = [
+    ("Key Animation", "Aiko Tanaka   Ren Mori"),
+    ("Background Art", "Studio Kaze"),
+    ("Colour Design", "Mika Sato"),
+    ("Director of Photography", "Jun Ito"),
+]
+
+
+def credits_film(path: Path) -> LabelledFilm:
+    """640x360: five panning shots of 48 frames (cuts at 48, 96, 144, 192); staff credits of
+    15-pixel thin white letters over the middle of the picture, as an opening's, on frames
+    96-192, the third and fourth shots (four credits of 24 frames, left and right of the middle
+    by turns). The whole-frame rule's narrow look reads them 0.0. No other overlay."""
+    shots = [
+        Shot("bikes_road", 48, 2),
+        Shot("sintel_snow", 48, -2),
+        Shot("bunny_meadow", 48, 1),
+        Shot("bikes_turn", 48, 2),
+        Shot("sintel_town", 48, -1),
+    ]
+    credits = tuple(
+        Credit(96 + 24 * k, 120 + 24 * k, lines, 90 if k % 2 == 0 else 380, 120 + 30 * (k % 3))
+        for k, lines in enumerate(OPENING_CREDITS)
+    )
+    return write_labelled_film(path, (640, 360), shots, credits=credits)

@@ -13,6 +13,12 @@ filters where it has them, and every frame labelled with the moments its two fie
 - `crawl_hybrid_film`: the telecined film's first pictures, then credits crawling up over black
   1.5 pixels a field, woven two moments to a frame: a slow crawl, whose frames show no teeth;
   `progressive_crawl_film`: the same crawl with one moment a frame.
+- `held_drawings_film`: truly interlaced limited animation: the bundled film's pictures taken as
+  drawings, each shown for 3, 2 and 4 fields in turn at 59.94 fields a second (drawings timed
+  on fields, no 3:2 cycle), woven two fields to a frame, top field first, with x264's interlaced
+  flags. A drawing that changes between a frame's two fields combs it, and a neighbour's field
+  mends it, as in telecine, but at every place of the cycle of five.
+  `few_changes_film`: five drawings held 21 to 25 fields each: two combed frames in all.
 - `fine_lines_film`: progressive 23.976, a pan over a picture full of fine horizontal line art
   (hatching one pixel thick every four rows, thin hair-like strands, dark scan lines every third
   row across the whole picture): nothing in it is combed.
@@ -198,6 +204,30 @@ def progressive_crawl_film(path: Path) -> FieldFilm:
     moments = crawl_pictures(240)[::2]
     _encode(list(moments), path, VIDEO_RATE, interlaced=False)
     return FieldFilm(path, [(k, k) for k in range(len(moments))], moments, VIDEO_RATE)
+
+
+def held_drawings_film(path: Path) -> FieldFilm:
+    """Every picture of the bundled film held 3, 2 and 4 fields in turn (6 s at 29.97)."""
+    return _held(path, film_pictures(), [3, 2, 4] * 40)
+
+
+def few_changes_film(path: Path) -> FieldFilm:
+    """Five pictures of the bundled film held 25, 25, 21, 25 and 24 fields (2 s): the drawings
+    change at fields 25, 50, 71 and 96, two of them between a frame's fields (frames 12, 35)."""
+    return _held(path, film_pictures()[::24][:5], [25, 25, 21, 25, 24])
+
+
+def _held(path: Path, drawings: np.ndarray, holds: list[int]) -> FieldFilm:
+    """`drawings[k]` shown for `holds[k]` fields, woven two fields to a frame (top first)."""
+    shown = [k for k, fields in enumerate(holds) for _ in range(fields)]
+    labels = list(zip(shown[0::2], shown[1::2]))
+    frames = []
+    for top, bottom in labels:  # as `woven`, without a copy of each drawing for every field
+        frame = drawings[top].copy()
+        frame[1::2] = drawings[bottom][1::2]
+        frames.append(frame)
+    _encode(frames, path, VIDEO_RATE, interlaced=True)
+    return FieldFilm(path, labels, drawings, VIDEO_RATE)
 
 
 def fine_lines_film(path: Path, count: int = 120) -> FieldFilm:

@@ -393,6 +393,54 @@ def test_a_diagonal_with_no_dominant_axis_is_complex(slide, motion, camera):
     assert result.label == COMPLEX, result
 
 
+@pytest.mark.parametrize(
+    ("slide", "zoom", "label"),
+    [((6.0, 0.0), 0.012, PAN_LEFT), ((0.0, -6.0), -0.012, TILT_DOWN), ((2.0, 0.0), 0.02, ZOOM_IN)],
+)
+def test_a_pan_and_a_zoom_at_once_are_named_by_the_larger(slide, zoom, label, motion, camera):
+    """A pan of 6 px a frame with a real zoom of 1.2 % a frame (which moves a typical point about
+    3.7 px a frame): the rule before called any zoom over half the pan's speed `complex`; the
+    pan is the larger move and names the clip (issue 36: real pans read `complex` for a small
+    zoom seen with them). A zoom larger than its pan stays a zoom; `pan_zoom_ratio` 2 gives the
+    rule before's `complex` back for the pan."""
+    frames = measured(camera_move(slide=slide, zoom=zoom), motion)
+    result = camera.measure(frames)
+    assert abs(result.zoom) > CameraConfig().static_zoom, result  # the zoom is seen
+    assert result.label == label, result
+    if label != ZOOM_IN:
+        strict = CameraStage(CameraConfig(pan_zoom_ratio=2.0)).measure(frames)
+        assert strict.label == COMPLEX, strict
+
+
+def moves_then_holds(steps) -> np.ndarray:
+    """16 frames: the camera's window moves by each of `steps` in turn (px a frame at 480x720,
+    one per pair), then holds for the rest while a character crosses the still picture (so the
+    held pairs are not held drawings)."""
+    scene, figure, at, frames = background(), character(), np.zeros(2), []
+    for i in range(16):
+        frame = window(scene, at, 0.0, 1.0).round().astype(np.uint8)
+        x = 100 + 14 * i
+        frame[250:450, x : x + 200] = figure
+        frames.append(frame)
+        at = at + (np.asarray(steps[i], float) if i < len(steps) else 0.0)
+    return np.stack(frames)
+
+
+def test_a_tilt_that_settles_on_the_picture_is_a_tilt(motion, camera):
+    """The picture slides down 10 px a frame for 6 pairs and holds for 9: the median pair is
+    still (the rule before: `static`), but the camera moved 60 px one way for part of the clip."""
+    result = camera.measure(measured(moves_then_holds([(0.0, 10.0)] * 6), motion))
+    assert result.label == TILT_UP, result
+
+
+def test_jolts_this_way_and_that_are_no_move(motion, camera):
+    """A still camera shaken 8 px right and back three times (6 pairs of 15), and one 40 px jolt:
+    clear moves, but no single way and no travel: still, as before."""
+    shake = [(8.0, 0.0), (-8.0, 0.0)] * 3
+    assert camera.measure(measured(moves_then_holds(shake), motion)).label == STATIC
+    assert camera.measure(measured(moves_then_holds([(40.0, 0.0)]), motion)).label == STATIC
+
+
 def test_a_slow_drift_over_a_few_pairs_is_no_pan(motion, camera):
     """The slow pan of HARD_MOVES over 3 frames instead of 16: 2.4 px in all, too little to tell a
     pan from a still camera's drift (a clip whose other pairs are held or relit)."""
@@ -510,3 +558,7 @@ def test_labels_and_settings_are_checked():
     }
     with pytest.raises(ValueError, match="camera.min_fit"):
         CameraConfig(min_fit=1.5).validate()
+    with pytest.raises(ValueError, match="camera.pan_zoom_ratio"):
+        CameraConfig(pan_zoom_ratio=0.5).validate()
+    with pytest.raises(ValueError, match="camera.short_share"):
+        CameraConfig(short_share=2.0).validate()

@@ -17,6 +17,7 @@ from core.frames import ClipFrames
 from core.video import FrameReader
 from stages.probe import Probe
 from stages.quality import RejectConfig
+from stages.sources.cadence import cadence_name, cycle_kind, stretches
 from stages.sources.field_pass import find_fields, probe_runs, sampled_and_probed
 from stages.sources.field_restore import FieldRestorer
 from stages.sources.fields import (
@@ -55,29 +56,23 @@ def _pictures(film) -> np.ndarray:
     return np.load(film.path.with_suffix(".npy")).astype(np.float32)
 
 
-@pytest.fixture(scope="session")
-def telecined(tmp_path_factory):
-    return _film(tmp_path_factory, "telecined_film")[0]
+def _film_fixture(name: str):
+    """A session fixture `name`: the labelled film pulldown_films.`name`_film, built once."""
+
+    @pytest.fixture(scope="session", name=name)
+    def built(tmp_path_factory):
+        return _film(tmp_path_factory, f"{name}_film")[0]
+
+    return built
 
 
-@pytest.fixture(scope="session")
-def interlaced(tmp_path_factory):
-    return _film(tmp_path_factory, "interlaced_film")[0]
-
-
-@pytest.fixture(scope="session")
-def hybrid(tmp_path_factory):
-    return _film(tmp_path_factory, "hybrid_film")[0]
-
-
-@pytest.fixture(scope="session")
-def crawl_hybrid(tmp_path_factory):
-    return _film(tmp_path_factory, "crawl_hybrid_film")[0]
-
-
-@pytest.fixture(scope="session")
-def fine_lines(tmp_path_factory):
-    return _film(tmp_path_factory, "fine_lines_film")[0]
+telecined = _film_fixture("telecined")
+interlaced = _film_fixture("interlaced")
+hybrid = _film_fixture("hybrid")
+crawl_hybrid = _film_fixture("crawl_hybrid")
+held_drawings = _film_fixture("held_drawings")
+few_changes = _film_fixture("few_changes")
+fine_lines = _film_fixture("fine_lines")
 
 
 # ------------------------------------------------------------------------------ the comb rule
@@ -185,6 +180,33 @@ def test_the_labelled_films_hold_what_they_say(telecined, interlaced, fine_lines
     assert fine_lines.combed_frames() == []
 
 
+@pytest.mark.slow  # builds the labelled films (seconds each)
+def test_the_held_drawing_films_hold_what_they_say(held_drawings, few_changes):
+    """Drawings held 3, 2 and 4 fields comb a frame at every place of the cycle of five (its
+    bottom field the next drawing); the few-changes film combs two frames."""
+    combed = held_drawings.combed_frames()
+    assert {i % 5 for i in combed} == {0, 1, 2, 3, 4}
+    assert all(bottom - top in (0, 1) for top, bottom in held_drawings.labels)
+    assert few_changes.combed_frames() == [12, 35]
+
+
+def test_the_places_of_mended_frames_tell_telecine_from_held_drawings():
+    """3:2 keeps to two neighbouring places of five (one edit may move them), 2:3:3:2 to one;
+    drawings held 3 fields each comb a frame every third frame, at every place; two frames
+    could be either."""
+    three_two = [i for i in range(40) if i % 5 in (2, 3)]
+    assert cycle_kind(three_two) == "telecined" and cadence_name([three_two]) == "3:2"
+    edited = [i for i in range(40) if i % 5 in ((2, 3) if i < 20 else (4, 0))]  # cut at 20
+    assert len(stretches(edited)) == 2 and cycle_kind(edited) == "telecined"
+    assert cadence_name([edited]) == "broken"
+    assert cadence_name([[2, 7, 12, 17]]) == "2:3:3:2"
+    held_three = [field // 2 for field in range(3, 120, 3) if field % 2]  # a change between
+    assert cycle_kind(held_three) == "interlaced"  # a frame's fields combs it
+    assert cycle_kind([12, 35]) == "unsure" and cycle_kind([1, 2]) == "unsure"
+    assert cycle_kind([2, 3, 7]) == "telecined"
+    assert cycle_kind([]) == "unsure"
+
+
 # ------------------------------------------------------------------------------ the film pass
 
 
@@ -196,6 +218,8 @@ def test_the_labelled_films_hold_what_they_say(telecined, interlaced, fine_lines
         ("interlaced", "interlaced", "top", None),
         ("hybrid", "hybrid", "top", "3:2"),
         ("fine_lines", "progressive", None, None),
+        ("held_drawings", "interlaced", "top", None),
+        ("few_changes", "interlaced", "top", None),
     ],
 )
 def test_field_pass_decides_from_the_pictures(request, name, structure, order, cadence):
@@ -354,6 +378,19 @@ def test_interlaced_and_hybrid_films_cut_whole(request, name, tmp_path):
     assert summary["fields"]["structure"] == name
     if name == "interlaced":
         assert "interlaced, top field first, deinterlaced" in result.message
+    usable = [row for row in rows if row["usable"]]
+    assert usable and all(row["combing"] <= LIMIT for row in usable)
+
+
+@pytest.mark.slow
+def test_held_drawings_deinterlaced_at_the_streams_rate(held_drawings, tmp_path):
+    """Truly interlaced held drawings are not decimated: every frame kept, at 29.97."""
+    result, summary, rows = _cut(held_drawings, tmp_path)
+    record = FieldRecord.from_dict(summary["fields"])
+    assert record.structure == "interlaced" and record.cadence is None
+    assert "interlaced, top field first, deinterlaced" in result.message
+    assert record.restored_frames == len(held_drawings.labels)
+    assert abs(record.restored_fps - 30000 / 1001) < 0.01
     usable = [row for row in rows if row["usable"]]
     assert usable and all(row["combing"] <= LIMIT for row in usable)
 

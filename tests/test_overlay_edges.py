@@ -61,8 +61,10 @@ def test_the_samples_follow_the_films_length():
 
 @pytest.mark.slow  # over 1.5 s (README, "Test time"): a whole run
 def test_a_translators_note_too_rare_for_a_band_reaches_no_usable_clip(noted_film, tmp_path):
-    """The note is on screen for 2 s of 8: no band, and the whole-frame `text` rule reads 0
-    on the clips that show it. The clip pass's edge check rejects them; the others keep."""
+    """The note is on screen for 2 s of 8: no band, and the whole-frame `text` rule's narrow
+    look reads 0 on the clips that show it. The clip pass's edge check rejects them (the close
+    look of a stretch whose sample shows the note may find it as `text` too); the others
+    keep."""
     summary, rows = cut(noted_film, tmp_path)
     assert summary.overlays.subtitle_bands == []
     noted = [row for row in rows if shows(noted_film, SUBTITLE, row)]
@@ -70,7 +72,6 @@ def test_a_translators_note_too_rare_for_a_band_reaches_no_usable_clip(noted_fil
     assert noted and clean
     for row in noted:
         assert not row["usable"] and "subtitle" in row["reject_reasons"]
-        assert row["quality_text_area"] < 0.004  # what the whole-frame rule saw: nothing
     assert all(row["usable"] and row["overlay_subtitle_area"] == 0 for row in clean)
 
 

@@ -178,9 +178,9 @@ def _film_pictures(
     then reads its key frames)."""
     began = time.perf_counter()
     overlays = config.overlays if config.overlays.enabled else None
-    runs = None
+    runs, indices = None, None
     if overlays is not None:
-        frames, runs = _samples(film, config, overlays, held)
+        frames, indices, runs = _samples(film, config, overlays, held)
     elif config.crop.box is None:
         frames = sample_luma_frames(film, config.crop.samples)
     else:
@@ -197,7 +197,11 @@ def _film_pictures(
     began = time.perf_counter()
     passes = film_overlays(config)
     crop, player = passes.without_player(frames or [], crop)
-    record = passes.process(frames or [], crop, player)
+    times = None
+    if indices is not None:
+        starts = film.frame_times()
+        times = [starts[i] for i in indices]
+    record = passes.process(frames or [], crop, player, times, film.duration)
     seconds["overlays"] = time.perf_counter() - began
     return crop, record, fields, seconds
 
@@ -205,16 +209,20 @@ def _film_pictures(
 def _samples(
     film: FilmInfo, config: PipelineConfig, overlays: OverlayConfig, held: HeldFrames | None
 ):
-    """The film's samples (the crop's and the overlay pass's), and the field pass's probed runs
-    where one decode gives both (a short film: stages/sources/field_pass.py
-    `sampled_and_probed`; the crop's time then holds the runs' too), else None for the runs."""
+    """The film's samples (the crop's and the overlay pass's), their frame indices (None when
+    unknown), and the field pass's probed runs where one decode gives both (a short film:
+    stages/sources/field_pass.py `sampled_and_probed`; the crop's time then holds the runs'
+    too), else None for the runs."""
     plan = overlay_sample_plan(film, overlays, max(config.crop.samples, overlays.samples))
     if plan.spread and config.fields.enabled:
         wanted = spread_indices(film, plan.count)
         shared = sampled_and_probed(film, wanted, config.fields, held)
         if shared is not None:
-            return shared
-    return sample_film(film, plan, held).frames, None
+            frames, runs = shared
+            indices = sorted(wanted) if len(frames) == len(wanted) else None
+            return frames, indices, runs
+    samples = sample_film(film, plan, held)
+    return samples.frames, samples.indices, None
 
 
 def fetched_film(path: str | Path) -> Path:

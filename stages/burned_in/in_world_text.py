@@ -28,6 +28,9 @@ GROW = 2
 # A phase correlation peak below this means the picture gave no shift worth trusting (a black
 # background with its text hidden, noise).
 MIN_RESPONSE = 0.05
+# Share of a component's pixels, moved by the shift found, that the other frame's (grown) text
+# mask must mark for it to have moved with the picture (`_still_text`).
+MIN_STILL_TEXT = 0.3
 # Pixels of context around a component's box in the patch that is matched.
 PATCH_MARGIN = 2
 # A frame with less than this share of its pixels brighter than BLACK_GREY outside its text is
@@ -70,8 +73,27 @@ def without_in_world_text(
             if in_world[label]:
                 continue
             found = patch_shift(grey, other, stats[label, :4], picture, tolerance, min_match)
-            in_world[label] = found is not None and np.hypot(*(found - picture)) <= tolerance
+            in_world[label] = (
+                found is not None
+                and np.hypot(*(found - picture)) <= tolerance
+                and _still_text(labels == label, found, _grown(other_mask))
+            )
     return mask & ~in_world[labels]
+
+
+def _still_text(component: np.ndarray, shift: np.ndarray, other_text: np.ndarray) -> bool:
+    """Whether the other frame's text mask still marks at least `MIN_STILL_TEXT` of the
+    component's pixels moved by `shift`: text that moved with the picture is text there too. A
+    thin line over a textured picture is a small part of its patch, so where the line is gone
+    (a credit that changed) the patch still matches the picture behind it, at the picture's
+    shift."""
+    ys, xs = np.nonzero(component)
+    dx, dy = (int(round(v)) for v in shift)
+    ys, xs = ys + dy, xs + dx
+    inside = (ys >= 0) & (ys < other_text.shape[0]) & (xs >= 0) & (xs < other_text.shape[1])
+    if not inside.any():
+        return False
+    return bool(other_text[ys[inside], xs[inside]].mean() >= MIN_STILL_TEXT)
 
 
 def picture_shift(a: np.ndarray, b: np.ndarray, hidden: np.ndarray) -> np.ndarray | None:

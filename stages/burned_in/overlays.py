@@ -36,7 +36,8 @@ from core.settings import ConfigError, Settings
 from stages.base import ClipStage, FilmContext, register_clip_stage
 from stages.burned_in.edge_text import edge_text_share, edge_zones
 from stages.burned_in.logos import BLACK_PEAK, persistent_edges, views
-from stages.burned_in.overlays_text import Box, subtitle_like, text_lines
+from stages.burned_in.overlays_text import Box, rows_overlap, subtitle_like, text_lines
+from stages.burned_in.picture_text import picture_text_share, text_spans
 from stages.burned_in.player_bars import player_rows
 from stages.burned_in.text_detector import TextDetector
 from stages.crop import CropBox
@@ -115,6 +116,16 @@ class OverlayConfig(Settings):
     """A film with fewer key frames than `samples` and at most this many frames (5 minutes at
     24 fps) is sampled from one decoding pass over it instead (short pieces often have one or
     two key frames); a longer one keeps its key frames."""
+    picture_text_share: float = 0.002
+    """A sampled frame whose picture holds text lines outside the subtitle bands and logos
+    covering at least this share of it (found at the bands' scale, `scale_for`) marks a stretch
+    of the film whose clips the quality stage looks at closely (stages/burned_in/picture_text.py;
+    off with `quality.close_text_width` = 0): staff credits and lyrics over the picture read
+    0.01-0.06 there (docs/quality.md)."""
+    picture_text_seconds: float = 2.0
+    """...looking at the middle of one sampled frame every this many seconds at most (a short
+    film samples one a second; credits and lyrics stay longer than two): the middle rows cost
+    as much again as the zones."""
     clip_frames: list[int] = field(default_factory=lambda: [0, 5, 10, 15])
     """Frames of each clip (0-15) looked at inside the film's subtitle bands: a subtitle on
     screen for 0.7 s or more anywhere in the clip is on one of them."""
@@ -182,6 +193,10 @@ class OverlayConfig(Settings):
 
 # ----------------------------------------------------------------------------- the film pass
 
+# The middle rows looked at reach this share of the height into each zone: a line across a
+# zone's edge is whole in one of the two looks.
+MIDDLE_MARGIN = 0.05
+
 
 @dataclass
 class _Line:
@@ -193,9 +208,11 @@ class _Line:
 class FilmOverlays:
     """`process(luma_frames, crop) -> OverlayRecord` from sampled upright grey frames."""
 
-    def __init__(self, config: OverlayConfig, detector: TextDetector):
+    def __init__(self, config: OverlayConfig, detector: TextDetector, look_closely: bool = False):
+        """`look_closely`: the middle of the picture is looked at too, for the stretches whose
+        clips the quality stage looks at closely (`quality.close_text_width` > 0)."""
         config.validate()
-        self.config, self.detector = config, detector
+        self.config, self.detector, self.look_closely = config, detector, look_closely
 
     def without_player(
         self, luma_frames: Sequence[np.ndarray], crop: CropBox
@@ -226,21 +243,40 @@ class FilmOverlays:
         return box, [[crop.y + y0, crop.y + y1] for y0, y1 in rows]
 
     def process(
-        self, luma_frames: Sequence[np.ndarray], crop: CropBox, player: Sequence[Sequence[int]] = ()
+        self,
+        luma_frames: Sequence[np.ndarray],
+        crop: CropBox,
+        player: Sequence[Sequence[int]] = (),
+        times: Sequence[float] | None = None,
+        end: float = 0.0,
     ) -> OverlayRecord:
         """The record of the overlays inside `crop`; `player`: the player rows that
-        `without_player` cropped away, recorded as they are."""
+        `without_player` cropped away, recorded as they are; `times`: each frame's time in
+        seconds and `end` the film's length, for the stretches with text over the picture
+        (none looked for without them, or without a close detector)."""
         pictures = _pictures(luma_frames, crop)
-        lines = [line for i, p in enumerate(pictures) for line in self._zone_lines(i, p)]
+        looked = self._middle_looks(len(pictures), end) if times is not None else set()
+        found = [self._all_lines(p, i in looked) for i, p in enumerate(pictures)]
+        lines = [line for i, p in enumerate(pictures) for line in self._zone_lines(i, p, found[i])]
         bands = self._bands(lines, pictures, crop)
         showing = {
-            line.frame for line in lines for band in bands if _rows_overlap(line.box, band) > 0.5
+            line.frame for line in lines for band in bands if rows_overlap(line.box, band) > 0.5
         }
         logos = [
             box
             for box in self._logos(pictures)
-            if not any(_rows_overlap(box, band) > 0.5 for band in bands)  # steady subtitle words
+            if not any(rows_overlap(box, band) > 0.5 for band in bands)  # steady subtitle words
         ]
+        spans = []
+        if times is not None and looked:
+            shown = [t for t, frame in zip(times, luma_frames) if _shows_picture(frame)]
+            scale = self.config.scale_for(crop.h)
+            shares = [
+                picture_text_share(found[i], pictures[i].shape, scale, bands, logos)
+                for i in sorted(looked)
+            ]
+            at = [shown[i] for i in sorted(looked)]
+            spans = text_spans(shares, at, end, self.config.picture_text_share)
         return OverlayRecord(
             subtitle_bands=[[crop.y + y0, crop.y + y1] for y0, y1 in bands],
             subtitle_share=round(len(showing) / len(pictures), 3) if pictures else 0.0,
@@ -248,29 +284,58 @@ class FilmOverlays:
             frames_sampled=len(pictures),
             text_scale=round(self.config.scale_for(crop.h), 3),
             player_rows=[list(rows) for rows in player],
+            text_spans=spans,
         )
 
     def _logos(self, pictures: list[np.ndarray]) -> list[Box]:
         return persistent_edges(pictures, self.config) if pictures else []
 
-    def _zone_lines(self, index: int, picture: np.ndarray) -> list[_Line]:
-        """Subtitle-like lines of one frame's bottom and top zones: at least as wide as tall,
-        their middle within `centre` of the picture's (subtitles are centred)."""
-        height, width = picture.shape
+    def _middle_looks(self, count: int, seconds: float) -> set[int]:
+        """Which of `count` pictures sampled over `seconds` of film have their middle looked
+        at: none unless `look_closely`; one every `picture_text_seconds` at most."""
+        if not self.look_closely or count == 0:
+            return set()
+        spacing = seconds / count
+        stride = max(1, round(self.config.picture_text_seconds / spacing)) if spacing > 0 else 1
+        return set(range(0, count, stride))
+
+    def _all_lines(self, picture: np.ndarray, middle: bool) -> list[tuple[Box, str]]:
+        """The text lines of one frame's bottom and top zones, at the scale where the smallest
+        subtitle reaches the detector's smallest text, each with its zone's name; and, when
+        `middle`, of the rows between the zones (with a margin each side: a line across a
+        zone's edge), named "middle"."""
+        height, _ = picture.shape
         scale = self.config.scale_for(height)
-        found = []
         bottom = height - int(height * self.config.bottom_zone)
         top = int(height * self.config.top_zone)
-        for start, stop, is_bottom in ((bottom, height, True), (0, top, False)):
+        rows = [(bottom, height, "bottom"), (0, top, "top")]
+        if middle:
+            margin = int(height * MIDDLE_MARGIN)
+            rows.append((max(0, top - margin), min(height, bottom + margin), "middle"))
+        found = []
+        for start, stop, zone in rows:
             if stop - start < 8:
                 continue
             for x0, y0, x1, y1 in text_lines(self.detector, picture[start:stop], scale):
-                middle = (x0 + x1) / 2
-                if x1 - x0 < (y1 - y0) or abs(middle - width / 2) > self.config.centre * width:
-                    continue
-                box = (x0, y0 + start, x1, y1 + start)
-                found.append(_Line(index, box, box[3] if is_bottom else box[1]))
+                found.append(((x0, y0 + start, x1, y1 + start), zone))
         return found
+
+    def _zone_lines(
+        self, index: int, picture: np.ndarray, found: list[tuple[Box, str]]
+    ) -> list[_Line]:
+        """Subtitle-like lines of one frame's bottom and top zones (of `found`, its lines): at
+        least as wide as tall, their middle within `centre` of the picture's (subtitles are
+        centred)."""
+        width = picture.shape[1]
+        lines = []
+        for box, zone in found:
+            x0, y0, x1, y1 = box
+            if zone == "middle" or x1 - x0 < (y1 - y0):
+                continue
+            if abs((x0 + x1) / 2 - width / 2) > self.config.centre * width:
+                continue
+            lines.append(_Line(index, box, y1 if zone == "bottom" else y0))
+        return lines
 
     def _bands(
         self, lines: list[_Line], pictures: list[np.ndarray], crop: CropBox
@@ -308,8 +373,13 @@ def _pictures(luma_frames: Sequence[np.ndarray], crop: CropBox) -> list[np.ndarr
     return [
         f[crop.y : crop.y + crop.h, crop.x : crop.x + crop.w]
         for f in luma_frames
-        if np.percentile(f[::4, ::4], 98) > BLACK_PEAK
+        if _shows_picture(f)
     ]
+
+
+def _shows_picture(frame: np.ndarray) -> bool:
+    """Whether a sampled frame shows a picture (is not black)."""
+    return bool(np.percentile(frame[::4, ::4], 98) > BLACK_PEAK)
 
 
 def _distinct(lines: list[_Line], thumbnails: list[np.ndarray]) -> int:
@@ -347,12 +417,6 @@ def _two_subtitles(lines: list[_Line], thumbnails: list[np.ndarray]) -> bool:
     return False
 
 
-def _rows_overlap(box: Box, band: tuple[int, int]) -> float:
-    """Share of the box's rows inside the band."""
-    height = max(1, box[3] - box[1])
-    return max(0, min(box[3], band[1]) - max(box[1], band[0])) / height
-
-
 def overlay_sample_plan(film: FilmInfo, config: OverlayConfig, most: int) -> SamplePlan:
     """The frames the film pass and the border crop beside it read: at most `most` (the larger
     of the two passes' `samples`), one per `seconds_per_sample`, from key frames or, for a short
@@ -367,7 +431,7 @@ def film_overlays(config) -> FilmOverlays:
     model (`quality.text_model`)."""
     quality = config.quality
     detector = TextDetector(quality.text_model, quality.text_width, quality.text_pixel_probability)
-    return FilmOverlays(config.overlays, detector)
+    return FilmOverlays(config.overlays, detector, quality.close_text_width > 0)
 
 
 # ----------------------------------------------------------------------------- the clip pass

@@ -15,8 +15,9 @@ import pyarrow as pa
 from core.frames import as_clip_frames
 from core.record import Clip
 from core.settings import ConfigError, Settings
-from stages.base import ClipStage, register_clip_stage
-from stages.burned_in.in_world_text import without_in_world_text
+from stages.base import ClipStage, FilmContext, register_clip_stage
+from stages.burned_in.in_world_text import MIN_STILL_TEXT, without_in_world_text
+from stages.burned_in.picture_text import overlaps, without_blobs
 from stages.burned_in.text_detector import TextDetector
 from stages.quality.measures import LUMA_SIZE, luma_series, perceptual_hash
 
@@ -39,6 +40,12 @@ class QualityConfig(Settings):
     both are rounded to multiples of 32, as the detector needs: 160x256). It finds a 20-pixel
     subtitle of a 480x720 frame and the sample's small title card; 224 misses the title card,
     128x192 most subtitles (docs/quality.md)."""
+    close_text_width: int = 512
+    """Text over the middle of the picture, staff credits or lyrics, is 3 to 4 pixels tall at
+    `text_width` and reads 0.0. The film pass looks for it at this width in its samples (at this
+    width's height, 352 rows: stages/burned_in/picture_text.py); a clip in a stretch where they
+    show some is looked at again at this width (352x512), and the larger area is stored. 0:
+    never (docs/quality.md "Text over the picture")."""
     text_pixel_probability: float = 0.3
     """A pixel is text when the detector's probability exceeds this (PP-OCR's own default)."""
     in_world_min_shift: float = 2.0
@@ -59,6 +66,10 @@ class QualityConfig(Settings):
                 raise ConfigError(
                     f"quality.{name}={positions}: give one or more frame positions (0-15)"
                 )
+        if self.close_text_width < 0:
+            raise ConfigError(
+                f"quality.close_text_width={self.close_text_width}: give a width, or 0 for never"
+            )
 
 
 class QualityError(ValueError):
@@ -75,9 +86,19 @@ class QualityStage(ClipStage):
     def __init__(self, config: QualityConfig | None = None):
         self.config = config or QualityConfig()
         self.config.validate()
+        config = self.config
         self.detector = TextDetector(
-            self.config.text_model, self.config.text_width, self.config.text_pixel_probability
+            config.text_model, config.text_width, config.text_pixel_probability
         )  # cheap: finds the model file, loads nothing
+        self.close = None
+        if config.close_text_width > 0:
+            self.close = TextDetector(
+                config.text_model, config.close_text_width, config.text_pixel_probability
+            )
+        self.text_spans: list[list[float]] = []
+
+    def for_film(self, film: FilmContext) -> None:
+        self.text_spans = film.overlays.text_spans if film.overlays is not None else []
 
     def setup(self) -> None:
         cv2.setNumThreads(1)  # one worker per core already: OpenCV's threads would oversubscribe
@@ -94,22 +115,30 @@ class QualityStage(ClipStage):
         frames = as_clip_frames(clip.frames).rgb()
         clip.quality_luma_mean, clip.quality_luma_peak = luma_series(frames)
         clip.quality_text_area = self.text_area(frames)
+        if self.close is not None and overlaps(self.text_spans, clip.start_time, clip.end_time):
+            close = self.text_area(frames, self.close)
+            clip.quality_text_area = max(clip.quality_text_area, close)
         clip.quality_hashes = [perceptual_hash(frames[_at(i, frames)]) for i in self.hash_frames]
         clip.quality_version = self.version
         return clip
 
-    def text_area(self, frames: np.ndarray) -> float:
-        """The largest share of a sampled frame marked as text, in-world text left out. Only a
-        frame with text pays for the in-world check (two more detector frames, the first and
-        the last): most clips have none. It runs whatever the reject threshold, so the stored
-        value means the same under every threshold `quality-calibrate` may apply."""
+    def text_area(self, frames: np.ndarray, detector: TextDetector | None = None) -> float:
+        """The largest share of a sampled frame marked as text, in-world text left out, seen by
+        `detector` (the stage's own at `text_width` when None; the close one leaves out blobs
+        that are no line: stages/burned_in/picture_text.py `without_blobs`). Only a frame with text pays for
+        the in-world check (two more detector frames, the first and the last): most clips have
+        none. It runs whatever the reject threshold, so the stored value means the same under
+        every threshold `quality-calibrate` may apply."""
+        detector = detector or self.detector
         positions = [_at(i, frames) for i in self.config.text_frames]
-        masks = self.detector.masks([frames[i] for i in positions])
+        masks = detector.masks([frames[i] for i in positions])
+        if detector is self.close:
+            masks = [without_blobs(mask) for mask in masks]
         if not any(mask.any() for mask in masks):
             return 0.0
         ends = [0, len(frames) - 1]
-        greys = {i: self._grey(frames[i]) for i in {*positions, *ends}}
-        others = list(zip([greys[i] for i in ends], self.detector.masks([frames[i] for i in ends])))
+        greys = {i: _grey(frames[i], detector) for i in {*positions, *ends}}
+        others = list(zip([greys[i] for i in ends], detector.masks([frames[i] for i in ends])))
         config = self.config
         return max(
             float(
@@ -125,13 +154,6 @@ class QualityStage(ClipStage):
             for i, mask in zip(positions, masks)
         )
 
-    def _grey(self, frame: np.ndarray) -> np.ndarray:
-        """A frame as grey at the detector's size, where the text masks are."""
-        size = (self.detector.width, self.detector.height)
-        return cv2.resize(
-            cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY), size, interpolation=cv2.INTER_AREA
-        )
-
     @property
     def hash_frames(self) -> list[int]:
         return self.config.hash_frames
@@ -144,9 +166,17 @@ class QualityStage(ClipStage):
         detector = self.detector.name
         in_world = (
             f"inworld:s{self.config.in_world_min_shift:g}:t{self.config.in_world_tolerance:g}"
-            f":m{self.config.in_world_min_match:g}"
+            f":m{self.config.in_world_min_match:g}:k{MIN_STILL_TEXT:g}"
         )
+        if self.close is not None:  # the close look of clips in the film's text stretches
+            in_world += f";close:{self.close.height}x{self.close.width}@text-spans"
         return f"luma{LUMA_SIZE[0]}x{LUMA_SIZE[1]};{detector}:f{texts};{in_world};phash64:f{hashes}"
+
+
+def _grey(frame: np.ndarray, detector: TextDetector) -> np.ndarray:
+    """A frame as grey at the detector's size, where its text masks are."""
+    size = (detector.width, detector.height)
+    return cv2.resize(cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY), size, interpolation=cv2.INTER_AREA)
 
 
 def _at(position: int, frames: np.ndarray) -> int:

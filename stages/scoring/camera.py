@@ -18,10 +18,12 @@ The rule (docs/scores.md has the reasons and the figures):
    `zoom_out`, `static` (no move above the thresholds, a motion that explains too little of
    the picture to be the camera's: effects, characters, or a picture mostly too flat to
    measure), `complex` (the pairs disagree about a clear move, or it turns, or it pans and
-   zooms at once; pairs that disagree about a motion barely above the thresholds are static). A clip under the thresholds whose pairs drift one way
+   zooms at once with neither the larger; pairs that disagree about a motion barely above the thresholds are static). A clip under the thresholds whose pairs drift one way
    over the clip is a slow pan; a clip whose flow no motion fits (a blurred, glowing or hazy
    picture) but whose pairs nearly all drift one way faster than the pan threshold is a pan.
-   A diagonal is named by its larger axis, or `complex` when neither axis clearly dominates.
+   A diagonal is named by its larger axis, or `complex` when neither axis clearly dominates;
+   a pan and a zoom seen at once are named by the larger. A clip still for most of its pairs
+   whose other pairs (a third or more) all move clearly one way, far, pans or tilts that way.
 4. A zoom must part the picture's halves both ways alike (left from right and top from
    bottom): a similarity's zoom they do not show is a pan's parallax, and a picture no motion
    fits whose halves part alike pair after pair zooms.
@@ -113,6 +115,17 @@ class CameraConfig(Settings):
     diagonal_ratio: float = 1.2
     """A clear move names a pan or tilt by its larger axis when that axis is at least this many
     times the smaller; a diagonal closer to 45 degrees is `complex` (it is neither)."""
+    pan_zoom_ratio: float = 1.0
+    """A pan and a zoom seen at once (the zoom measured by how far it moves a typical point) are
+    named by the larger when it is at least this many times the other; closer, `complex`. 1
+    names the larger always: a pan with a smaller zoom is a pan, as a viewer names it."""
+    short_share: float = 1 / 3
+    """A clip still by its median is a pan or tilt when at least this share of its pairs moves
+    clearly (`complex_margin` times the pan threshold, their motion explaining `slow_min_fit` of
+    their points), every one of them the same way, and most of the others are seen to hold (their
+    motion explains `min_fit` of their points): a camera that moves for part of the clip."""
+    short_travel: float = 40.0
+    """... and those pairs carry the picture at least this many pixels (480x720) together."""
     part_balance: float = 0.5
     """A zoom parts the picture's halves both ways alike: the smaller of the left-right and the
     top-bottom parting must be at least this share of the larger (a pan over parallax or a
@@ -121,11 +134,12 @@ class CameraConfig(Settings):
     def validate(self) -> None:
         if self.grid_step < 1:
             raise ConfigError(f"camera.grid_step={self.grid_step}: give 1 or more")
-        for name in ("min_fit", "min_agreement", "part_balance"):
+        for name in ("min_fit", "min_agreement", "part_balance", "short_share"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"camera.{name}={getattr(self, name)}: give a share, 0-1")
-        if self.diagonal_ratio < 1:
-            raise ConfigError(f"camera.diagonal_ratio={self.diagonal_ratio}: give 1 or more")
+        for name in ("diagonal_ratio", "pan_zoom_ratio"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"camera.{name}={getattr(self, name)}: give 1 or more")
 
 
 @dataclass(frozen=True)
@@ -344,6 +358,8 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
         label = _slow_pan(pairs, share, config)
     if label == STATIC and fit < config.min_fit:
         label = _unfit_pan(pairs, share, config)
+    if label == STATIC:
+        label = _short_move(pairs, config)
     if _zoom_in_question(label, zoom, fit, fps, config):
         parts = part_expansions([measured.flows[i] for i in kept], [grey[i] for i in kept], config)
         motion = (tx, ty, zoom, rotation)
@@ -479,6 +495,27 @@ def _drift_pan(voters, pairs, share: float, speed: float, config: CameraConfig) 
     return label if np.mean(agree) >= config.slow_agreement else STATIC
 
 
+def _short_move(pairs: list[PairMotion], config: CameraConfig) -> str:
+    """A clip its median calls still whose clearly moving pairs (`short_share` of them or more,
+    each beyond `complex_margin` times the pan threshold and explaining `slow_min_fit` of its
+    points) all go one way and carry the picture `short_travel` together, while most of its
+    other pairs are seen to hold (their motion, none, explains `min_fit` of their points): the
+    camera moves for part of the clip and holds (a tilt that settles on a face). Pairs that jolt
+    this way and that (a shake) name no single way; where the rest of the pairs cannot be
+    measured (flat sand, cuts the scene detector missed), the hold is not seen either."""
+    moves = config.complex_margin * config.static_speed
+    is_clear = [p.fit >= config.slow_min_fit and np.hypot(p.tx, p.ty) > moves for p in pairs]
+    clear = [p for p, c in zip(pairs, is_clear) if c]
+    held = sum(p.fit >= config.min_fit for p, c in zip(pairs, is_clear) if not c)
+    ways = {_pan_label(p.tx, p.ty) for p in clear}
+    travel = np.hypot(sum(p.tx for p in clear), sum(p.ty for p in clear))
+    if len(clear) < config.short_share * len(pairs) or len(ways) != 1:
+        return STATIC
+    if held < 0.5 * (len(pairs) - len(clear)):
+        return STATIC
+    return ways.pop() if travel >= config.short_travel else STATIC
+
+
 def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str:
     speed = float(np.hypot(tx, ty))
     zoom_speed = abs(zoom) * REACH  # how far the zoom moves a typical point, px per frame
@@ -491,12 +528,12 @@ def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str
     clear = max(speed, zoom_speed, turn_speed) > config.complex_margin * config.static_speed
     if turn_speed > max(speed, zoom_speed):
         return COMPLEX
-    if moving_zoom and zoom_speed >= speed:
+    if moving_zoom and zoom_speed >= config.pan_zoom_ratio * speed:
         label = ZOOM_IN if zoom > 0 else ZOOM_OUT
         agree = [np.sign(p.zoom) == np.sign(zoom) for p in pairs]
     elif speed > config.static_speed:
-        if moving_zoom and zoom_speed > 0.5 * speed:
-            return COMPLEX  # a pan and a zoom at once
+        if moving_zoom and config.pan_zoom_ratio * zoom_speed > speed:
+            return COMPLEX  # a pan and a zoom at once, neither clearly the larger
         if clear and max(abs(tx), abs(ty)) < config.diagonal_ratio * min(abs(tx), abs(ty)):
             return COMPLEX  # a diagonal with no dominant axis: neither a pan nor a tilt
         label = _pan_label(tx, ty)

@@ -16,10 +16,13 @@ hold, and many files carry wrong ones, so the pictures decide:
    over the film. In each, a frame that moves and shows teeth is tried against its neighbours'
    fields: woven with the field before or after it, is it whole again? A telecined run has
    combed frames that such a match mends, in a fixed place in every five frames; a truly
-   interlaced run has combed frames that no match mends. Which weave of two neighbouring fields
-   is the cleaner gives the field order.
+   interlaced run has combed frames that no match mends, or, where it shows held drawings,
+   mended frames at places no telecine puts them (stages/sources/cadence.py). Which weave of
+   two neighbouring fields is the cleaner gives the field order.
 3. The runs decide the film: progressive, telecined (with its cadence), interlaced (with its
-   field order), or hybrid when both telecined and interlaced runs are found.
+   field order), or hybrid when both telecined and interlaced runs are found. Runs with too few
+   mended frames to show a cycle count for neither; where nothing else decides, their combed
+   frames are deinterlaced, which keeps the stream's rate.
 
 The answer is a `FieldRecord` (core/film.py, summary.json's `fields`); stages/sources/field_restore.py
 restores the film from it while the segments decode.
@@ -40,13 +43,20 @@ from core.film import FieldRecord
 from core.frames import hann_window
 from core.video import FrameReader, HeldFrames, upright_grey
 from stages.probe import FilmInfo
+from stages.sources.cadence import (
+    CADENCE,
+    INTERLACED,
+    TELECINED,
+    UNSURE,
+    cadence_name,
+    cycle_kind,
+)
 from stages.sources.fields import FieldConfig, changed, comb_share
 from stages.sources.film_samples import sample_luma_frames
 
 MOVING_SHARE = 0.002  # a frame moves when this share of its pixels changed since the frame before
-MENDED_SHARE = 0.6  # a run is telecined when this share of its combed frames a match mends
-CADENCE = 5  # telecine repeats itself every five frames
-CADENCE_EVIDENCE = 4  # mended frames a run needs before its places name the cadence
+MENDED_SHARE = 0.6  # a run is mended (telecine, or held drawings) when a match mends this share
+# of its combed frames
 STREAM_ORDERS = {2: "top", 3: "bottom", 4: "top", 5: "bottom"}  # AVFieldOrder: TT BB TB BT
 SLOW_MOTION = 1.0  # field rows (or half columns) a frame: less, and a weave cannot be told
 SLOW_WOVEN_SHARE = 0.6  # a run without teeth is interlaced when this share of its moving frames
@@ -62,7 +72,7 @@ class _Run:
     moving: int = 0
     combed: int = 0
     mended: int = 0
-    phases: Counter = field(default_factory=Counter)  # index % 5 of the mended combed frames
+    mended_at: list[int] = field(default_factory=list)  # the mended combed frames, in order
     order_votes: Counter = field(default_factory=Counter)
     slow_woven: int = 0  # moving frames without teeth whose fields are two moments
 
@@ -75,8 +85,8 @@ class _Run:
                 return "interlaced"  # a slow crawl: every frame two moments, no teeth
             return "progressive"
         if self.mended >= MENDED_SHARE * self.combed and self.combed <= 0.7 * self.moving:
-            return "telecined"
-        return "interlaced"
+            return cycle_kind(self.mended_at)  # telecine, or held drawings at the field rate
+        return INTERLACED
 
 
 def find_fields(
@@ -127,10 +137,13 @@ def sampled_and_probed(
 
 
 def _decide(record: FieldRecord, runs: list[_Run]) -> FieldRecord:
-    kinds = [run.kind for run in runs]
+    kinds = _kinds(runs)
     parts = [[run.start, run.stop, kind] for run, kind in zip(runs, kinds)]
-    telecined = [run for run, kind in zip(runs, kinds) if kind == "telecined"]
-    interlaced = [run for run, kind in zip(runs, kinds) if kind == "interlaced"]
+    telecined = [run for run, kind in zip(runs, kinds) if kind == TELECINED]
+    interlaced = [run for run, kind in zip(runs, kinds) if kind == INTERLACED]
+    unsure = [run for run, kind in zip(runs, kinds) if kind == UNSURE]
+    if not telecined and not interlaced:
+        interlaced = unsure  # combed frames whose places tell nothing: deinterlaced, rate kept
     votes = sum((run.order_votes or Counter() for run in telecined + interlaced), Counter())
     order = votes.most_common(1)[0][0] if votes else (record.stream_field_order or "top")
     if telecined and interlaced:
@@ -141,7 +154,7 @@ def _decide(record: FieldRecord, runs: list[_Run]) -> FieldRecord:
         structure, restoration = "interlaced", _deinterlace(order)
     else:
         return record.updated(parts=parts)
-    cadence = _cadence(telecined) if telecined else None
+    cadence = cadence_name(run.mended_at for run in telecined) if telecined else None
     return record.updated(
         structure=structure,
         field_order=order,
@@ -149,6 +162,21 @@ def _decide(record: FieldRecord, runs: list[_Run]) -> FieldRecord:
         parts=parts,
         restoration=restoration,
     )
+
+
+def _kinds(runs: list[_Run]) -> list[str]:
+    """Each run's kind. Where no run shows a cycle on its own, the mended frames of the runs
+    that could not tell (`unsure`, and a progressive run's odd one) are read together: a
+    telecined film of held drawings may mend one or two frames a run (the One Piece hybrid
+    copy: three in all, at one place), and its unsure runs are telecined when those frames keep
+    to one stretch of CYCLE_EVIDENCE (stages/sources/cadence.py)."""
+    kinds = [run.kind for run in runs]
+    if TELECINED in kinds:
+        return kinds
+    pooled = [i for run, kind in zip(runs, kinds) if kind != INTERLACED for i in run.mended_at]
+    if cycle_kind(pooled) != TELECINED:
+        return kinds
+    return [TELECINED if kind == UNSURE else kind for kind in kinds]
 
 
 def _ivtc(order: str) -> str:
@@ -163,26 +191,6 @@ def _ivtc(order: str) -> str:
 def _deinterlace(order: str) -> str:
     parity = "tff" if order == "top" else "bff"
     return f"bwdif=mode=send_frame:parity={parity}:deint=all"
-
-
-def _cadence(runs: list[_Run]) -> str:
-    """3:2 combs two neighbouring frames in every five, 2:3:3:2 one. A held drawing leaves one
-    of 3:2's two whole, so one place alone says 2:3:3:2 only when every run with at least
-    CADENCE_EVIDENCE mended frames shows it; combed frames in more places than two neighbours
-    (an edit breaks the cadence) give `broken`. Places are counted per run: an edit between
-    runs may shift them."""
-    names = set()
-    for run in runs:
-        phases = sorted(p for p, n in (run.phases or Counter()).items() if n)
-        if sum((run.phases or Counter()).values()) < CADENCE_EVIDENCE:
-            continue
-        if len(phases) > 2 or (len(phases) == 2 and phases[1] - phases[0] not in (1, CADENCE - 1)):
-            names.add("broken")
-        else:
-            names.add("3:2" if len(phases) == 2 else "2:3:3:2")
-    if "broken" in names:
-        return "broken"
-    return "2:3:3:2" if names == {"2:3:3:2"} else "3:2"
 
 
 def probe_runs(
@@ -312,7 +320,7 @@ def _judge_combed(run, index, luma, previous, following, limit) -> None:
     )
     if min(comb_share(m) for m in matches) <= limit:
         run.mended += 1
-        run.phases[index % CADENCE] += 1
+        run.mended_at.append(index)
     # with top field first, this frame's bottom field and the next frame's top field are one
     # field apart in time; with bottom first, this frame's top and the next frame's bottom
     top_first, bottom_first = (

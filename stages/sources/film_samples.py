@@ -37,9 +37,11 @@ class SamplePlan:
 
 @dataclass
 class FilmSamples:
-    """Upright luma planes of frames sampled across the film, and how they were taken."""
+    """Upright luma planes of frames sampled across the film, their frame indices, and how they
+    were taken."""
 
     frames: list[np.ndarray]
+    indices: list[int]
     plan: SamplePlan
 
 
@@ -58,8 +60,10 @@ def sample_plan(
 def sample_film(film: FilmInfo, plan: SamplePlan, held: HeldFrames | None = None) -> FilmSamples:
     """The frames `plan` names, from one decode (`held`: the film's frames, decoded already)."""
     if plan.spread:
-        return FilmSamples(spread_luma_frames(film, plan.count, held), plan)
-    return FilmSamples(sample_luma_frames(film, plan.count), plan)
+        found = spread_indexed_frames(film, plan.count, held)
+    else:
+        found = key_indexed_frames(film, plan.count)
+    return FilmSamples([plane for _, plane in found], [index for index, _ in found], plan)
 
 
 def sample_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
@@ -68,9 +72,14 @@ def sample_luma_frames(film: FilmInfo, count: int) -> list[np.ndarray]:
     Key frames only: they decode on their own, so sampling never decodes the film a second time
     (the segments decode every frame once). Encoders place key frames at scene changes too, so
     they cover the film's variety of shots well."""
+    return [plane for _, plane in key_indexed_frames(film, count)]
+
+
+def key_indexed_frames(film: FilmInfo, count: int) -> list[tuple[int, np.ndarray]]:
+    """`sample_luma_frames`' planes with their frame indices."""
     reader = FrameReader(film.path, film.frame_pts)
     frames = reader.keyframes(max(1, count), film.keyframes)
-    return [plane for _, plane in upright_grey(frames, film.rotation)]
+    return list(upright_grey(frames, film.rotation))
 
 
 def spread_luma_frames(
@@ -84,6 +93,13 @@ def spread_luma_frames(
     instead of 0.3 on bikes.mp4. Should a wanted frame not come out that way (a container whose
     packet timestamps are not its frames'), the pass is made again without skipping. `held`:
     the film's frames, decoded already (core/video.py `HeldFrames`), read instead."""
+    return [plane for _, plane in spread_indexed_frames(film, count, held)]
+
+
+def spread_indexed_frames(
+    film: FilmInfo, count: int, held: HeldFrames | None = None
+) -> list[tuple[int, np.ndarray]]:
+    """`spread_luma_frames`' planes with their frame indices."""
     wanted = spread_indices(film, count)
     for only in (wanted, None):
         reader = held or FrameReader(film.path, film.frame_pts)
@@ -91,7 +107,7 @@ def spread_luma_frames(
         found = list(upright_grey(((i, f) for i, f in frames if i in wanted), film.rotation))
         if len(found) == len(wanted):
             break
-    return [plane for _, plane in found]
+    return found
 
 
 def spread_indices(film: FilmInfo, count: int) -> set[int]:
