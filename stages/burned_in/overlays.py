@@ -22,6 +22,7 @@ reasons. docs/quality.md ("Overlays") has the figures.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -296,7 +297,11 @@ class FilmOverlays:
         if not self.look_closely or count == 0:
             return set()
         spacing = seconds / count
-        stride = max(1, round(self.config.picture_text_seconds / spacing)) if spacing > 0 else 1
+        stride = (
+            max(1, math.ceil(self.config.picture_text_seconds / spacing - 1e-9))
+            if spacing > 0
+            else 1
+        )
         return set(range(0, count, stride))
 
     def _all_lines(self, picture: np.ndarray, middle: bool) -> list[tuple[Box, str]]:
