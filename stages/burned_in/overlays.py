@@ -123,10 +123,11 @@ class OverlayConfig(Settings):
     of the film whose clips the quality stage looks at closely (stages/burned_in/picture_text.py;
     off with `quality.close_text_width` = 0): staff credits and lyrics over the picture read
     0.01-0.06 there (docs/quality.md)."""
-    picture_text_seconds: float = 2.0
-    """...looking at the middle of one sampled frame every this many seconds at most (a short
-    film samples one a second; credits and lyrics stay longer than two): the middle rows cost
-    as much again as the zones."""
+    picture_text_seconds: float = 1.5
+    """...looking at the middle of sampled frames this many seconds apart or more (a short film
+    samples one a second; credits and lyrics stay longer): the middle rows cost as much again
+    as the zones. At 2 s, a lyric edit's 14 s (15 samples, one in three looked at) lost the
+    stretch of its second clip."""
     clip_frames: list[int] = field(default_factory=lambda: [0, 5, 10, 15])
     """Frames of each clip (0-15) looked at inside the film's subtitle bands: a subtitle on
     screen for 0.7 s or more anywhere in the clip is on one of them."""
