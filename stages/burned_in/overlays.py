@@ -210,11 +210,13 @@ class _Line:
 class FilmOverlays:
     """`process(luma_frames, crop) -> OverlayRecord` from sampled upright grey frames."""
 
-    def __init__(self, config: OverlayConfig, detector: TextDetector, look_closely: bool = False):
-        """`look_closely`: the middle of the picture is looked at too, for the stretches whose
-        clips the quality stage looks at closely (`quality.close_text_width` > 0)."""
+    def __init__(self, config: OverlayConfig, detector: TextDetector, close_rows: int = 0):
+        """`close_rows`: the rows of the quality stage's close look (0: none); the middle of the
+        picture is then looked at too, for the stretches whose clips it looks at, never at more
+        rows than it has (a 1080-line picture's bands are read at 405 rows, its middle at 352)."""
         config.validate()
-        self.config, self.detector, self.look_closely = config, detector, look_closely
+        self.config, self.detector, self.close_rows = config, detector, close_rows
+        self.look_closely = close_rows > 0
 
     def without_player(
         self, luma_frames: Sequence[np.ndarray], crop: CropBox
@@ -272,7 +274,7 @@ class FilmOverlays:
         spans = []
         if times is not None and looked:
             shown = [t for t, frame in zip(times, luma_frames) if _shows_picture(frame)]
-            scale = self.config.scale_for(crop.h)
+            scale = min(self.config.scale_for(crop.h), self.close_rows / crop.h)  # the middle's
             shares = [
                 picture_text_share(found[i], pictures[i].shape, scale, bands, logos)
                 for i in sorted(looked)
@@ -309,12 +311,13 @@ class FilmOverlays:
         """The text lines of one frame's bottom and top zones, at the scale where the smallest
         subtitle reaches the detector's smallest text, each with its zone's name; and, when
         `middle`, of the rows between the zones (with a margin each side: a line across a
-        zone's edge), named "middle"."""
+        zone's edge), named "middle", at that scale or the close look's, the smaller."""
         height, _ = picture.shape
         scale = self.config.scale_for(height)
         bottom = height - int(height * self.config.bottom_zone)
         top = int(height * self.config.top_zone)
         rows = [(bottom, height, "bottom"), (0, top, "top")]
+        middle_scale = min(scale, self.close_rows / height) if middle else scale
         if middle:
             margin = int(height * MIDDLE_MARGIN)
             rows.append((max(0, top - margin), min(height, bottom + margin), "middle"))
@@ -322,7 +325,8 @@ class FilmOverlays:
         for start, stop, zone in rows:
             if stop - start < 8:
                 continue
-            for x0, y0, x1, y1 in text_lines(self.detector, picture[start:stop], scale):
+            at = middle_scale if zone == "middle" else scale
+            for x0, y0, x1, y1 in text_lines(self.detector, picture[start:stop], at):
                 found.append(((x0, y0 + start, x1, y1 + start), zone))
         return found
 
@@ -437,7 +441,10 @@ def film_overlays(config) -> FilmOverlays:
     model (`quality.text_model`)."""
     quality = config.quality
     detector = TextDetector(quality.text_model, quality.text_width, quality.text_pixel_probability)
-    return FilmOverlays(config.overlays, detector, quality.close_text_width > 0)
+    close_rows = 0
+    if quality.close_text_width > 0:
+        close_rows = TextDetector(quality.text_model, quality.close_text_width, 0.3).height
+    return FilmOverlays(config.overlays, detector, close_rows)
 
 
 # ----------------------------------------------------------------------------- the clip pass
