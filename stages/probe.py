@@ -58,6 +58,10 @@ class FilmInfo:
         tb, first = Fraction(self.time_base), self.frame_pts[0]
         return [float((pts - first) * tb) for pts in self.frame_pts]
 
+    def frame_time(self, index: int) -> float:
+        """One frame's `frame_times` entry, without the whole list (a 2-hour film's is 0.2 s)."""
+        return float((self.frame_pts[index] - self.frame_pts[0]) * Fraction(self.time_base))
+
     @property
     def pixel_aspect(self) -> float:
         """Width over height of one pixel of the upright picture (core/pixels.py)."""

@@ -197,10 +197,7 @@ def _film_pictures(
     began = time.perf_counter()
     passes = film_overlays(config)
     crop, player = passes.without_player(frames or [], crop)
-    times = None
-    if indices is not None:
-        starts = film.frame_times()
-        times = [starts[i] for i in indices]
+    times = [film.frame_time(i) for i in indices] if indices is not None else None
     record = passes.process(frames or [], crop, player, times, film.duration)
     seconds["overlays"] = time.perf_counter() - began
     return crop, record, fields, seconds

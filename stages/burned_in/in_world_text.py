@@ -66,6 +66,7 @@ def without_in_world_text(
     in_world = np.zeros(count, bool)
     for other, other_mask in others:
         hidden = _grown(mask | other_mask)
+        other_text = _grown(other_mask)
         picture = picture_shift(grey, other, hidden)
         if picture is None or np.hypot(*picture) <= min_shift:
             continue
@@ -76,7 +77,7 @@ def without_in_world_text(
             in_world[label] = (
                 found is not None
                 and np.hypot(*(found - picture)) <= tolerance
-                and _still_text(labels == label, found, _grown(other_mask))
+                and _still_text(labels == label, found, other_text)
             )
     return mask & ~in_world[labels]
 

@@ -119,7 +119,8 @@ class OverlayConfig(Settings):
     two key frames); a longer one keeps its key frames."""
     picture_text_share: float = 0.002
     """A sampled frame whose picture holds text lines outside the subtitle bands and logos
-    covering at least this share of it (found at the bands' scale, `scale_for`) marks a stretch
+    covering at least this share of it (found at the bands' scale, `scale_for`, or the close
+    look's 352 rows when fewer) marks a stretch
     of the film whose clips the quality stage looks at closely (stages/burned_in/picture_text.py;
     off with `quality.close_text_width` = 0): staff credits and lyrics over the picture read
     0.01-0.06 there (docs/quality.md)."""
@@ -273,10 +274,11 @@ class FilmOverlays:
         ]
         spans = []
         if times is not None and looked:
+            if len(times) != len(luma_frames):
+                raise ValueError(f"{len(times)} sample times for {len(luma_frames)} frames")
             shown = [t for t, frame in zip(times, luma_frames) if _shows_picture(frame)]
-            scale = min(self.config.scale_for(crop.h), self.close_rows / crop.h)  # the middle's
             shares = [
-                picture_text_share(found[i], pictures[i].shape, scale, bands, logos)
+                picture_text_share(found[i], pictures[i].shape, bands, logos)
                 for i in sorted(looked)
             ]
             at = [shown[i] for i in sorted(looked)]
@@ -296,7 +298,7 @@ class FilmOverlays:
 
     def _middle_looks(self, count: int, seconds: float) -> set[int]:
         """Which of `count` pictures sampled over `seconds` of film have their middle looked
-        at: none unless `look_closely`; one every `picture_text_seconds` at most."""
+        at: none unless `look_closely`; samples `picture_text_seconds` apart or more."""
         if not self.look_closely or count == 0:
             return set()
         spacing = seconds / count
@@ -307,38 +309,42 @@ class FilmOverlays:
         )
         return set(range(0, count, stride))
 
-    def _all_lines(self, picture: np.ndarray, middle: bool) -> list[tuple[Box, str]]:
+    def _all_lines(self, picture: np.ndarray, middle: bool) -> list[tuple[Box, str, float]]:
         """The text lines of one frame's bottom and top zones, at the scale where the smallest
-        subtitle reaches the detector's smallest text, each with its zone's name; and, when
-        `middle`, of the rows between the zones (with a margin each side: a line across a
-        zone's edge), named "middle", at that scale or the close look's, the smaller."""
+        subtitle reaches the detector's smallest text, each with its zone's name and that scale;
+        and, when `middle`, of the rows between the zones (with a margin each side: a line
+        across a zone's edge), named "middle", at `_middle_scale`."""
         height, _ = picture.shape
         scale = self.config.scale_for(height)
         bottom = height - int(height * self.config.bottom_zone)
         top = int(height * self.config.top_zone)
-        rows = [(bottom, height, "bottom"), (0, top, "top")]
-        middle_scale = min(scale, self.close_rows / height) if middle else scale
+        rows = [(bottom, height, "bottom", scale), (0, top, "top", scale)]
         if middle:
             margin = int(height * MIDDLE_MARGIN)
-            rows.append((max(0, top - margin), min(height, bottom + margin), "middle"))
+            middle_rows = (max(0, top - margin), min(height, bottom + margin))
+            rows.append((*middle_rows, "middle", self._middle_scale(height)))
         found = []
-        for start, stop, zone in rows:
+        for start, stop, zone, at in rows:
             if stop - start < 8:
                 continue
-            at = middle_scale if zone == "middle" else scale
             for x0, y0, x1, y1 in text_lines(self.detector, picture[start:stop], at):
-                found.append(((x0, y0 + start, x1, y1 + start), zone))
+                found.append(((x0, y0 + start, x1, y1 + start), zone, at))
         return found
 
+    def _middle_scale(self, height: int) -> float:
+        """The bands' scale, or the close look's rows when fewer (a 1080-line picture's bands
+        are read at 405 rows, its middle at 352: what the close look sees of a clip)."""
+        return min(self.config.scale_for(height), self.close_rows / height)
+
     def _zone_lines(
-        self, index: int, picture: np.ndarray, found: list[tuple[Box, str]]
+        self, index: int, picture: np.ndarray, found: list[tuple[Box, str, float]]
     ) -> list[_Line]:
         """Subtitle-like lines of one frame's bottom and top zones (of `found`, its lines): at
         least as wide as tall, their middle within `centre` of the picture's (subtitles are
         centred)."""
         width = picture.shape[1]
         lines = []
-        for box, zone in found:
+        for box, zone, _ in found:
             x0, y0, x1, y1 = box
             if zone == "middle" or x1 - x0 < (y1 - y0):
                 continue

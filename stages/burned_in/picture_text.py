@@ -8,8 +8,9 @@ times the rule's CPU, and the narrow look gives no hint of where to look closer:
 text probability on those frames is exactly 0.0.
 
 So the film pass looks first, at the frames it samples anyway (one a second, at most 48), and
-at the scale it reads subtitle bands at (where the smallest subtitle is 9 detector pixels tall):
-besides the top and bottom zones it reads for bands, it reads the rows between them. A sample
+at the scale it reads subtitle bands at (where the smallest subtitle is 9 detector pixels tall),
+or at the close look's 352 rows when that is smaller (a 1080-line picture): besides the top and
+bottom zones it reads for bands, it reads the rows between them. A sample
 whose picture holds text lines, no blob, outside the film's subtitle bands and logos, covering
 `overlays.picture_text_share` of it, marks a stretch of the film, from the sample before it to
 the sample after it (text that shows on one sample may have begun just after the one before).
@@ -52,25 +53,26 @@ def without_blobs(mask: np.ndarray) -> np.ndarray:
 
 
 def picture_text_share(
-    lines: Sequence[tuple[Box, str]],
+    lines: Sequence[tuple[Box, str, float]],
     shape: tuple[int, int],
-    scale: float,
     bands: Sequence[tuple[int, int]],
     logos: Sequence[Box],
 ) -> float:
     """The share of a picture (`shape`: height, width) covered by its text `lines` (boxes in
-    its pixels, found at `scale`, each with its zone's name) that are no blob and lie in no
-    subtitle band (rows (y0, y1); `rows_overlap`, the band's own rule) and on no logo (x0, y0,
-    x1, y1)."""
+    its pixels, each with its zone's name and the scale it was found at) that are no blob and
+    lie in no subtitle band (rows (y0, y1); `rows_overlap`, the band's own rule) and on no logo
+    (x0, y0, x1, y1). Where boxes overlap (a line in the rows a zone and the middle share, found
+    by both) their pixels count once."""
     height, width = shape
-    area = sum(
-        (x1 - x0) * (y1 - y0)
-        for (x0, y0, x1, y1), _ in lines
-        if not is_blob(x1 - x0, y1 - y0, scale)
-        and not any(rows_overlap((x0, y0, x1, y1), band) > 0.5 for band in bands)
-        and not _on_logo((x0, y0, x1, y1), logos)
-    )
-    return area / (height * width)
+    covered = np.zeros(shape, bool)
+    for (x0, y0, x1, y1), _, scale in lines:
+        if (
+            not is_blob(x1 - x0, y1 - y0, scale)
+            and not any(rows_overlap((x0, y0, x1, y1), band) > 0.5 for band in bands)
+            and not _on_logo((x0, y0, x1, y1), logos)
+        ):
+            covered[y0:y1, x0:x1] = True
+    return float(covered.sum()) / (height * width)
 
 
 def text_spans(
@@ -84,7 +86,7 @@ def text_spans(
         if share < least:
             continue
         start = times[k - 1] if k > 0 else 0.0
-        stop = times[k + 1] if k + 1 < len(times) else end
+        stop = times[k + 1] if k + 1 < len(times) else max(end, times[k])
         if spans and start <= spans[-1][1]:
             spans[-1][1] = stop
         else:

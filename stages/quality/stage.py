@@ -17,7 +17,12 @@ from core.record import Clip
 from core.settings import ConfigError, Settings
 from stages.base import ClipStage, FilmContext, register_clip_stage
 from stages.burned_in.in_world_text import MIN_STILL_TEXT, without_in_world_text
-from stages.burned_in.picture_text import overlaps, without_blobs
+from stages.burned_in.picture_text import (
+    LINE_ELONGATION,
+    THICKEST_BLOB,
+    overlaps,
+    without_blobs,
+)
 from stages.burned_in.text_detector import TextDetector
 from stages.quality.measures import LUMA_SIZE, luma_series, perceptual_hash
 
@@ -42,10 +47,12 @@ class QualityConfig(Settings):
     128x192 most subtitles (docs/quality.md)."""
     close_text_width: int = 512
     """Text over the middle of the picture, staff credits or lyrics, is 3 to 4 pixels tall at
-    `text_width` and reads 0.0. The film pass looks for it at this width in its samples (at this
-    width's height, 352 rows: stages/burned_in/picture_text.py); a clip in a stretch where they
-    show some is looked at again at this width (352x512), and the larger area is stored. 0:
-    never (docs/quality.md "Text over the picture")."""
+    `text_width` and reads 0.0. The film pass looks for it in the middle of its samples (at the
+    scale of its subtitle bands, at most this width's height, 352 rows:
+    stages/burned_in/picture_text.py); a clip in a stretch where they show some is looked at
+    again at this width (352x512), and the larger area is stored. The in-world rule's pixel
+    settings stay as they are, so at this width they ask for half the motion. 0: never (docs/quality.md
+    "Text over the picture")."""
     text_pixel_probability: float = 0.3
     """A pixel is text when the detector's probability exceeds this (PP-OCR's own default)."""
     in_world_min_shift: float = 2.0
@@ -169,7 +176,10 @@ class QualityStage(ClipStage):
             f":m{self.config.in_world_min_match:g}:k{MIN_STILL_TEXT:g}"
         )
         if self.close is not None:  # the close look of clips in the film's text stretches
-            in_world += f";close:{self.close.height}x{self.close.width}@text-spans"
+            in_world += (
+                f";close:{self.close.height}x{self.close.width}@text-spans"
+                f":blob{THICKEST_BLOB}x{LINE_ELONGATION:g}"
+            )
         return f"luma{LUMA_SIZE[0]}x{LUMA_SIZE[1]};{detector}:f{texts};{in_world};phash64:f{hashes}"
 
 
