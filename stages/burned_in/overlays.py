@@ -217,7 +217,6 @@ class FilmOverlays:
         rows than it has (a 1080-line picture's bands are read at 405 rows, its middle at 352)."""
         config.validate()
         self.config, self.detector, self.close_rows = config, detector, close_rows
-        self.look_closely = close_rows > 0
 
     def without_player(
         self, luma_frames: Sequence[np.ndarray], crop: CropBox
@@ -259,7 +258,8 @@ class FilmOverlays:
         `without_player` cropped away, recorded as they are; `times`: each frame's time in
         seconds and `end` the film's length, for the stretches with text over the picture
         (none looked for without them, or without a close detector)."""
-        pictures = _pictures(luma_frames, crop)
+        shown = _shown(luma_frames, crop)
+        pictures = [picture for _, picture in shown]
         looked = self._middle_looks(len(pictures), end) if times is not None else set()
         found = [self._all_lines(p, i in looked) for i, p in enumerate(pictures)]
         lines = [line for i, p in enumerate(pictures) for line in self._zone_lines(i, p, found[i])]
@@ -276,13 +276,8 @@ class FilmOverlays:
         if times is not None and looked:
             if len(times) != len(luma_frames):
                 raise ValueError(f"{len(times)} sample times for {len(luma_frames)} frames")
-            shown = [t for t, frame in zip(times, luma_frames) if _shows_picture(frame)]
-            shares = [
-                picture_text_share(found[i], pictures[i].shape, bands, logos)
-                for i in sorted(looked)
-            ]
-            at = [shown[i] for i in sorted(looked)]
-            spans = text_spans(shares, at, end, self.config.picture_text_share)
+            at = {i: times[shown[i][0]] for i in looked}
+            spans = self._text_spans(found, pictures, at, end, bands, logos)
         return OverlayRecord(
             subtitle_bands=[[crop.y + y0, crop.y + y1] for y0, y1 in bands],
             subtitle_share=round(len(showing) / len(pictures), 3) if pictures else 0.0,
@@ -296,10 +291,26 @@ class FilmOverlays:
     def _logos(self, pictures: list[np.ndarray]) -> list[Box]:
         return persistent_edges(pictures, self.config) if pictures else []
 
+    def _text_spans(
+        self,
+        found: list[list[tuple[Box, str, float]]],
+        pictures: list[np.ndarray],
+        at: dict[int, float],
+        end: float,
+        bands: list[tuple[int, int]],
+        logos: list[Box],
+    ) -> list[list[float]]:
+        """The stretches with text over the picture (stages/burned_in/picture_text.py), from the
+        pictures whose middle was looked at (`at`: their times, by position)."""
+        looked = sorted(at)
+        shares = [picture_text_share(found[i], pictures[i].shape, bands, logos) for i in looked]
+        times = [at[i] for i in looked]
+        return text_spans(shares, times, end, self.config.picture_text_share)
+
     def _middle_looks(self, count: int, seconds: float) -> set[int]:
         """Which of `count` pictures sampled over `seconds` of film have their middle looked
-        at: none unless `look_closely`; samples `picture_text_seconds` apart or more."""
-        if not self.look_closely or count == 0:
+        at: none without a close look (`close_rows`); samples `picture_text_seconds` apart or more."""
+        if self.close_rows == 0 or count == 0:
             return set()
         spacing = seconds / count
         stride = (
@@ -386,16 +397,17 @@ class FilmOverlays:
 
 def _pictures(luma_frames: Sequence[np.ndarray], crop: CropBox) -> list[np.ndarray]:
     """The sampled frames inside the crop box, those that show no picture (black) left out."""
+    return [frame for _, frame in _shown(luma_frames, crop)]
+
+
+def _shown(luma_frames: Sequence[np.ndarray], crop: CropBox) -> list[tuple[int, np.ndarray]]:
+    """(position among the samples, the frame inside the crop box) of the sampled frames that
+    show a picture: a 98th-percentile grey above BLACK_PEAK."""
     return [
-        f[crop.y : crop.y + crop.h, crop.x : crop.x + crop.w]
-        for f in luma_frames
-        if _shows_picture(f)
+        (k, f[crop.y : crop.y + crop.h, crop.x : crop.x + crop.w])
+        for k, f in enumerate(luma_frames)
+        if np.percentile(f[::4, ::4], 98) > BLACK_PEAK
     ]
-
-
-def _shows_picture(frame: np.ndarray) -> bool:
-    """Whether a sampled frame shows a picture (is not black)."""
-    return bool(np.percentile(frame[::4, ::4], 98) > BLACK_PEAK)
 
 
 def _distinct(lines: list[_Line], thumbnails: list[np.ndarray]) -> int:
@@ -449,7 +461,8 @@ def film_overlays(config) -> FilmOverlays:
     detector = TextDetector(quality.text_model, quality.text_width, quality.text_pixel_probability)
     close_rows = 0
     if quality.close_text_width > 0:
-        close_rows = TextDetector(quality.text_model, quality.close_text_width, 0.3).height
+        close = quality.close_text_width
+        close_rows = TextDetector(quality.text_model, close, quality.text_pixel_probability).height
     return FilmOverlays(config.overlays, detector, close_rows)
 
 

@@ -71,7 +71,7 @@ def subtitle_like(box: Box, width: int, others: list[Box]) -> bool:
 
 
 def iou(a: Box, b: Box) -> float:
-    inner = max(0, min(a[2], b[2]) - max(a[0], b[0])) * max(0, min(a[3], b[3]) - max(a[1], b[1]))
+    inner = inner_area(a, b)
     union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inner
     return inner / union if union else 0.0
 
@@ -81,3 +81,8 @@ def rows_overlap(box: Box, band: tuple[int, int]) -> float:
     subtitle band is the band's."""
     height = max(1, box[3] - box[1])
     return max(0, min(box[3], band[1]) - max(box[1], band[0])) / height
+
+
+def inner_area(a: Box, b: Box) -> int:
+    """The pixels two boxes share."""
+    return max(0, min(a[2], b[2]) - max(a[0], b[0])) * max(0, min(a[3], b[3]) - max(a[1], b[1]))

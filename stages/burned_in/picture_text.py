@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from stages.burned_in.overlays_text import Box, rows_overlap
+from stages.burned_in.overlays_text import Box, inner_area, rows_overlap
 
 # A blob of text pixels thicker than this many detector pixels both ways, and less than
 # LINE_ELONGATION times as long as it is thick, is no line of text: the close look's network
@@ -101,10 +101,5 @@ def overlaps(spans: Sequence[Sequence[float]], start: float, stop: float) -> boo
 
 def _on_logo(box: Box, logos: Sequence[Box]) -> bool:
     """More than half of the line's box on a logo's box (a logo's lettering)."""
-    x0, y0, x1, y1 = box
-    area = max(1, (x1 - x0) * (y1 - y0))
-    for lx0, ly0, lx1, ly1 in logos:
-        inner = max(0, min(x1, lx1) - max(x0, lx0)) * max(0, min(y1, ly1) - max(y0, ly0))
-        if inner / area > 0.5:
-            return True
-    return False
+    area = max(1, (box[2] - box[0]) * (box[3] - box[1]))
+    return any(inner_area(box, logo) / area > 0.5 for logo in logos)
