@@ -6,6 +6,7 @@ second decode) it measures and stores the values its decision is later taken fro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import cv2
@@ -123,24 +124,30 @@ class QualityStage(ClipStage):
         clip.quality_luma_mean, clip.quality_luma_peak = luma_series(frames)
         clip.quality_text_area = self.text_area(frames)
         if self.close is not None and overlaps(self.text_spans, clip.start_time, clip.end_time):
-            close = self.text_area(frames, self.close)
+            close = self.text_area(frames, self.close, without_blobs)
             clip.quality_text_area = max(clip.quality_text_area, close)
         clip.quality_hashes = [perceptual_hash(frames[_at(i, frames)]) for i in self.hash_frames]
         clip.quality_version = self.version
         return clip
 
-    def text_area(self, frames: np.ndarray, detector: TextDetector | None = None) -> float:
+    def text_area(
+        self,
+        frames: np.ndarray,
+        detector: TextDetector | None = None,
+        kept: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> float:
         """The largest share of a sampled frame marked as text, in-world text left out, seen by
-        `detector` (the stage's own at `text_width` when None; the close one leaves out blobs
-        that are no line: stages/burned_in/picture_text.py `without_blobs`). Only a frame with text pays for
+        `detector` (the stage's own at `text_width` when None), of its text pixels those `kept`
+        leaves (all when None; the close look leaves out blobs that are no line:
+        stages/burned_in/picture_text.py `without_blobs`). Only a frame with text pays for
         the in-world check (two more detector frames, the first and the last): most clips have
         none. It runs whatever the reject threshold, so the stored value means the same under
         every threshold `quality-calibrate` may apply."""
         detector = detector or self.detector
         positions = [_at(i, frames) for i in self.config.text_frames]
         masks = detector.masks([frames[i] for i in positions])
-        if detector is self.close:
-            masks = [without_blobs(mask) for mask in masks]
+        if kept is not None:
+            masks = [kept(mask) for mask in masks]
         if not any(mask.any() for mask in masks):
             return 0.0
         ends = [0, len(frames) - 1]
