@@ -353,6 +353,18 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
     fit = float(np.mean([p.fit for p in pairs]))
     if len(pairs) < config.min_measured * len(lit):  # most of the picture too flat to follow
         return CameraMotion(STATIC, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
+    label = _moved_label(pairs, (tx, ty, zoom, rotation), fit, share, fps, config)
+    if _zoom_in_question(label, zoom, fit, fps, config):
+        parts = part_expansions([measured.flows[i] for i in kept], [grey[i] for i in kept], config)
+        motion = (tx, ty, zoom, rotation)
+        label = _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config)
+    return CameraMotion(label, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
+
+
+def _moved_label(pairs, motion, fit, share, fps, config: CameraConfig) -> str:
+    """The label of the clip's median motion (tx, ty, zoom, rotation a frame), and where that is
+    still, of its slow, unfit or short moves, in that order."""
+    tx, ty, zoom, rotation = motion
     label = _label(pairs, tx, ty, zoom, rotation, fit, fps, config)
     if label == STATIC:
         label = _slow_pan(pairs, share, config)
@@ -360,11 +372,7 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
         label = _unfit_pan(pairs, share, config)
     if label == STATIC:
         label = _short_move(pairs, config)
-    if _zoom_in_question(label, zoom, fit, fps, config):
-        parts = part_expansions([measured.flows[i] for i in kept], [grey[i] for i in kept], config)
-        motion = (tx, ty, zoom, rotation)
-        label = _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config)
-    return CameraMotion(label, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
+    return label
 
 
 def _zoom_in_question(
@@ -397,8 +405,7 @@ def _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config: CameraC
     if fit >= config.min_fit:
         if agree >= config.min_agreement and np.sign(parted) == np.sign(zoom):
             return label
-        translated = _label(pairs, tx, ty, 0.0, rotation, fit, fps, config)
-        return _slow_pan(pairs, share, config) if translated == STATIC else translated
+        return _moved_label(pairs, (tx, ty, 0.0, rotation), fit, share, fps, config)
     drift = share * np.hypot(*np.median([p.drift for p in pairs], axis=0))
     zooms = abs(parted) * fps > config.static_zoom and abs(parted) * REACH >= 0.5 * drift
     if zooms and agree >= config.slow_agreement:
