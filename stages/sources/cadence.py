@@ -19,7 +19,6 @@ a run may hold one edit (two stretches), never two (its 40 frames are 1.3 s).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 
 CADENCE = 5  # telecine repeats itself every five frames
@@ -66,8 +65,8 @@ def cadence_name(runs_mended: Iterable[Sequence[int]]) -> str:
     for mended in runs_mended:
         if len(mended) < CADENCE_EVIDENCE:
             continue
-        places = sorted(Counter(index % CADENCE for index in mended))
-        if not _one_pair(set(places)):
+        places = {index % CADENCE for index in mended}
+        if not _one_pair(places):
             names.add("broken")
         else:
             names.add("3:2" if len(places) == 2 else "2:3:3:2")

@@ -66,10 +66,10 @@ def strip_widths(
         (lambda b: b, rows),  # top: its rows
         (lambda b: b[::-1], rows),  # bottom
     )
-    left_w, right_w, top_w, bottom_w = (
+    left, right, top, bottom = (
         _film_strip(_side_votes([lines(b) for b in boxes], depth), depth) for lines, depth in sides
     )
-    return left_w, right_w, top_w, bottom_w
+    return left, right, top, bottom
 
 
 def _side_votes(frames_lines: list[np.ndarray], depth: int) -> list[_Vote | None]:
