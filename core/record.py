@@ -111,6 +111,7 @@ class Clip:
     overlay_logo_share: float | None = None  # largest share of a film logo inside the window
     # field structure (stages/sources/fields.py; docs/sources.md)
     combing: float | None = None  # share of comb teeth in a frame's densest band of rows (max)
+    blended: float | None = None  # share of the window's frames mixed from their neighbours
     # scores (docs/scores.md): camera motion (stages/scoring/camera.py) and clarity (stages/scoring/clarity.py)
     camera_motion: str | None = None  # static, pan_left, ..., complex
     camera_tx: float | None = None  # px per frame at 480x720, + when the picture slides right

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from core.vocabulary import CAPTION_FIELDS, CaptionField
 
-SCHEMA_VERSION = "2.3"  # 2.1: overlay_subtitle_area, overlay_logo_share (issue 28); 2.2: camera_*, clarity (issue 36); 2.3: combing (issue 35)
+SCHEMA_VERSION = "2.4"  # 2.1: overlay_subtitle_area, overlay_logo_share (issue 28); 2.2: camera_*, clarity (issue 36); 2.3: combing (issue 35); 2.4: blended (issue 35)
 
 _ARROW_TYPES = {
     "string": pa.string(),
@@ -72,6 +72,7 @@ CLIP_SCHEMA = pa.schema(
         pa.field("overlay_subtitle_area", pa.float32()),
         pa.field("overlay_logo_share", pa.float32()),
         pa.field("combing", pa.float32()),
+        pa.field("blended", pa.float32()),
         pa.field("camera_motion", pa.string()),
         pa.field("camera_tx", pa.float32()),
         pa.field("camera_ty", pa.float32()),

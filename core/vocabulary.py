@@ -85,6 +85,7 @@ TEXT = "text"
 SUBTITLE = "subtitle"
 LOGO = "logo"
 COMBED = "combed"
+BLENDED = "blended"
 STATIC = "static"
 DUPLICATE = "duplicate"
 SIMILAR = "similar"
@@ -98,6 +99,8 @@ REJECT_REASONS: dict[str, str] = {
     SUBTITLE: "burned-in subtitles: overlay text inside the film's subtitle band",
     LOGO: "a channel logo or watermark that stays on every shot is inside the clip's window",
     COMBED: "a frame weaves two moments (comb teeth): field restoration missed it",
+    BLENDED: "frames mixed from the drawings either side of them (double images): a frame-rate "
+    "conversion that blends",
     STATIC: "every frame pair is a held drawing",
     DUPLICATE: "a near-duplicate of a clip that is kept (same film or another)",
     SIMILAR: "its CLIP embedding is almost that of a clip that is kept: a re-cropped or re-timed "

@@ -34,6 +34,7 @@ from stages.scoring.clarity import ClarityConfig
 from stages.scoring.clip_scores import ClipScoreConfig
 from stages.clips import ClipConfig
 from stages.crop import CropConfig
+from stages.sources.blending import BlendingConfig
 from stages.sources.fields import FieldConfig
 from stages.motion import MotionConfig
 from stages.burned_in.overlays import OverlayConfig
@@ -93,6 +94,7 @@ class PipelineConfig:
     crop: CropConfig = field(default_factory=CropConfig)
     overlays: OverlayConfig = field(default_factory=OverlayConfig)
     fields: FieldConfig = field(default_factory=FieldConfig)
+    blending: BlendingConfig = field(default_factory=BlendingConfig)
     scenes: SceneConfig = field(default_factory=SceneConfig)
     clips: ClipConfig = field(default_factory=ClipConfig)
     motion: MotionConfig = field(default_factory=MotionConfig)

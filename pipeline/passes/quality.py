@@ -79,8 +79,8 @@ PASS_COLUMNS = [
 ]
 DECISION_COLUMNS = ["usable", "reject_reasons", "duplicate_of", "caption_status"]
 # registered stages' measurements that reasons read, where a shard has them (clips cut before
-# the overlay or combing stage existed have none: no measurement, no reason); the scores' columns too
-OPTIONAL_COLUMNS = ["overlay_subtitle_area", "overlay_logo_share", "combing"]
+# the overlay, combing or blending stage existed have none: no measurement, no reason); the scores' columns too
+OPTIONAL_COLUMNS = ["overlay_subtitle_area", "overlay_logo_share", "combing", "blended"]
 
 
 @dataclass

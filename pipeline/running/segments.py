@@ -59,6 +59,7 @@ from stages.clips import ClipSplitter
 from stages.crop import CropBox
 from stages.probe import FilmInfo
 from stages.scenes import BlackRuns, BlendSpans, SceneConfig, SceneCuts
+from stages.sources.blending import blended_frames
 from stages.sources.field_restore import FieldRestorer
 from stages.transnet import GatedTransNet, TransNetSpans
 
@@ -169,6 +170,7 @@ class _SegmentRun:
         cut_lag = max(self.detector.lag, self.black_runs.min_frames)
         self.blends = BlendSpans(config.scenes, film.fps, cut_lag)
         self.gradual = _gradual_detector(config.scenes)
+        self.blended = blended_frames(config.blending)  # frames mixed by a rate change
         self.gated = _gated_detector(config.scenes)
         # frames a window still to be judged may reach back: its length and the gate's context
         self.gated_reach = (
@@ -274,6 +276,8 @@ class _SegmentRun:
             self._add_cut(cut, cuts)
         self.transition_frames.update(self.black_runs.take_transition_frames())
         self.transition_frames.update(_timed(self.seconds, "blends", self.blends.process, frame))
+        if self.blended is not None:
+            _timed(self.seconds, "blending", self.blended.process, frame)
         if self.gradual is not None:
             found = _timed(self.seconds, "transitions", self.gradual.process, frame)
             self.transition_frames.update(found)
@@ -343,6 +347,9 @@ class _SegmentRun:
             elif (dropped := self._judged(item)) is not None:
                 self.drops.append(dropped)
             else:
+                if self.blended is not None:  # every frame of the window was judged by now
+                    share = self.blended.share(item.start_frame, item.end_frame)
+                    item.blended = round(share, 5)
                 self.lane.submit(item)
 
     def _judged(self, clip: Clip) -> Drop | None:

@@ -20,6 +20,7 @@ from core.record import STATUS_OK
 from core.settings import Settings
 from core.vocabulary import (
     BLACK,
+    BLENDED,
     COMBED,
     DUPLICATE,
     ERROR,
@@ -66,6 +67,10 @@ class RejectConfig(Settings):
     """A clip is `combed` when, in a sampled frame, more than this share of a band of rows
     is comb teeth where the picture moves (stages/sources/fields.py): a frame woven from two moments.
     Measured: telecined frames 0.03 to 0.46, progressive anime at most 0.0003 (docs/sources.md)."""
+    blended_max_share: float = 0.04
+    """A clip is `blended` when more than this share of its window's frames are mixes of the
+    frames either side of them (stages/sources/blending.py): a frame-blending rate conversion,
+    double images. Measured in docs/sources.md ("Frame-blended conversions")."""
     reject_static: bool = False
     """Also reject clips whose every frame pair is a held drawing (motion scope 0): `static`.
     Off by default: limited animation holds drawings, and level 1 needs still shots."""
@@ -140,6 +145,7 @@ def frame_jumps(means: np.ndarray) -> np.ndarray:
 
 REASON_COLUMNS = ["status", "quality_luma_peak", "quality_luma_mean", "quality_text_area"]
 REASON_COLUMNS += ["overlay_subtitle_area", "overlay_logo_share", "motion_scope", "combing"]
+REASON_COLUMNS += ["blended"]
 
 
 def reason_columns(thresholds: RejectConfig) -> list[str]:
@@ -163,8 +169,13 @@ def overlay_limits(thresholds: RejectConfig) -> list[tuple[str, str, float, str]
 
 
 def field_limits(thresholds: RejectConfig) -> list[tuple[str, str, float, str]]:
-    """The field reason, in overlay_limits' terms: comb teeth restoration left (stages/sources/fields.py)."""
-    return [(COMBED, "combing", thresholds.combed_max_share, "comb teeth in a band of rows")]
+    """The reasons of the source's picture timing, in overlay_limits' terms: comb teeth
+    restoration left (stages/sources/fields.py), frames blended by a rate conversion
+    (stages/sources/blending.py)."""
+    return [
+        (COMBED, "combing", thresholds.combed_max_share, "comb teeth in a band of rows"),
+        (BLENDED, "blended", thresholds.blended_max_share, "share of frames mixed from neighbours"),
+    ]
 
 
 def clip_reasons(row: Mapping, thresholds: RejectConfig) -> list[str]:
@@ -178,7 +189,7 @@ def clip_reasons(row: Mapping, thresholds: RejectConfig) -> list[str]:
 def own_reasons(table: pa.Table, thresholds: RejectConfig) -> list[list[str]]:
     """Per row of `table` (shard rows; any of REASON_COLUMNS may be absent, and an absent or
     null measurement gives no reason), the reasons the clip is unfit on its own values, in the
-    order error, black, fade, flash, text, subtitle, logo, combed, static, then the thresholded
+    order error, black, fade, flash, text, subtitle, logo, combed, blended, static, then the thresholded
     scores' reasons in the scores' order. The one rule, for one clip or a film's."""
     return _as_lists(_reason_flags(table, thresholds), table.num_rows)
 
@@ -186,7 +197,7 @@ def own_reasons(table: pa.Table, thresholds: RejectConfig) -> list[list[str]]:
 def _reason_flags(table: pa.Table, thresholds: RejectConfig) -> dict[str, np.ndarray]:
     """Per reason, in `own_reasons`' order, which rows of `table` it rejects."""
     count = table.num_rows
-    order = (ERROR, BLACK, FADE, FLASH, TEXT, SUBTITLE, LOGO, COMBED, STATIC)
+    order = (ERROR, BLACK, FADE, FLASH, TEXT, SUBTITLE, LOGO, COMBED, BLENDED, STATIC)
     flags = {name: np.zeros(count, bool) for name in order}
     if "status" in table.column_names:
         ok = pc.equal(table.column("status"), STATUS_OK).fill_null(False)
