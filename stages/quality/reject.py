@@ -67,7 +67,7 @@ class RejectConfig(Settings):
     """A clip is `combed` when, in a sampled frame, more than this share of a band of rows
     is comb teeth where the picture moves (stages/sources/fields.py): a frame woven from two moments.
     Measured: telecined frames 0.03 to 0.46, progressive anime at most 0.0003 (docs/sources.md)."""
-    blended_max_share: float = 0.04
+    blended_max_share: float = 0.03
     """A clip is `blended` when more than this share of its window's frames are mixes of the
     frames either side of them (stages/sources/blending.py): a frame-blending rate conversion,
     double images. Measured in docs/sources.md ("Frame-blended conversions")."""

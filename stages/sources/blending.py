@@ -50,10 +50,10 @@ class BlendingConfig(Settings):
 
     enabled: bool = True
     """Judge every decoded frame and store each clip's `blended` share."""
-    change_levels: float = 12.0
+    change_levels: float = 30.0
     """Grey levels (0-255) by which A and B must differ at a pixel, beyond what a one-pixel
     move explains, for the pixel to count as changed."""
-    min_changed: float = 0.01
+    min_changed: float = 0.003
     """A frame is judged only when at least this share of its pixels changed from the frame
     before it to the frame after it."""
     mix_range: tuple[float, float] = (0.2, 0.8)
