@@ -87,30 +87,53 @@ def judged_picture(grey: np.ndarray) -> np.ndarray:
     return grey.astype(np.float32)
 
 
-def changed_pixels(a: np.ndarray, b: np.ndarray, levels: float) -> np.ndarray:
+Range = tuple[np.ndarray, np.ndarray]  # a picture's 3 x 3 neighbourhood maximum and minimum
+
+
+def neighbourhood_range(picture: np.ndarray) -> Range:
+    """Each pixel's 3 x 3 neighbourhood maximum and minimum (computed once a frame: each frame is
+    the frame after one judged frame and the frame before the next)."""
+    kernel = np.ones((3, 3), np.uint8)
+    return cv2.dilate(picture, kernel), cv2.erode(picture, kernel)
+
+
+def changed_pixels(
+    a: np.ndarray, b: np.ndarray, levels: float, ranges: tuple[Range, Range] | None = None
+) -> np.ndarray:
     """Where B (or A) is outside the range of the other's 3 x 3 neighbourhood by more than
     `levels`: a change a one-pixel move does not explain."""
-    kernel = np.ones((3, 3), np.uint8)
+    range_a, range_b = ranges or (neighbourhood_range(a), neighbourhood_range(b))
     out = np.zeros(a.shape, bool)
-    for x, y in ((a, b), (b, a)):
-        out |= (y > cv2.dilate(x, kernel) + levels) | (y < cv2.erode(x, kernel) - levels)
+    for (high, low), y in ((range_a, b), (range_b, a)):
+        out |= (y > high + levels) | (y < low - levels)
     return out
 
 
-def is_blend(a: np.ndarray, n: np.ndarray, b: np.ndarray, config: BlendingConfig) -> bool | None:
+def is_blend(
+    a: np.ndarray,
+    n: np.ndarray,
+    b: np.ndarray,
+    config: BlendingConfig,
+    ranges: tuple[Range, Range] | None = None,
+) -> bool | None:
     """Whether N is a mix of the frames either side of it, A and B (float32 grey pictures of one
-    size); None when it cannot be judged (A and B alike, or a fade)."""
-    changed = changed_pixels(a, b, config.change_levels)
-    if changed.mean() < config.min_changed or _is_fade(a, b, config):
+    size; `ranges`: A's and B's neighbourhood_range, when known); None when it cannot be judged:
+    A and B alike, or a mix that is a fade (tested last: most frames fail the mix tests first)."""
+    changed = changed_pixels(a, b, config.change_levels, ranges)
+    if changed.mean() < config.min_changed:
         return None
     d, a_, n_ = (b - a)[changed], a[changed], n[changed]
     apart = float(np.abs(d).sum())
     mix = float(((n_ - a_) * d).sum() / (d * d).sum())
+    low, high = config.mix_range
+    if not low <= mix <= high:
+        return False
     own = (n_ - a_) / d
     middle = float(((own > 0.15) & (own < 0.85)).mean())
     fit = 1.0 - float(np.abs(n_ - a_ - mix * d).sum()) / apart
-    low, high = config.mix_range
-    return low <= mix <= high and middle >= config.min_middle and fit >= config.min_fit
+    if middle < config.min_middle or fit < config.min_fit:
+        return False
+    return None if _is_fade(a, b, config) else True
 
 
 def _is_fade(a: np.ndarray, b: np.ndarray, config: BlendingConfig) -> bool:
@@ -136,16 +159,18 @@ class BlendedFrames:
 
     def __init__(self, config: BlendingConfig):
         self.config = config
-        self.recent: list[tuple[int, np.ndarray]] = []  # the last frames, (index, picture)
+        self.recent: list[tuple[int, np.ndarray, Range]] = []  # (index, picture, its range)
         self.mixes: set[int] = set()  # frames that are a mix of their neighbours
         self.in_runs: set[int] = set()  # those of them next to another mix
 
     def process(self, frame: Frame) -> None:
-        self.recent.append((frame.index, judged_picture(frame.grey())))
+        picture = judged_picture(frame.grey())
+        self.recent.append((frame.index, picture, neighbourhood_range(picture)))
         if len(self.recent) < 3:
             return
-        (before, a), (index, n), (_, b) = self.recent
-        if a.shape == n.shape == b.shape and is_blend(a, n, b, self.config):
+        (before, a, range_a), (index, n, _), (_, b, range_b) = self.recent
+        same_size = a.shape == n.shape == b.shape
+        if same_size and is_blend(a, n, b, self.config, (range_a, range_b)):
             self.mixes.add(index)
             if before in self.mixes:
                 self.in_runs.update((before, index))
