@@ -117,6 +117,7 @@ class FilmContext:
     resize: str = "center_crop"
     text_model: str | None = None
     text_probability: float = 0.3
+    picture: tuple[int, int, int, int] | None = None  # the border crop (x, y, w, h), source pixels
 
 
 class ClipStage(ABC):

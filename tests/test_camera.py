@@ -31,11 +31,8 @@ from stages.scoring.camera import (
     ZOOM_OUT,
     CameraConfig,
     CameraStage,
-    coarse_or_flow,
-    coarse_translation,
-    fit_pairs,
-    steady_light,
 )
+from stages.scoring.camera_fit import coarse_or_flow, coarse_translation, fit_pairs, steady_light
 
 SIZE = (480, 720)  # the clips' (h, w)
 

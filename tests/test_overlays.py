@@ -20,7 +20,14 @@ from core.video import FrameReader
 from core.vocabulary import LOGO, SUBTITLE, TEXT
 from stages.base import FilmContext
 from stages.burned_in.logos import persistent_edges, views
-from stages.burned_in.overlays import CloseLook, FilmOverlays, OverlayConfig, OverlayStage
+from stages.burned_in.edge_text import edge_text_share, edge_zones
+from stages.burned_in.overlays import (
+    CloseLook,
+    FilmOverlays,
+    OverlayConfig,
+    OverlayStage,
+    picture_columns,
+)
 from stages.burned_in.overlays_text import text_lines
 from stages.burned_in.text_detector import TextDetector
 from stages.crop import CropBox
@@ -408,3 +415,31 @@ def test_a_short_film_or_one_of_unknown_times_has_every_clip_looked_at(pictures,
     without = FilmOverlays(OverlayConfig(), detector).process(frames, CROP, (), None, 16.0)
     assert not without.close_look_every_clip  # no close look: nothing to plan for
     assert CloseLook(352, 2.0).most_clips(5.99) == 2 and CloseLook(352, 2.0).most_clips(6) == 3
+
+
+def test_a_line_on_one_frame_counts_where_it_is_centred_on_the_films_picture(pictures, detector):
+    """Subtitles and notes are centred on the film's picture: a line shown on one of the clip's
+    edge frames counts only within `centre` of that picture's middle (the bands' rule), wherever
+    the clip's window lies; the same line 170 pixels to the side (a row of bright fingertips at
+    the top edge of JJK's last frame read as a line there) does not."""
+    first, last = grey(pictures[3]), pictures[4]
+    zones = edge_zones(364, OverlayConfig().edge_top, OverlayConfig().edge_bottom)
+    middle = (427.0, OverlayConfig().centre * 854)
+
+    def share(where: int) -> float:
+        picture, box = draw_text(last, "We leave at dawn.", 18, where=(where, 12))
+        return edge_text_share(detector, [first, grey(picture)], zones, 0.75, middle)
+
+    width = draw_text(last, "We leave at dawn.", 18, where=(0, 12))[1][2]
+    assert share(427 - width // 2) > 0.05
+    assert share(427 + 170 - width // 2) == 0.0
+
+
+def test_the_films_middle_in_a_clip_follows_its_window_and_fit():
+    picture = (0, 0, 1280, 720)
+    column, width = picture_columns(picture, (100, 0, 1080, 720), (480, 720), "center_crop")
+    assert (column, width) == (360, pytest.approx(1280 * 2 / 3))
+    column, width = picture_columns(picture, (0, 0, 1080, 720), (480, 720), "center_crop")
+    assert column == pytest.approx(360 + 100 * 2 / 3)
+    # padded: the whole 1280x720 picture fits 720 wide, centred in the clip
+    assert picture_columns(picture, picture, (480, 720), "pad") == (360, 720)

@@ -210,6 +210,7 @@ class _SegmentRun:
             config.clips.resize,
             config.quality.text_model,
             config.quality.text_pixel_probability,
+            (self.job.crop.x, self.job.crop.y, self.job.crop.w, self.job.crop.h),
         )
         for stage in self.stages:
             stage.for_film(context)

@@ -47,9 +47,11 @@ def edge_text_share(
     frames: Sequence[np.ndarray],
     zones: Sequence[tuple[int, int]],
     scale: float,
+    middle: tuple[float, float],
 ) -> float:
     """The largest share of one zone of one frame covered by subtitle-like lines (grey frames,
-    all one size, cards left out; `scale`: clip pixels to the detector's)."""
+    all one size, cards left out; `scale`: clip pixels to the detector's; `middle`: the column a
+    centred line's middle lies on, and how far from it, `subtitle_like`)."""
     frames = [frame for frame in frames if (frame[::2, ::2] <= CARD_GREY).mean() < CARD_SHARE]
     if not zones or not frames:
         return 0.0
@@ -82,7 +84,7 @@ def edge_text_share(
         area = sum(
             (x1 - x0) * max(0, min(y1, bottom) - max(y0, top))
             for x0, y0, x1, y1 in per_part[k]
-            if subtitle_like((x0, y0, x1, y1), width, others)
+            if subtitle_like((x0, y0, x1, y1), middle, others)
         )
         best = max(best, area / ((bottom - top) * width))
     return best

@@ -539,7 +539,22 @@ class OverlayStage(ClipStage):
         low, high = self.config.edge_scale
         scale = min(high, max(low, text_scale * clip.crop_h / clip.height))
         zones = edge_zones(clip.height, self.config.edge_top, self.config.edge_bottom)
-        return edge_text_share(self.detector, [frames[i] for i in picked], zones, scale)
+        middle = self._centred(clip)
+        return edge_text_share(self.detector, [frames[i] for i in picked], zones, scale, middle)
+
+    def _centred(self, clip: Clip) -> tuple[float, float]:
+        """Where a centred line's middle lies in the clip, and how far from it: on the film
+        picture's middle within `centre` of its width, as the film pass's bands are (a note or
+        subtitle is centred on the film's picture, which the clip's window need not be); on
+        the clip's middle within a quarter of its width when the picture is not known."""
+        picture = self.film.picture
+        if picture is None:
+            return clip.width / 2, clip.width / 4
+        region = (clip.crop_x, clip.crop_y, clip.crop_w, clip.crop_h)
+        column, width = picture_columns(
+            picture, region, (clip.height, clip.width), self.film.resize
+        )
+        return column, self.config.centre * width
 
     def _subtitle_area(
         self, clip: Clip, frames: np.ndarray, overlays: OverlayRecord, region: Box4
@@ -577,6 +592,18 @@ class OverlayStage(ClipStage):
 
 
 Box4 = tuple[int, int, int, int]  # x, y, w, h
+
+
+def picture_columns(
+    picture: Box4, region: Box4, size: tuple[int, int], resize: str
+) -> tuple[float, float]:
+    """The film picture's (x, y, w, h) middle column and width in the clip's frames (`size`:
+    height, width) cut from the window `region` (x, y, w, h) and fitted by `resize`."""
+    x, _, w, h = region
+    height, width = size
+    scale = min(width / w, height / h) if resize == "pad" else height / h
+    middle = picture[0] + picture[2] / 2
+    return width / 2 + (middle - (x + w / 2)) * scale, picture[2] * scale
 
 
 def clip_rows(
@@ -618,7 +645,7 @@ def band_text_share(
         area = sum(
             (x1 - x0) * max(0, min(y1, bottom) - max(y0, top))
             for x0, y0, x1, y1 in lines
-            if subtitle_like((x0, y0, x1, y1), width, others)
+            if subtitle_like((x0, y0, x1, y1), (width / 2, width / 4), others)
         )
         best = max(best, area / ((bottom - top) * width))
     return best

@@ -59,15 +59,16 @@ def join_lines(boxes: list[Box]) -> list[Box]:
     return [tuple(line) for line in lines]  # type: ignore[misc]
 
 
-def subtitle_like(box: Box, width: int, others: list[Box]) -> bool:
-    """A line of overlay text: at least as wide as tall, and centred (its middle in the middle
-    half of the picture's `width`: subtitles and notes are centred) or holding still across the
-    sampled frames (IoU 0.9 with a line of another one, `others`: the overlay's own timing, not
-    the picture's; cosmos-curate's artificial-text rule)."""
+def subtitle_like(box: Box, middle: tuple[float, float], others: list[Box]) -> bool:
+    """A line of overlay text: at least as wide as tall, and centred (its middle within
+    `middle`'s reach of its column: (column, reach); subtitles and notes are centred) or holding
+    still across the sampled frames (IoU 0.9 with a line of another one, `others`: the
+    overlay's own timing, not the picture's; cosmos-curate's artificial-text rule)."""
     x0, y0, x1, y1 = box
     if x1 - x0 < y1 - y0:
         return False
-    return abs((x0 + x1) / 2 - width / 2) <= width / 4 or any(iou(box, o) >= 0.9 for o in others)
+    column, reach = middle
+    return abs((x0 + x1) / 2 - column) <= reach or any(iou(box, o) >= 0.9 for o in others)
 
 
 def iou(a: Box, b: Box) -> float:
