@@ -403,7 +403,7 @@ def test_a_line_on_one_frame_counts_where_it_is_centred_on_the_films_picture(pic
     middle = (427.0, OverlayConfig().centre * 854)
 
     def share(where: int) -> float:
-        picture, box = draw_text(last, "We leave at dawn.", 18, where=(where, 12))
+        picture = draw_text(last, "We leave at dawn.", 18, where=(where, 12))[0]
         return edge_text_share(detector, [first, grey(picture)], zones, 0.75, middle)
 
     width = draw_text(last, "We leave at dawn.", 18, where=(0, 12))[1][2]
