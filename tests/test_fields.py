@@ -293,14 +293,9 @@ def test_a_sample_the_one_decode_loses_costs_only_itself(tmp_path):
     """bikes.mp4 with 40 runs of its middle third's bytes overwritten: the one decode gives 9
     of the 10 samples wanted. Each comes with its own index (the overlay pass times its middle
     looks by them), and is the frame of that index."""
-    from conftest import BIKES
+    from conftest import BIKES, damaged_copy
 
-    data = bytearray(BIKES.read_bytes())
-    rng = np.random.default_rng(0)
-    for offset in rng.integers(len(data) // 3, len(data) * 2 // 3, 40):
-        data[offset : offset + 64] = rng.integers(0, 255, 64, dtype=np.uint8).tobytes()
-    damaged = tmp_path / "damaged.mp4"
-    damaged.write_bytes(bytes(data))
+    damaged = damaged_copy(BIKES, tmp_path / "damaged.mp4", seed=0)
     film = Probe().process(damaged)
     wanted = spread_indices(film, 10)
     shared = sampled_and_probed(film, wanted, FieldConfig())
