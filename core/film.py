@@ -173,9 +173,6 @@ class OverlayRecord(JsonRecord):
     # [[start, stop], ...] seconds: stretches whose samples show text over the picture (not in a
     # band, not a logo); the quality stage looks at their clips closely (stages/burned_in/picture_text.py)
     text_spans: list[list[float]] = field(default_factory=list)
-    # the quality stage looks closely at every clip instead: a film so short that looking at its
-    # samples' middles would cost as many looks as it holds clips, or whose samples' times are unknown
-    close_look_every_clip: bool = False
 
     def line(self) -> str:
         """The console's words: `hardsubbed: 71 % of frames, band y 420-470; logo at x

@@ -175,6 +175,17 @@ def make_video(
     return path
 
 
+def damaged_copy(source: Path, target: Path, seed: int) -> Path:
+    """`source` with 40 runs of 64 bytes of its middle third overwritten at random (`seed`):
+    corrupt packets, the rest of the file as it was."""
+    data = bytearray(source.read_bytes())
+    rng = np.random.default_rng(seed)
+    for offset in rng.integers(len(data) // 3, len(data) * 2 // 3, 40):
+        data[offset : offset + 64] = rng.integers(0, 255, 64, dtype=np.uint8).tobytes()
+    target.write_bytes(bytes(data))
+    return target
+
+
 def resized_copy(
     source: Path,
     path: Path,

@@ -14,7 +14,7 @@ from conftest import built_once, local_config, read_frames, shard_rows
 
 from core.film import FieldRecord
 from core.frames import ClipFrames
-from core.video import FrameReader
+from core.video import FrameReader, upright_grey
 from stages.probe import Probe
 from stages.quality import RejectConfig
 from stages.sources.cadence import cadence_name, cycle_kind, stretches
@@ -281,12 +281,33 @@ def test_a_short_films_samples_and_runs_come_from_one_decode():
     wanted = spread_indices(film, 10)
     shared = sampled_and_probed(film, wanted, FieldConfig())
     assert shared is not None
-    samples, runs = shared
+    samples, indices, runs = shared
     alone = spread_luma_frames(film, 10)
-    assert len(samples) == len(alone) == len(wanted)
+    assert len(samples) == len(alone) == len(wanted) and indices == sorted(wanted)
     assert all(np.array_equal(a, b) for a, b in zip(samples, alone))
     assert runs == probe_runs(film, FieldConfig())
     assert sampled_and_probed(film, spread_indices(film, 12), FieldConfig()) is None  # enough
+
+
+def test_a_sample_the_one_decode_loses_costs_only_itself(tmp_path):
+    """bikes.mp4 with 40 runs of its middle third's bytes overwritten: the one decode gives 9
+    of the 10 samples wanted. Each comes with its own index (the overlay pass times its middle
+    looks by them), and is the frame of that index."""
+    from conftest import BIKES, damaged_copy
+
+    damaged = damaged_copy(BIKES, tmp_path / "damaged.mp4", seed=0)
+    film = Probe().process(damaged)
+    wanted = spread_indices(film, 10)
+    shared = sampled_and_probed(film, wanted, FieldConfig())
+    assert shared is not None
+    samples, indices, _ = shared
+    assert len(samples) == len(indices) == len(wanted) - 1 and set(indices) < wanted
+    # every frame decoded in order, as the one pass does (a damaged stream's concealment
+    # depends on what was decoded before)
+    reader = FrameReader(str(damaged), film.frame_pts, threads=1)
+    decoded = dict(upright_grey(reader.frames(0, max(wanted) + 1), film.rotation))
+    assert [i for i in sorted(wanted) if i in decoded] == indices
+    assert all(np.array_equal(decoded[i], sample) for i, sample in zip(indices, samples))
 
 
 def test_a_progressive_film_is_decided_on_the_key_frames_alone():

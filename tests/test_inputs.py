@@ -7,7 +7,7 @@ import json
 import av
 import numpy as np
 import pytest
-from conftest import BIKES, animegamer, local_config, make_video
+from conftest import BIKES, animegamer, damaged_copy, local_config, make_video
 
 from core.shards import read_clips
 from pipeline.data.ip import load_ip
@@ -81,12 +81,7 @@ def test_truncated_file_keeps_what_can_be_read(tmp_path):
 
 @pytest.mark.slow
 def test_corrupt_packets_are_counted_not_fatal(tmp_path):
-    data = bytearray(BIKES.read_bytes())
-    rng = np.random.default_rng(3)
-    for offset in rng.integers(len(data) // 3, len(data) * 2 // 3, 40):
-        data[offset : offset + 64] = rng.integers(0, 255, 64, dtype=np.uint8).tobytes()
-    corrupt = tmp_path / "corrupt.mp4"
-    corrupt.write_bytes(bytes(data))
+    corrupt = damaged_copy(BIKES, tmp_path / "corrupt.mp4", seed=3)
     result = run_film(corrupt, tmp_path / "out", local_config(), load_ip(None))
     summary = result.summary
     assert summary.complete

@@ -19,15 +19,9 @@ from core.frames import ClipFrames
 from core.video import FrameReader
 from core.vocabulary import LOGO, SUBTITLE, TEXT
 from stages.base import FilmContext
-from stages.burned_in.logos import persistent_edges, views
 from stages.burned_in.edge_text import edge_text_share, edge_zones
-from stages.burned_in.overlays import (
-    CloseLook,
-    FilmOverlays,
-    OverlayConfig,
-    OverlayStage,
-    picture_columns,
-)
+from stages.burned_in.logos import persistent_edges, views
+from stages.burned_in.overlays import FilmOverlays, OverlayConfig, OverlayStage, picture_columns
 from stages.burned_in.overlays_text import text_lines
 from stages.burned_in.text_detector import TextDetector
 from stages.crop import CropBox
@@ -399,24 +393,6 @@ def test_in_world_signs_cost_no_clip(signs_film, tmp_path):
     assert rows and all(not {SUBTITLE, LOGO, TEXT} & set(row["reject_reasons"]) for row in rows)
 
 
-def test_a_short_film_or_one_of_unknown_times_has_every_clip_looked_at(pictures, detector):
-    """The film pass looks at its samples' middles only where that takes fewer looks than the
-    film can hold clips; else, or where the samples' times are unknown, every clip is looked at."""
-    frames = [grey(p) for p in pictures[:8]]
-    passes = FilmOverlays(OverlayConfig(), detector, CloseLook(rows=352, clip_seconds=2.0))
-    times = [2.0 * k for k in range(8)]
-
-    def every_clip(times, end) -> bool:
-        return passes.process(frames, CROP, (), times, end).close_look_every_clip
-
-    assert not every_clip([25.0 * k for k in range(8)], 200.0)  # 8 looks, 100 clips at most
-    assert every_clip(times, 16.0)  # 8 looks, 8 clips at most
-    assert every_clip(None, 200.0)
-    without = FilmOverlays(OverlayConfig(), detector).process(frames, CROP, (), None, 16.0)
-    assert not without.close_look_every_clip  # no close look: nothing to plan for
-    assert CloseLook(352, 2.0).most_clips(5.99) == 2 and CloseLook(352, 2.0).most_clips(6) == 3
-
-
 def test_a_line_on_one_frame_counts_where_it_is_centred_on_the_films_picture(pictures, detector):
     """Subtitles and notes are centred on the film's picture: a line shown on one of the clip's
     edge frames counts only within `centre` of that picture's middle (the bands' rule), wherever
@@ -427,7 +403,7 @@ def test_a_line_on_one_frame_counts_where_it_is_centred_on_the_films_picture(pic
     middle = (427.0, OverlayConfig().centre * 854)
 
     def share(where: int) -> float:
-        picture, box = draw_text(last, "We leave at dawn.", 18, where=(where, 12))
+        picture = draw_text(last, "We leave at dawn.", 18, where=(where, 12))[0]
         return edge_text_share(detector, [first, grey(picture)], zones, 0.75, middle)
 
     width = draw_text(last, "We leave at dawn.", 18, where=(0, 12))[1][2]

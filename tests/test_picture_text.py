@@ -30,44 +30,25 @@ def cut(film, out: Path, **settings) -> tuple[FilmSummary, list[dict]]:
     return summary, shard_rows(folder, COLUMNS)
 
 
-def credited(film, rows: list[dict]) -> list[dict]:
-    return [row for row in rows if shows(film, CREDIT, row)]
-
-
-def assert_credited_clips_rejected(film, rows: list[dict]) -> None:
-    clean = [row for row in rows if not shows(film, CREDIT, row)]
-    assert len(credited(film, rows)) == 2 and len(clean) == 3
-    assert all("text" in row["reject_reasons"] for row in credited(film, rows))
-    assert all(row["usable"] for row in clean)
-
-
-@pytest.mark.slow  # over 1.5 s (README, "Test time"): three whole runs
+@pytest.mark.slow  # over 1.5 s (README, "Test time"): two whole runs
 def test_credits_over_the_picture_are_found_where_the_narrow_look_sees_nothing(
     credits_film, tmp_path
 ):
-    # a 10-s film: its samples' middles would take as many looks (5) as it can hold clips, so
-    # the quality stage looks at every clip closely instead
-    summary, rows = cut(credits_film, tmp_path / "short")
-    assert summary.overlays.close_look_every_clip and summary.overlays.text_spans == []
-    assert_credited_clips_rejected(credits_film, rows)
-
-    # looked at 3 s apart, the samples' middles are fewer looks (4) than its clips (5): the film
-    # pass finds the stretch that holds the credits' seconds (frames 96-192 at 24 fps), and the
-    # quality stage looks closely at its clips alone
-    summary, rows = cut(credits_film, tmp_path / "spans", overlays__picture_text_seconds=3.0)
-    assert not summary.overlays.close_look_every_clip
-    assert_credited_clips_rejected(credits_film, rows)
+    summary, rows = cut(credits_film, tmp_path / "close")
+    credited = [row for row in rows if shows(credits_film, CREDIT, row)]
+    clean = [row for row in rows if not shows(credits_film, CREDIT, row)]
+    assert len(credited) == 2 and len(clean) == 3
+    assert all("text" in row["reject_reasons"] for row in credited)
+    assert all(row["usable"] for row in clean)
+    # the stretch found holds the credits' seconds (frames 96-192 at 24 fps)
     spans = summary.overlays.text_spans
     assert spans and overlaps(spans, 4.0, 8.0)
-    assert all(
-        overlaps(spans, r["start_time"], r["end_time"]) for r in credited(credits_film, rows)
-    )
-    assert not all(overlaps(spans, row["start_time"], row["end_time"]) for row in rows)
+    assert all(overlaps(spans, row["start_time"], row["end_time"]) for row in credited)
     assert "text over the picture" in summary.overlays.line()
 
     # without the close look the same clips read as having no text: the narrow look misses them
     narrow, narrow_rows = cut(credits_film, tmp_path / "narrow", quality__close_text_width=0)
-    assert narrow.overlays.text_spans == [] and not narrow.overlays.close_look_every_clip
+    assert narrow.overlays.text_spans == []
     assert [r["usable"] for r in narrow_rows] == [True] * len(narrow_rows)
     assert all(r["quality_text_area"] <= 0.004 for r in narrow_rows)
 

@@ -206,8 +206,8 @@ def _film_pictures(
 def _samples(
     film: FilmInfo, config: PipelineConfig, overlays: OverlayConfig, held: HeldFrames | None
 ):
-    """The film's samples (the crop's and the overlay pass's), their frame indices (None when
-    unknown), and the field pass's probed runs where one decode gives both (a short film:
+    """The film's samples (the crop's and the overlay pass's), their frame indices, and the
+    field pass's probed runs where one decode gives both (a short film:
     stages/sources/field_pass.py `sampled_and_probed`; the crop's time then holds the runs'
     too), else None for the runs."""
     plan = overlay_sample_plan(film, overlays, max(config.crop.samples, overlays.samples))
@@ -215,9 +215,7 @@ def _samples(
         wanted = spread_indices(film, plan.count)
         shared = sampled_and_probed(film, wanted, config.fields, held)
         if shared is not None:
-            frames, runs = shared
-            indices = sorted(wanted) if len(frames) == len(wanted) else None
-            return frames, indices, runs
+            return shared
     samples = sample_film(film, plan, held)
     return samples.frames, samples.indices, None
 

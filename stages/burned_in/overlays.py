@@ -208,31 +208,15 @@ class _Line:
     edge: int  # the row a band lines up on: the bottom of a bottom-zone line, the top of a top one
 
 
-@dataclass(frozen=True)
-class CloseLook:
-    """The quality stage's close look at clips, as the film pass plans for it: the rows its
-    detector reads, and the clips' length."""
-
-    rows: int
-    clip_seconds: float
-
-    def most_clips(self, seconds: float) -> int:
-        """The most clips `seconds` of film can hold (clips do not overlap): the close looks
-        that looking at every clip may cost."""
-        return math.floor(seconds / self.clip_seconds + 1e-9)
-
-
 class FilmOverlays:
     """`process(luma_frames, crop) -> OverlayRecord` from sampled upright grey frames."""
 
-    def __init__(
-        self, config: OverlayConfig, detector: TextDetector, close: CloseLook | None = None
-    ):
-        """`close`: the quality stage's close look (None: none); the middle of the picture is
-        then looked at too, for the stretches whose clips it looks at, never at more rows than
-        the close look has (a 1080-line picture's bands are read at 405 rows, its middle at 352)."""
+    def __init__(self, config: OverlayConfig, detector: TextDetector, close_rows: int = 0):
+        """`close_rows`: the rows of the quality stage's close look (0: none); the middle of the
+        picture is then looked at too, for the stretches whose clips it looks at, never at more
+        rows than it has (a 1080-line picture's bands are read at 405 rows, its middle at 352)."""
         config.validate()
-        self.config, self.detector, self.close = config, detector, close
+        self.config, self.detector, self.close_rows = config, detector, close_rows
 
     def without_player(
         self, luma_frames: Sequence[np.ndarray], crop: CropBox
@@ -276,12 +260,7 @@ class FilmOverlays:
         (none looked for without them, or without a close detector)."""
         shown = _shown(luma_frames, crop)
         pictures = [picture for _, picture in shown]
-        looked = self._middle_looks(len(pictures), end)
-        every_clip = self.close is not None and (
-            times is None or len(looked) >= self.close.most_clips(end)
-        )
-        if every_clip:
-            looked = set()
+        looked = self._middle_looks(len(pictures), end) if times is not None else set()
         found = [self._all_lines(p, i in looked) for i, p in enumerate(pictures)]
         lines = [line for i, p in enumerate(pictures) for line in self._zone_lines(i, p, found[i])]
         bands = self._bands(lines, pictures, crop)
@@ -294,8 +273,7 @@ class FilmOverlays:
             if not any(rows_overlap(box, band) > 0.5 for band in bands)  # steady subtitle words
         ]
         spans = []
-        if looked:
-            assert times is not None  # none looked at without them (`every_clip`)
+        if times is not None and looked:
             if len(times) != len(luma_frames):
                 raise ValueError(f"{len(times)} sample times for {len(luma_frames)} frames")
             at = {i: times[shown[i][0]] for i in looked}
@@ -308,7 +286,6 @@ class FilmOverlays:
             text_scale=round(self.config.scale_for(crop.h), 3),
             player_rows=[list(rows) for rows in player],
             text_spans=spans,
-            close_look_every_clip=every_clip,
         )
 
     def _logos(self, pictures: list[np.ndarray]) -> list[Box]:
@@ -332,8 +309,8 @@ class FilmOverlays:
 
     def _middle_looks(self, count: int, seconds: float) -> set[int]:
         """Which of `count` pictures sampled over `seconds` of film have their middle looked
-        at: none without a close look; samples `picture_text_seconds` apart or more."""
-        if self.close is None or count == 0:
+        at: none without a close look (`close_rows`); samples `picture_text_seconds` apart or more."""
+        if self.close_rows == 0 or count == 0:
             return set()
         spacing = seconds / count
         stride = (
@@ -368,8 +345,7 @@ class FilmOverlays:
     def _middle_scale(self, height: int) -> float:
         """The bands' scale, or the close look's rows when fewer (a 1080-line picture's bands
         are read at 405 rows, its middle at 352: what the close look sees of a clip)."""
-        assert self.close is not None  # the middle is looked at for the close look alone
-        return min(self.config.scale_for(height), self.close.rows / height)
+        return min(self.config.scale_for(height), self.close_rows / height)
 
     def _zone_lines(
         self, index: int, picture: np.ndarray, found: list[tuple[Box, str, float]]
@@ -483,12 +459,11 @@ def film_overlays(config) -> FilmOverlays:
     model (`quality.text_model`)."""
     quality = config.quality
     detector = TextDetector(quality.text_model, quality.text_width, quality.text_pixel_probability)
-    close = None
+    close_rows = 0
     if quality.close_text_width > 0:
-        width = quality.close_text_width
-        rows = TextDetector(quality.text_model, width, quality.text_pixel_probability).height
-        close = CloseLook(rows, config.clips.seconds)
-    return FilmOverlays(config.overlays, detector, close)
+        close = quality.close_text_width
+        close_rows = TextDetector(quality.text_model, close, quality.text_pixel_probability).height
+    return FilmOverlays(config.overlays, detector, close_rows)
 
 
 # ----------------------------------------------------------------------------- the clip pass

@@ -17,11 +17,6 @@ the sample after it (text that shows on one sample may have begun just after the
 The quality stage then looks closely only at the clips that overlap a stretch
 (stages/quality/stage.py). An opening's credits or a lyric edit last many samples; a clean film
 has few stretches or none, and pays for the middle rows of its samples alone.
-
-That filter pays off only where it looks at fewer frames than the clips it spares: a short film
-(up to about 96 s) would take as many middle looks as it can hold clips, and most films hold far
-fewer. There the film pass looks at no middle and the quality stage looks at every clip
-closely (`OverlayRecord.close_look_every_clip`; stages/burned_in/overlays.py `CloseLook`).
 """
 
 from __future__ import annotations

@@ -104,12 +104,9 @@ class QualityStage(ClipStage):
                 config.text_model, config.close_text_width, config.text_pixel_probability
             )
         self.text_spans: list[list[float]] = []
-        self.close_every_clip = False
 
     def for_film(self, film: FilmContext) -> None:
-        overlays = film.overlays
-        self.text_spans = overlays.text_spans if overlays is not None else []
-        self.close_every_clip = overlays is not None and overlays.close_look_every_clip
+        self.text_spans = film.overlays.text_spans if film.overlays is not None else []
 
     def setup(self) -> None:
         cv2.setNumThreads(1)  # one worker per core already: OpenCV's threads would oversubscribe
@@ -126,9 +123,7 @@ class QualityStage(ClipStage):
         frames = as_clip_frames(clip.frames).rgb()
         clip.quality_luma_mean, clip.quality_luma_peak = luma_series(frames)
         clip.quality_text_area = self.text_area(frames)
-        if self.close is not None and (
-            self.close_every_clip or overlaps(self.text_spans, clip.start_time, clip.end_time)
-        ):
+        if self.close is not None and overlaps(self.text_spans, clip.start_time, clip.end_time):
             close = self.text_area(frames, self.close, without_blobs)
             clip.quality_text_area = max(clip.quality_text_area, close)
         clip.quality_hashes = [perceptual_hash(frames[_at(i, frames)]) for i in self.hash_frames]
@@ -187,9 +182,9 @@ class QualityStage(ClipStage):
             f"inworld:s{self.config.in_world_min_shift:g}:t{self.config.in_world_tolerance:g}"
             f":m{self.config.in_world_min_match:g}:k{MIN_STILL_TEXT:g}"
         )
-        if self.close is not None:  # the close look of clips in text stretches or short films
+        if self.close is not None:  # the close look of clips in the film's text stretches
             in_world += (
-                f";close:{self.close.height}x{self.close.width}@text-spans|short-film"
+                f";close:{self.close.height}x{self.close.width}@text-spans"
                 f":blob{THICKEST_BLOB}x{LINE_ELONGATION:g}"
             )
         return f"luma{LUMA_SIZE[0]}x{LUMA_SIZE[1]};{detector}:f{texts};{in_world};phash64:f{hashes}"

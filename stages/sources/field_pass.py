@@ -123,17 +123,18 @@ def sampled_and_probed(
     wanted: Collection[int],
     config: FieldConfig,
     held: HeldFrames | None = None,
-) -> tuple[list[np.ndarray], list[_Run]] | None:
+) -> tuple[list[np.ndarray], list[int], list[_Run]] | None:
     """For a film that will be probed whatever its samples show (too few of them) and whose
     runs come from one pass: the samples `wanted` (upright grey, by index, as
-    film_samples.spread_luma_frames gives them) and the judged runs, from that one decode.
-    None for any other film. A 6-s film was decoded twice in its prepare step, for its samples
-    and then for its runs."""
+    film_samples.spread_luma_frames gives them), the index of each (a frame the decoder does
+    not give is left out, and only it), and the judged runs, from that one decode. None for
+    any other film. A 6-s film was decoded twice in its prepare step, for its samples and then
+    for its runs."""
     spans = _spans(film, config)
     if not _too_few(len(wanted), config) or not _one_pass(film, spans):
         return None
     runs, samples = _one_pass_runs(film, spans, config, frozenset(wanted), held)
-    return samples, runs
+    return [grey for _, grey in samples], [index for index, _ in samples], runs
 
 
 def _decide(record: FieldRecord, runs: list[_Run]) -> FieldRecord:
@@ -228,12 +229,12 @@ def _one_pass_runs(
     config: FieldConfig,
     wanted: Collection[int] = frozenset(),
     held: HeldFrames | None = None,
-) -> tuple[list[_Run], list[np.ndarray]]:
+) -> tuple[list[_Run], list[tuple[int, np.ndarray]]]:
     """The runs judged from one pass from the film's start, each as it ends (memory: one run and
-    its overlap), and the frames `wanted` on the way (upright grey, by index); `held`: the
+    its overlap), and the frames `wanted` on the way (index, upright grey); `held`: the
     film's frames, decoded already, read instead of decoding it."""
     runs: list[_Run] = []
-    samples: list[np.ndarray] = []
+    samples: list[tuple[int, np.ndarray]] = []
     window: list[tuple[int, np.ndarray]] = []  # frames from the first run not judged yet
     stop = max(spans[-1][1], max(wanted, default=-1) + 1)
     reader = held or FrameReader(film.path, film.frame_pts, threads=1)
@@ -246,7 +247,7 @@ def _one_pass_runs(
     )
     for index, grey in upright_grey(looked_at, film.rotation):
         if index in wanted:
-            samples.append(grey)
+            samples.append((index, grey))
         if len(runs) == len(spans) or index < spans[len(runs)][0]:
             continue
         window.append((index, _columns(grey)))
