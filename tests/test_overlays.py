@@ -417,5 +417,8 @@ def test_the_films_middle_in_a_clip_follows_its_window_and_fit():
     assert (column, width) == (360, pytest.approx(1280 * 2 / 3))
     column, width = picture_columns(picture, (0, 0, 1080, 720), (480, 720), "center_crop")
     assert column == pytest.approx(360 + 100 * 2 / 3)
+    # a PAL 16:9 picture of 64:45 pixels: its 608x576 window is shown 3:2, 720 wide
+    column, width = picture_columns((0, 0, 720, 576), (56, 0, 608, 576), (480, 720), "center_crop")
+    assert column == 360 and width == pytest.approx(720 * 720 / 608)
     # padded: the whole 1280x720 picture fits 720 wide, centred in the clip
     assert picture_columns(picture, picture, (480, 720), "pad") == (360, 720)

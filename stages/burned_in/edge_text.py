@@ -15,8 +15,8 @@ picture's own, the whole-frame `text` rule's to judge, and it is left out here.
 
 What counts is what counts in a band (stages/burned_in/overlays.py `band_text_share`): lines at least as
 wide as tall that are centred (on the film's picture, within `overlays.centre` of its width:
-the caller places that picture's middle in the clip) or that hold still between the two frames (IoU 0.9: the overlay's own timing, not the picture's). The
-measure is the largest share of one zone of one frame that such lines cover; the clip pass
+the caller places that picture's middle in the clip) or that hold still between the two
+frames (IoU 0.9: the overlay's own timing, not the picture's). The measure is the largest share of one zone of one frame that such lines cover; the clip pass
 stores the larger of it and the band's measure as `overlay_subtitle_area`, so the `subtitle`
 rule and its threshold hold for both.
 """

@@ -573,10 +573,13 @@ def picture_columns(
     picture: Box4, region: Box4, size: tuple[int, int], resize: str
 ) -> tuple[float, float]:
     """The film picture's (x, y, w, h) middle column and width in the clip's frames (`size`:
-    height, width) cut from the window `region` (x, y, w, h) and fitted by `resize`."""
+    height, width) cut from the window `region` (x, y, w, h) and fitted by `resize`
+    (stages/clips.py `fit_frame`: center_crop's region has the clip's shape as shown, so its
+    columns scale by the widths, anamorphic pixels included; pad's are taken as square, as
+    `clip_rows` takes them)."""
     x, _, w, h = region
     height, width = size
-    scale = min(width / w, height / h) if resize == "pad" else height / h
+    scale = min(width / w, height / h) if resize == "pad" else width / w
     middle = picture[0] + picture[2] / 2
     return width / 2 + (middle - (x + w / 2)) * scale, picture[2] * scale
 
