@@ -19,9 +19,10 @@ from core.frames import ClipFrames
 from core.video import FrameReader
 from core.vocabulary import LOGO, SUBTITLE, TEXT
 from stages.base import FilmContext
+from stages.burned_in.clip_geometry import picture_columns
 from stages.burned_in.edge_text import edge_text_share, edge_zones
 from stages.burned_in.logos import persistent_edges, views
-from stages.burned_in.overlays import FilmOverlays, OverlayConfig, OverlayStage, picture_columns
+from stages.burned_in.overlays import FilmOverlays, OverlayConfig, OverlayStage
 from stages.burned_in.overlays_text import text_lines
 from stages.burned_in.text_detector import TextDetector
 from stages.crop import CropBox

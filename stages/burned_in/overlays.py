@@ -35,6 +35,7 @@ from core.frames import as_clip_frames
 from core.record import Clip
 from core.settings import ConfigError, Settings
 from stages.base import ClipStage, FilmContext, register_clip_stage
+from stages.burned_in.clip_geometry import Box4, clip_rows, logo_share, picture_columns
 from stages.burned_in.edge_text import edge_text_share, edge_zones
 from stages.burned_in.logos import BLACK_PEAK, persistent_edges, views
 from stages.burned_in.overlays_text import Box, rows_overlap, subtitle_like, text_lines
@@ -566,43 +567,6 @@ class OverlayStage(ClipStage):
         return found
 
 
-Box4 = tuple[int, int, int, int]  # x, y, w, h
-
-
-def picture_columns(
-    picture: Box4, region: Box4, size: tuple[int, int], resize: str
-) -> tuple[float, float]:
-    """The film picture's (x, y, w, h) middle column and width in the clip's frames (`size`:
-    height, width) cut from the window `region` (x, y, w, h) and fitted by `resize`
-    (stages/clips.py `fit_frame`: center_crop's region has the clip's shape as shown, so its
-    columns scale by the widths, anamorphic pixels included; pad's are taken as square, as
-    `clip_rows` takes them)."""
-    x, _, w, h = region
-    height, width = size
-    scale = min(width / w, height / h) if resize == "pad" else width / w
-    middle = picture[0] + picture[2] / 2
-    return width / 2 + (middle - (x + w / 2)) * scale, picture[2] * scale
-
-
-def clip_rows(
-    band: Sequence[int], region: Box4, size: tuple[int, int], resize: str
-) -> tuple[int, int] | None:
-    """A source band's rows (y0, y1) in the clip's frames, a quarter of its height wider on
-    each side; None when the clip's window does not reach it."""
-    _, y, w, h = region
-    height, width = size
-    if resize == "pad":
-        scale = min(width / w, height / h)
-        top = (height - round(h * scale)) / 2
-    else:
-        scale, top = height / h, 0.0
-    margin = (band[1] - band[0]) / 4
-    y0 = int(top + (band[0] - margin - y) * scale)
-    y1 = int(top + (band[1] + margin - y) * scale + 1)
-    y0, y1 = max(0, y0), min(height, y1)
-    return (y0, y1) if y1 - y0 >= 4 else None
-
-
 def band_text_share(
     detector: TextDetector,
     strips: Sequence[np.ndarray],
@@ -626,17 +590,6 @@ def band_text_share(
             if subtitle_like((x0, y0, x1, y1), (width / 2, width / 4), others)
         )
         best = max(best, area / ((bottom - top) * width))
-    return best
-
-
-def logo_share(logos: Sequence[Sequence[int]], region: Box4) -> float:
-    """The largest share of a logo box (x, y, w, h) that lies inside the window `region`."""
-    x, y, w, h = region
-    best = 0.0
-    for lx, ly, lw, lh in logos:
-        inner_w = max(0, min(lx + lw, x + w) - max(lx, x))
-        inner_h = max(0, min(ly + lh, y + h) - max(ly, y))
-        best = max(best, inner_w * inner_h / max(1, lw * lh))
     return best
 
 
