@@ -143,3 +143,18 @@ def test_a_failed_clip_without_video_says_why(film_dir, tmp_path):
         len(dataset.frames(dataset.manifest["clip_id"].iloc[1]))
         == dataset.manifest["num_frames"].iloc[1]
     )
+
+
+def test_a_film_cut_before_a_column_existed_still_gives_its_manifest(film_dir, tmp_path):
+    """Shards written before `combing` and `blended` were measured (schema 2.x, the same major
+    version) lack those columns: the manifest is still rebuilt from them, with the columns
+    null (not measured), as a review decision or a new quality threshold rebuilds it."""
+    copy = Path(shutil.copytree(film_dir, tmp_path / "older"))
+    for shard in (copy / "shards").glob("*.parquet"):
+        table = pq.read_table(shard)
+        pq.write_table(table.drop_columns(["combing", "blended"]), shard)
+    (copy / "manifest.parquet").unlink()
+    manifest = open_dataset(copy).manifest
+    assert list(manifest["clip_id"]) == list(open_dataset(film_dir).manifest["clip_id"])
+    assert manifest["combing"].isna().all() and manifest["blended"].isna().all()
+    assert list(manifest["usable"]) == list(open_dataset(film_dir).manifest["usable"])

@@ -42,13 +42,21 @@ def build_manifest(folder: FilmFolder) -> pa.Table:
 
 def shard_table(folder: FilmFolder) -> pa.Table:
     """The film's clip rows without media: SHARD_COLUMNS, the quality flags where a shard has
-    them, and the columns registered stages added (stages/base.py clip_schema)."""
+    them, and the columns registered stages added (stages/base.py clip_schema). A column a
+    shard written before it existed lacks (a film cut before `combing` or `blended` was
+    measured: the same major schema version) is null there: not measured."""
     tables = []
     for path in shard_paths(folder.shards):
         present = pq.read_schema(path).names
+        kept = [c for c in SHARD_COLUMNS if c in present]
         flags = [c for c in QUALITY_COLUMNS if c in present and c not in SHARD_COLUMNS]
         added = [c for c in present if c not in CLIP_SCHEMA.names]  # registered stages' columns
-        tables.append(read_table(path, columns=SHARD_COLUMNS + flags + added))
+        table = read_table(path, columns=kept + flags + added)
+        for name in SHARD_COLUMNS:
+            if name not in present:
+                kind = MANIFEST_SCHEMA.field(name).type
+                table = table.append_column(name, pa.nulls(table.num_rows, kind))
+        tables.append(table.select(SHARD_COLUMNS + flags + added))
     if not tables:
         return MANIFEST_SCHEMA.empty_table().select(SHARD_COLUMNS)
     return pa.concat_tables(tables, promote_options="default")
