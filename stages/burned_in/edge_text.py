@@ -13,10 +13,11 @@ border), and runs the text detector once on it.
 A frame that is four fifths black is a card (a title, the credits): text on it is the
 picture's own, the whole-frame `text` rule's to judge, and it is left out here.
 
-What counts is what counts in a band (stages/burned_in/overlays.py `band_text_share`): lines at least as
-wide as tall that are centred (on the film's picture, within `overlays.centre` of its width:
-the caller places that picture's middle in the clip) or that hold still between the two
-frames (IoU 0.9: the overlay's own timing, not the picture's). The measure is the largest share of one zone of one frame that such lines cover; the clip pass
+What counts is an overlay's line (overlays_text.py `subtitle_like`): at least as wide as
+tall, and centred as the film pass's band lines are (on the film's picture, within
+`overlays.centre` of its width; the caller places that picture's middle in the clip) or
+holding still between the two frames (IoU 0.9: the overlay's own timing, not the picture's).
+The measure is the largest share of one zone of one frame that such lines cover; the clip pass
 stores the larger of it and the band's measure as `overlay_subtitle_area`, so the `subtitle`
 rule and its threshold hold for both.
 """

@@ -357,12 +357,10 @@ class FilmOverlays:
         width = picture.shape[1]
         lines = []
         for box, zone, _ in found:
-            x0, y0, x1, y1 = box
-            if zone == "middle" or x1 - x0 < (y1 - y0):
+            centred = (width / 2, self.config.centre * width)
+            if zone == "middle" or not subtitle_like(box, centred, []):
                 continue
-            if abs((x0 + x1) / 2 - width / 2) > self.config.centre * width:
-                continue
-            lines.append(_Line(index, box, y1 if zone == "bottom" else y0))
+            lines.append(_Line(index, box, box[3] if zone == "bottom" else box[1]))
         return lines
 
     def _bands(
