@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import BUNNY, built_once, cut_film, read_frames, shard_rows, write_frames
 
+from core.settings import ConfigError
 from stages.base import Frame
 from stages.quality import RejectConfig, clip_reasons
 from stages.sources.blending import BlendedFrames, BlendingConfig, is_blend, judged_picture
@@ -146,3 +147,21 @@ def test_the_reason_reads_the_stored_share():
     assert clip_reasons({"blended": LIMIT}, RejectConfig()) == []
     assert clip_reasons({"blended": None}, RejectConfig()) == []
     assert clip_reasons({"blended": 0.5}, RejectConfig(blended_max_share=1.0)) == []
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"mix_range": (0.8, 0.2)},
+        {"min_changed": 0.0},
+        {"change_levels": -1.0},
+        {"min_middle": 1.5},
+        {"min_fit": -0.1},
+        {"max_fade_fit": 2.0},
+    ],
+)
+def test_a_setting_out_of_its_range_is_named(setting):
+    name = next(iter(setting))
+    with pytest.raises(ConfigError, match=f"blending.{name}"):
+        BlendingConfig(**setting).validate()
+    BlendingConfig().validate()

@@ -76,6 +76,11 @@ class BlendingConfig(Settings):
             )
         if not 0.0 < self.min_changed < 1.0:
             raise ConfigError(f"blending.min_changed must be in (0, 1), got {self.min_changed}")
+        if self.change_levels < 0:
+            raise ConfigError(f"blending.change_levels must be 0 or more, got {self.change_levels}")
+        for name in ("min_middle", "min_fit", "max_fade_fit"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"blending.{name} must be in [0, 1], got {getattr(self, name)}")
 
 
 def judged_picture(grey: np.ndarray) -> np.ndarray:
