@@ -239,6 +239,7 @@ class _SegmentRun:
             self.blends.lag,
             self.gradual.lag if self.gradual else 0,
             self.gated.lag if self.gated else 0,
+            self.blended.lag if self.blended else 0,
         )
         warmup = int(WARMUP_SECONDS * film.fps) + lag
         cuts: set[int] = set()

@@ -162,6 +162,10 @@ class BlendedFrames:
     ones, while a frame whose neighbour is a mix as well is part of a gradual change (a light
     ramp, a slow dissolve inside a shot, a glow), in which every frame lies between the others."""
 
+    # A frame is judged once the frame after it arrives, and a mix is known to be lone once the
+    # frame after that is judged too: a window's share is final two frames after its last.
+    lag = 2
+
     def __init__(self, config: BlendingConfig):
         self.config = config
         self.recent: list[tuple[int, np.ndarray, Range]] = []  # (index, picture, its range)
