@@ -193,7 +193,8 @@ class BlendedFrames:
         """The share of the frames start..stop-1 that are lone mixes."""
         if stop <= start:
             return 0.0
-        return sum(start <= index < stop for index in self.blends()) / (stop - start)
+        lone = sum(i in self.mixes and i not in self.in_runs for i in range(start, stop))
+        return lone / (stop - start)
 
 
 BLENDING_COLUMNS = (pa.field("blended", pa.float32()),)
