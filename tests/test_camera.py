@@ -438,6 +438,26 @@ def test_jolts_this_way_and_that_are_no_move(motion, camera):
     assert camera.measure(measured(moves_then_holds([(40.0, 0.0)]), motion)).label == STATIC
 
 
+BENDING = [(12.0, 6.0), (10.0, 9.0), (6.0, 12.0), (2.0, 12.0), (-3.0, 11.0), (-6.0, 8.0)]
+
+
+@pytest.mark.parametrize("flip, label", [(1.0, TILT_UP), (-1.0, TILT_DOWN)])
+def test_a_short_move_that_bends_is_named_by_where_it_ends(flip, label, motion, camera):
+    """A slide that bends from a pan into a tilt over 6 pairs, then holds for 9 (a real edit's
+    move, round 7): its clear pairs name pan and tilt in turn, so the rule before (every one the
+    same way) read `static`; first frame against last, the picture went 62 px, mostly down."""
+    steps = [(flip * x, flip * y) for x, y in BENDING]
+    result = camera.measure(measured(moves_then_holds(steps), motion))
+    assert result.label == label, result
+
+
+def test_a_short_move_that_turns_back_is_no_move(motion, camera):
+    """Right, down, then left again, 2 pairs each at 10 px: clear moves that end 20 px from where
+    they began, a third of their path: still, as a shake is."""
+    steps = [(10.0, 0.0)] * 2 + [(0.0, 10.0)] * 2 + [(-10.0, 0.0)] * 2
+    assert camera.measure(measured(moves_then_holds(steps), motion)).label == STATIC
+
+
 def test_a_slow_drift_over_a_few_pairs_is_no_pan(motion, camera):
     """The slow pan of HARD_MOVES over 3 frames instead of 16: 2.4 px in all, too little to tell a
     pan from a still camera's drift (a clip whose other pairs are held or relit)."""
@@ -559,3 +579,5 @@ def test_labels_and_settings_are_checked():
         CameraConfig(pan_zoom_ratio=0.5).validate()
     with pytest.raises(ValueError, match="camera.short_share"):
         CameraConfig(short_share=2.0).validate()
+    with pytest.raises(ValueError, match="camera.short_straightness"):
+        CameraConfig(short_straightness=1.5).validate()

@@ -23,7 +23,8 @@ The rule (docs/scores.md has the reasons and the figures):
    picture) but whose pairs nearly all drift one way faster than the pan threshold is a pan.
    A diagonal is named by its larger axis, or `complex` when neither axis clearly dominates;
    a pan and a zoom seen at once are named by the larger. A clip still for most of its pairs
-   whose other pairs (a third or more) all move clearly one way, far, pans or tilts that way.
+   whose other pairs (a third or more) move clearly and carry the picture far, mostly one way
+   (first frame against last), pans or tilts that way.
 4. A zoom must part the picture's halves both ways alike (left from right and top from
    bottom): a similarity's zoom they do not show is a pan's parallax, and a picture no motion
    fits whose halves part alike pair after pair zooms.
@@ -132,6 +133,10 @@ class CameraConfig(Settings):
     motion explains `min_fit` of their points): a camera that moves for part of the clip."""
     short_travel: float = 40.0
     """... and those pairs carry the picture at least this many pixels (480x720) together."""
+    short_straightness: float = 0.7
+    """... in one way: their net travel (first frame against last) is at least this share of the
+    path they take (a move that turns as it goes still counts; a shake back and forth nets
+    nothing). The clip is named by that net travel."""
     part_balance: float = 0.5
     """A zoom parts the picture's halves both ways alike: the smaller of the left-right and the
     top-bottom parting must be at least this share of the larger (a pan over parallax or a
@@ -140,7 +145,8 @@ class CameraConfig(Settings):
     def validate(self) -> None:
         if self.grid_step < 1:
             raise ConfigError(f"camera.grid_step={self.grid_step}: give 1 or more")
-        for name in ("min_fit", "min_agreement", "part_balance", "short_share"):
+        shares = ("min_fit", "min_agreement", "part_balance", "short_share", "short_straightness")
+        for name in shares:
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"camera.{name}={getattr(self, name)}: give a share, 0-1")
         for name in ("diagonal_ratio", "pan_zoom_ratio"):
@@ -288,22 +294,26 @@ def _drift_pan(voters, pairs, share: float, speed: float, config: CameraConfig) 
 def _short_move(pairs: list[PairMotion], config: CameraConfig) -> str:
     """A clip its median calls still whose clearly moving pairs (`short_share` of them or more,
     each beyond `complex_margin` times the pan threshold and explaining `slow_min_fit` of its
-    points) all go one way and carry the picture `short_travel` together, while most of its
-    other pairs are seen to hold (their motion, none, explains `min_fit` of their points): the
-    camera moves for part of the clip and holds (a tilt that settles on a face). Pairs that jolt
-    this way and that (a shake) name no single way; where the rest of the pairs cannot be
-    measured (flat sand, cuts the scene detector missed), the hold is not seen either."""
+    points) carry the picture `short_travel` one way, while most of its other pairs are seen to
+    hold (their motion, none, explains `min_fit` of their points): the camera moves for part of
+    the clip and holds (a tilt that settles on a face). The move is named as a viewer names it,
+    by the clear pairs' net travel, first frame against last; it must be most of the path they
+    take (`short_straightness`), so a move that turns as it goes (a slide that bends into a tilt)
+    counts, and jolts this way and that (an edit's shake) net nothing. Where the rest of the
+    pairs cannot be measured (flat sand, cuts the scene detector missed), the hold is not seen,
+    and the clip stays still."""
     moves = config.complex_margin * config.static_speed
     is_clear = [p.fit >= config.slow_min_fit and np.hypot(p.tx, p.ty) > moves for p in pairs]
     clear = [p for p, c in zip(pairs, is_clear) if c]
     held = sum(p.fit >= config.min_fit for p, c in zip(pairs, is_clear) if not c)
-    ways = {_pan_label(p.tx, p.ty) for p in clear}
-    travel = np.hypot(sum(p.tx for p in clear), sum(p.ty for p in clear))
-    if len(clear) < config.short_share * len(pairs) or len(ways) != 1:
+    net_x, net_y = sum(p.tx for p in clear), sum(p.ty for p in clear)
+    travel = float(np.hypot(net_x, net_y))
+    path = sum(float(np.hypot(p.tx, p.ty)) for p in clear)
+    if len(clear) < config.short_share * len(pairs) or held < 0.5 * (len(pairs) - len(clear)):
         return STATIC
-    if held < 0.5 * (len(pairs) - len(clear)):
+    if travel < config.short_travel or travel < config.short_straightness * path:
         return STATIC
-    return ways.pop() if travel >= config.short_travel else STATIC
+    return _pan_label(net_x, net_y)
 
 
 def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str:
