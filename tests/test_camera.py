@@ -18,7 +18,7 @@ from conftest import BUNNY, SINTEL, make_clip
 from core.frames import ClipFrames
 from core.record import make_clip_id
 from core.video import decode_mp4, encode_mp4
-from stages.motion import FLOW_MEMO, MotionConfig, MotionScope
+from stages.motion import FLOW_MEMO, MotionConfig, MotionScope, PairFlows
 from stages.scoring.camera import (
     COMPLEX,
     LABELS,
@@ -31,6 +31,7 @@ from stages.scoring.camera import (
     ZOOM_OUT,
     CameraConfig,
     CameraStage,
+    camera_motion,
 )
 from stages.scoring.camera_fit import coarse_or_flow, coarse_translation, fit_pairs, steady_light
 
@@ -301,6 +302,36 @@ def test_fewer_sparks_over_a_still_camera_stay_static(seed, motion, camera):
     """The 40 sparks over a still camera: their halves part this way and that, no zoom."""
     frames = behind_sparks(camera_move(), seed, count=40)
     assert camera.measure(measured(frames, motion)).label == STATIC, seed
+
+
+def scattered_flow(drift: tuple[float, float], seed: int) -> tuple[PairFlows, list[np.ndarray]]:
+    """15 pairs of the flow of a picture no motion fits (a glow, a blur with a hand or hair moving
+    over it), built directly at the flow's size: every point moves by `drift` plus a scatter of
+    up to 8 px either way, over a grain texture that the phase correlation of a whole pair cannot
+    lock on. No motion explains a tenth of the points; every pair's robust drift is `drift`."""
+    rng = np.random.default_rng(seed)
+    height, width = 120, 180
+    grey = [rng.integers(0, 256, (height, width)).astype(np.uint8) for _ in range(16)]
+    flows = {
+        i: tuple(
+            (shift + rng.uniform(-8.0, 8.0, (height, width))).astype(np.float32) for shift in drift
+        )
+        for i in range(15)
+    }
+    return PairFlows("test", (height, width), [False] * 15, flows), grey
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_creep_no_motion_fits_is_no_pan_and_a_clear_one_is(seed):
+    """Where no motion fits, the pairs' drifts name a pan only when the clip's net travel is clear
+    (round 7: `complex_margin` times the pan threshold a frame, first frame against last): 2.5 px
+    a frame is as often a hand moving over a blur or an edit's grading as the camera (the rule
+    before: `pan_left`); 5 px a frame pans, and 4.5 px a frame up tilts."""
+    config = CameraConfig()
+    creep = camera_motion(*scattered_flow((2.5, 0.0), seed), 8.0, config)
+    assert creep.fit < config.min_fit and creep.label == STATIC, creep
+    assert camera_motion(*scattered_flow((5.0, 0.0), seed), 8.0, config).label == PAN_LEFT
+    assert camera_motion(*scattered_flow((0.0, -4.5), seed), 8.0, config).label == TILT_DOWN
 
 
 def stretched_pan(slide: float, stretch: float) -> np.ndarray:

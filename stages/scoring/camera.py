@@ -20,7 +20,8 @@ The rule (docs/scores.md has the reasons and the figures):
    measure), `complex` (the pairs disagree about a clear move, or it turns, or it pans and
    zooms at once with neither the larger; pairs that disagree about a motion barely above the thresholds are static). A clip under the thresholds whose pairs drift one way
    over the clip is a slow pan; a clip whose flow no motion fits (a blurred, glowing or hazy
-   picture) but whose pairs nearly all drift one way faster than the pan threshold is a pan.
+   picture) but whose pairs nearly all drift one way faster than the pan threshold, and clearly
+   over the clip, is a pan.
    A diagonal is named by its larger axis, or `complex` when neither axis clearly dominates;
    a pan and a zoom seen at once are named by the larger. A clip still for most of its pairs
    whose other pairs (a third or more) move clearly and carry the picture far, mostly one way
@@ -271,10 +272,17 @@ def _unfit_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> s
     motion is kept. The robust translation of every pair's points (its drift) still points where
     the picture goes: when nearly all pairs (`slow_agreement`) drift one way, faster than the
     pan threshold itself and far enough over the clip, the camera pans. Effects and characters
-    that explain little of the picture drift this way and that, and stay static."""
+    that explain little of the picture drift this way and that, and stay static. The move must
+    also be clear over the whole clip: the pairs' drifts added up (first frame against last)
+    carry the picture at least `complex_margin` times the pan threshold a frame. Where no motion
+    fits, a creep of a few pixels a frame is as often a hand or hair moving over a blur, or an
+    edit's grading, as the camera."""
     if len(pairs) < 2:
         return STATIC
-    return _drift_pan(pairs, pairs, share, config.static_speed, config)
+    label = _drift_pan(pairs, pairs, share, config.static_speed, config)
+    travel = np.hypot(sum(p.drift[0] for p in pairs), sum(p.drift[1] for p in pairs))
+    clear = share * travel / len(pairs) >= config.complex_margin * config.static_speed
+    return label if clear else STATIC
 
 
 def _drift_pan(voters, pairs, share: float, speed: float, config: CameraConfig) -> str:
