@@ -539,6 +539,24 @@ def test_the_values_behind_the_label_are_in_480x720_pixels_per_frame_and_per_sec
     assert zoom.fit > 0.9
 
 
+def test_values_show_the_move_the_label_was_named_by(motion, camera):
+    """A pan named by the pairs' drifts over the clip (slow, behind sparks, or filling part of
+    the clip) has a still median pair; its stored translation is the clip's mean drift a frame,
+    so a clip labelled a pan never reads 0 px a frame (it did: 0.0 for each of these). A zoom
+    named by how the picture parts reports that parting."""
+    slow = camera.measure(measured(camera_move(slide=(1.2, 0.0)), motion))
+    assert slow.label == PAN_LEFT and slow.tx == pytest.approx(1.2, abs=0.1), slow
+    tilt = camera.measure(measured(camera_move(slide=(0.0, -1.2)), motion))
+    assert tilt.label == TILT_DOWN and tilt.ty == pytest.approx(-1.2, abs=0.1), tilt
+    settles = camera.measure(measured(moves_then_holds([(0.0, 10.0)] * 6), motion))
+    assert settles.label == TILT_UP and settles.ty == pytest.approx(60 / 15, abs=0.3), settles
+    sparks = camera.measure(measured(behind_sparks(camera_move(slide=(8.0, 0.0)), 3), motion))
+    assert sparks.label == PAN_LEFT and 4.0 < sparks.tx <= 8.5 and abs(sparks.ty) < sparks.tx / 2
+    frames = behind_sparks(camera_move(zoom=0.02), 5, count=40)
+    zoom = camera.measure(measured(frames, motion), fps=8.0)
+    assert zoom.label == ZOOM_IN and 0.08 < zoom.zoom <= 0.17, zoom  # 2 % a frame: 0.16 a second
+
+
 def test_a_move_survives_h264_and_a_still_shot_stays_static(motion, camera):
     pan = decode_mp4(encode_mp4(camera_move(slide=(0.0, 4.0)), 8.0, crf=30))
     assert camera.measure(measured(pan, motion)).label == TILT_UP

@@ -54,7 +54,7 @@ from pipeline.passes.duplicates import (
     stored_pairs,
 )
 from stages.base import registered_scores
-from stages.quality import RejectConfig, own_reasons, with_duplicate
+from stages.quality import REASON_COLUMNS, RejectConfig, own_reasons, with_duplicate
 
 THRESHOLDS_FILE = "quality.json"
 # The label quality.json carries: the module's path when the label was first written, kept as it
@@ -78,9 +78,10 @@ PASS_COLUMNS = [
     "caption_status",
 ]
 DECISION_COLUMNS = ["usable", "reject_reasons", "duplicate_of", "caption_status"]
-# registered stages' measurements that reasons read, where a shard has them (clips cut before
-# the overlay, combing or blending stage existed have none: no measurement, no reason); the scores' columns too
-OPTIONAL_COLUMNS = ["overlay_subtitle_area", "overlay_logo_share", "combing", "blended"]
+# the other measurements the reasons read (stages/quality/reject.py lists them once), where a
+# shard has them: clips cut before the overlay, combing or blending stage existed have none (no
+# measurement, no reason); the scores' columns too
+OPTIONAL_COLUMNS = [name for name in REASON_COLUMNS if name not in PASS_COLUMNS]
 
 
 @dataclass

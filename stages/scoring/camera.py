@@ -12,7 +12,8 @@ The rule (docs/scores.md has the reasons and the figures):
    outliers; `fit` is the share of points the motion explains. A pair the flow explains poorly
    is measured again as one shift of the whole picture (phase correlation: a whip pan).
 3. The clip's motion is the median of its pairs', translation in pixels per frame of a 480x720
-   picture, zoom and rotation per second (the clip's frame rate). Labels, in the film
+   picture, zoom and rotation per second (the clip's frame rate); where the pairs' drifts or
+   the picture's parting named the move instead, the stored values are those. Labels, in the film
    convention (the camera's move, the opposite of the picture's): `pan_left` (the picture slides
    right), `pan_right`, `tilt_up` (the picture slides down), `tilt_down`, `zoom_in` (it grows),
    `zoom_out`, `static` (no move above the thresholds, a motion that explains too little of
@@ -63,6 +64,7 @@ from stages.scoring.scores import Score
 
 STATIC, COMPLEX = "static", "complex"
 PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN = "pan_left", "pan_right", "tilt_up", "tilt_down"
+PANS = (PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN)
 ZOOM_IN, ZOOM_OUT = "zoom_in", "zoom_out"
 LABELS = (STATIC, PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN, ZOOM_IN, ZOOM_OUT, COMPLEX)
 REACH = 0.5 * float(np.hypot(UNIT_HEIGHT, UNIT_WIDTH)) / np.sqrt(2)  # a typical point's radius
@@ -197,8 +199,24 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
     if _zoom_in_question(label, zoom, fit, fps, config):
         parts = part_expansions([measured.flows[i] for i in kept], [grey[i] for i in kept], config)
         motion = (tx, ty, zoom, rotation)
-        label = _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config)
+        label, zoom = _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config)
+    tx, ty = _translation_behind(label, (tx, ty), pairs, share, config)
     return CameraMotion(label, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
+
+
+def _translation_behind(label, median, pairs, share, config: CameraConfig):
+    """The translation a frame that the label was named by, so that a pan's or tilt's values
+    always show it. Most are named by the median pair's translation; a slow pan, a pan no motion
+    fits and a move that fills part of the clip are named by the pairs' drifts over the clip,
+    which the median pair (still) does not show: for those, the clip's mean drift a frame (its
+    pairs' drifts summed over its frame steps, held ones moving none)."""
+    tx, ty = median
+    if label not in PANS or (
+        _pan_label(tx, ty) == label and np.hypot(tx, ty) > config.static_speed
+    ):
+        return median
+    drifts = np.array([p.drift for p in pairs])
+    return share * float(drifts[:, 0].mean()), share * float(drifts[:, 1].mean())
 
 
 def _moved_label(pairs, motion, fit, share, fps, config: CameraConfig) -> str:
@@ -225,8 +243,9 @@ def _zoom_in_question(
     return fit < config.min_fit
 
 
-def _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config: CameraConfig) -> str:
-    """The label once the picture's halves have been asked whether it zooms (part_expansions):
+def _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config: CameraConfig):
+    """The label, and the zoom a frame behind it, once the picture's halves have been asked
+    whether it zooms (part_expansions):
     a zoom parts them both ways alike, in the zoom's sense. Where the similarity found a zoom
     that most pairs' halves do not show (`min_agreement`), the zoom was a pan's parallax or a
     perspective ground, and the clip is labelled by its translation. Where no motion fits the
@@ -235,7 +254,7 @@ def _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config: CameraC
     tx, ty, zoom, rotation = motion
     parts = parts[~np.isnan(parts).any(axis=1)]  # pairs whose halves were measured both ways
     if len(parts) < 2:
-        return label
+        return label, zoom
     parted = share * float(np.median(parts.mean(axis=1)))
     size = np.abs(parts)
     balanced = (np.sign(parts[:, 0]) == np.sign(parts[:, 1])) & (
@@ -244,13 +263,14 @@ def _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config: CameraC
     agree = float(np.mean(balanced & (np.sign(parts[:, 0]) == np.sign(parted))))
     if fit >= config.min_fit:
         if agree >= config.min_agreement and np.sign(parted) == np.sign(zoom):
-            return label
-        return _moved_label(pairs, (tx, ty, 0.0, rotation), fit, share, fps, config)
+            return label, zoom
+        return _moved_label(pairs, (tx, ty, 0.0, rotation), fit, share, fps, config), zoom
     drift = share * np.hypot(*np.median([p.drift for p in pairs], axis=0))
     zooms = abs(parted) * fps > config.static_zoom and abs(parted) * REACH >= 0.5 * drift
     if zooms and agree >= config.slow_agreement:
-        return ZOOM_IN if parted > 0 else ZOOM_OUT
-    return label
+        # no motion fits the picture: the similarity's zoom did not name it, the parting did
+        return (ZOOM_IN if parted > 0 else ZOOM_OUT), parted
+    return label, zoom
 
 
 def _slow_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> str:
