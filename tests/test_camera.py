@@ -167,6 +167,22 @@ def test_every_synthetic_move_is_labelled_right(name, motion, camera):
     settings, label = MOVES[name]
     result = camera.measure(measured(camera_move(**settings), motion))
     assert result.label == label, (name, result)
+    assert_values_name_the_label(result)
+
+
+# the way the picture slides under each pan or tilt (film convention: the camera's move is the
+# opposite): (axis, sign) of (tx, ty)
+SLIDES = {PAN_LEFT: (0, 1), PAN_RIGHT: (0, -1), TILT_UP: (1, 1), TILT_DOWN: (1, -1)}
+
+
+def assert_values_name_the_label(result) -> None:
+    """A pan's or tilt's stored translation goes its way along its larger axis: a filter or a
+    sort on the values finds every clip the label names (the values are those it was named by)."""
+    if result.label not in SLIDES:
+        return
+    axis, sign = SLIDES[result.label]
+    along, across = (result.tx, result.ty)[axis], (result.tx, result.ty)[1 - axis]
+    assert sign * along > 0 and abs(along) >= abs(across), result
 
 
 @pytest.mark.parametrize("name", list(HARD_MOVES))
@@ -174,6 +190,7 @@ def test_blurred_slow_and_relit_moves_are_labelled_right(name, motion, camera):
     settings, label = HARD_MOVES[name]
     result = camera.measure(measured(camera_move(**settings), motion))
     assert result.label == label, (name, result)
+    assert_values_name_the_label(result)
 
 
 def test_a_whip_pan_beyond_the_flow_is_measured_by_phase_correlation(motion):
@@ -304,17 +321,20 @@ def test_fewer_sparks_over_a_still_camera_stay_static(seed, motion, camera):
     assert camera.measure(measured(frames, motion)).label == STATIC, seed
 
 
-def scattered_flow(drift: tuple[float, float], seed: int) -> tuple[PairFlows, list[np.ndarray]]:
+def scattered_flow(drift, seed: int) -> tuple[PairFlows, list[np.ndarray]]:
     """15 pairs of the flow of a picture no motion fits (a glow, a blur with a hand or hair moving
     over it), built directly at the flow's size: every point moves by `drift` plus a scatter of
     up to 8 px either way, over a grain texture that the phase correlation of a whole pair cannot
-    lock on. No motion explains a tenth of the points; every pair's robust drift is `drift`."""
+    lock on. No motion explains a tenth of the points; every pair's robust drift is `drift` (one
+    (x, y) for every pair, or a list of 15)."""
     rng = np.random.default_rng(seed)
     height, width = 120, 180
     grey = [rng.integers(0, 256, (height, width)).astype(np.uint8) for _ in range(16)]
+    drifts = drift if isinstance(drift, list) else [drift] * 15
     flows = {
         i: tuple(
-            (shift + rng.uniform(-8.0, 8.0, (height, width))).astype(np.float32) for shift in drift
+            (shift + rng.uniform(-8.0, 8.0, (height, width))).astype(np.float32)
+            for shift in drifts[i]
         )
         for i in range(15)
     }
@@ -332,6 +352,15 @@ def test_a_creep_no_motion_fits_is_no_pan_and_a_clear_one_is(seed):
     assert creep.fit < config.min_fit and creep.label == STATIC, creep
     assert camera_motion(*scattered_flow((5.0, 0.0), seed), 8.0, config).label == PAN_LEFT
     assert camera_motion(*scattered_flow((0.0, -4.5), seed), 8.0, config).label == TILT_DOWN
+
+
+def test_a_pan_no_motion_fits_must_go_its_way_over_the_clip():
+    """14 pairs drift 4 px right and one 150 px left (a cut the detector missed): the pairs name
+    `pan_left`, but first frame against last the picture went 94 px the other way. Step 9's
+    clear travel is asked along the pan's way (it was asked of its size alone: `pan_left`)."""
+    drifts = [(4.0, 0.0)] * 7 + [(-150.0, 0.0)] + [(4.0, 0.0)] * 7
+    result = camera_motion(*scattered_flow(drifts, 0), 8.0, CameraConfig())
+    assert result.fit < CameraConfig().min_fit and result.label == STATIC, result
 
 
 def stretched_pan(slide: float, stretch: float) -> np.ndarray:
@@ -480,13 +509,23 @@ def test_a_short_move_that_bends_is_named_by_where_it_ends(flip, label, motion, 
     steps = [(flip * x, flip * y) for x, y in BENDING]
     result = camera.measure(measured(moves_then_holds(steps), motion))
     assert result.label == label, result
+    assert_values_name_the_label(result)
 
 
 def test_a_short_move_that_turns_back_is_no_move(motion, camera):
-    """Right, down, then left again, 2 pairs each at 10 px: clear moves that end 20 px from where
-    they began, a third of their path: still, as a shake is."""
-    steps = [(10.0, 0.0)] * 2 + [(0.0, 10.0)] * 2 + [(-10.0, 0.0)] * 2
+    """Right, down, then left again, 2 pairs each at 25 px: clear moves that end 50 px from where
+    they began (more than `short_travel`), a third of their path (under `short_straightness`):
+    still, as a shake is. Without the straightness asked, the 50 px down read `tilt_up`."""
+    steps = [(25.0, 0.0)] * 2 + [(0.0, 25.0)] * 2 + [(-25.0, 0.0)] * 2
     assert camera.measure(measured(moves_then_holds(steps), motion)).label == STATIC
+
+
+def test_a_short_diagonal_with_no_dominant_axis_is_complex(motion, camera):
+    """10 px right and 10 px down a pair for 6 pairs, then a hold: a short move as step 7 sees a
+    whole clip's diagonal, neither a pan nor a tilt (`diagonal_ratio`), not named by whichever
+    axis the flow makes a hair larger (it read `tilt_up`, its values a pan's)."""
+    result = camera.measure(measured(moves_then_holds([(10.0, 10.0)] * 6), motion))
+    assert result.label == COMPLEX, result
 
 
 def test_a_slow_drift_over_a_few_pairs_is_no_pan(motion, camera):

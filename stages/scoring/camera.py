@@ -35,6 +35,7 @@ The rule (docs/scores.md has the reasons and the figures):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -64,7 +65,6 @@ from stages.scoring.scores import Score
 
 STATIC, COMPLEX = "static", "complex"
 PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN = "pan_left", "pan_right", "tilt_up", "tilt_down"
-PANS = (PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN)
 ZOOM_IN, ZOOM_OUT = "zoom_in", "zoom_out"
 LABELS = (STATIC, PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN, ZOOM_IN, ZOOM_OUT, COMPLEX)
 REACH = 0.5 * float(np.hypot(UNIT_HEIGHT, UNIT_WIDTH)) / np.sqrt(2)  # a typical point's radius
@@ -132,8 +132,8 @@ class CameraConfig(Settings):
     short_share: float = 1 / 3
     """A clip still by its median is a pan or tilt when at least this share of its pairs moves
     clearly (`complex_margin` times the pan threshold, their motion explaining `slow_min_fit` of
-    their points), every one of them the same way, and most of the others are seen to hold (their
-    motion explains `min_fit` of their points): a camera that moves for part of the clip."""
+    their points) and most of the others are seen to hold (their motion explains `min_fit` of
+    their points): a camera that moves for part of the clip."""
     short_travel: float = 40.0
     """... and those pairs carry the picture at least this many pixels (480x720) together."""
     short_straightness: float = 0.7
@@ -155,17 +155,30 @@ class CameraConfig(Settings):
         for name in ("diagonal_ratio", "pan_zoom_ratio"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"camera.{name}={getattr(self, name)}: give 1 or more")
+        if not self.short_travel > 0:
+            raise ConfigError(f"camera.short_travel={self.short_travel}: give more than 0 px")
 
 
 @dataclass(frozen=True)
 class CameraMotion:
     label: str
-    tx: float  # px per frame at 480x720, median of the moving pairs (+: content slides right)
+    # the motion the label was named by: the median moving pair's, or where a later step named
+    # the move (a slow, unfit or short pan; a zoom read from the picture's parting), that step's
+    tx: float  # px per frame at 480x720 (+: content slides right)
     ty: float  # (+: content slides down)
     zoom: float  # scale change per second (+: the picture grows, the camera zooms in)
     rotation: float  # radians per second
     fit: float  # mean share of textured points the motion explains
     pairs: int  # pairs with a motion (moving and textured)
+
+
+class Named(NamedTuple):
+    """A label and the motion a frame it was named by (translation in px, zoom as a share)."""
+
+    label: str
+    tx: float
+    ty: float
+    zoom: float
 
 
 # ----------------------------------------------------------------------------- the label
@@ -195,42 +208,28 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
     fit = float(np.mean([p.fit for p in pairs]))
     if len(pairs) < config.min_measured * len(lit):  # most of the picture too flat to follow
         return CameraMotion(STATIC, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
-    label = _moved_label(pairs, (tx, ty, zoom, rotation), fit, share, fps, config)
-    if _zoom_in_question(label, zoom, fit, fps, config):
+    motion = (tx, ty, zoom, rotation)
+    named = _moved_label(pairs, motion, fit, share, fps, config)
+    if _zoom_in_question(named.label, zoom, fit, fps, config):
         parts = part_expansions([measured.flows[i] for i in kept], [grey[i] for i in kept], config)
-        motion = (tx, ty, zoom, rotation)
-        label, zoom = _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config)
-    tx, ty = _translation_behind(label, (tx, ty), pairs, share, config)
+        named = _zoom_by_parts(named, parts, pairs, share, motion, fit, fps, config)
+    label, tx, ty, zoom = named
     return CameraMotion(label, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
 
 
-def _translation_behind(label, median, pairs, share, config: CameraConfig):
-    """The translation a frame that the label was named by, so that a pan's or tilt's values
-    always show it. Most are named by the median pair's translation; a slow pan, a pan no motion
-    fits and a move that fills part of the clip are named by the pairs' drifts over the clip,
-    which the median pair (still) does not show: for those, the clip's mean drift a frame (its
-    pairs' drifts summed over its frame steps, held ones moving none)."""
-    tx, ty = median
-    if label not in PANS or (
-        _pan_label(tx, ty) == label and np.hypot(tx, ty) > config.static_speed
-    ):
-        return median
-    drifts = np.array([p.drift for p in pairs])
-    return share * float(drifts[:, 0].mean()), share * float(drifts[:, 1].mean())
-
-
-def _moved_label(pairs, motion, fit, share, fps, config: CameraConfig) -> str:
+def _moved_label(pairs, motion, fit, share, fps, config: CameraConfig) -> Named:
     """The label of the clip's median motion (tx, ty, zoom, rotation a frame), and where that is
-    still, of its slow, unfit or short moves, in that order."""
+    still, of its slow, unfit or short moves, in that order; with the motion that named it."""
     tx, ty, zoom, rotation = motion
     label = _label(pairs, tx, ty, zoom, rotation, fit, fps, config)
+    later = None
     if label == STATIC:
-        label = _slow_pan(pairs, share, config)
-    if label == STATIC and fit < config.min_fit:
-        label = _unfit_pan(pairs, share, config)
-    if label == STATIC:
-        label = _short_move(pairs, config)
-    return label
+        later = _slow_pan(pairs, share, config)
+    if label == STATIC and later is None and fit < config.min_fit:
+        later = _unfit_pan(pairs, share, config)
+    if label == STATIC and later is None:
+        later = _short_move(pairs, share, config)
+    return later or Named(label, tx, ty, zoom)
 
 
 def _zoom_in_question(
@@ -243,10 +242,11 @@ def _zoom_in_question(
     return fit < config.min_fit
 
 
-def _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config: CameraConfig):
-    """The label, and the zoom a frame behind it, once the picture's halves have been asked
-    whether it zooms (part_expansions):
-    a zoom parts them both ways alike, in the zoom's sense. Where the similarity found a zoom
+def _zoom_by_parts(
+    named: Named, parts: np.ndarray, pairs, share, motion, fit, fps, config: CameraConfig
+) -> Named:
+    """The label, with the motion behind it, once the picture's halves have been asked whether
+    it zooms (part_expansions): a zoom parts them both ways alike, in the zoom's sense. Where the similarity found a zoom
     that most pairs' halves do not show (`min_agreement`), the zoom was a pan's parallax or a
     perspective ground, and the clip is labelled by its translation. Where no motion fits the
     picture (blur, glow), nearly all pairs' halves (`slow_agreement`) must part alike beyond the
@@ -254,7 +254,7 @@ def _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config: CameraC
     tx, ty, zoom, rotation = motion
     parts = parts[~np.isnan(parts).any(axis=1)]  # pairs whose halves were measured both ways
     if len(parts) < 2:
-        return label, zoom
+        return named
     parted = share * float(np.median(parts.mean(axis=1)))
     size = np.abs(parts)
     balanced = (np.sign(parts[:, 0]) == np.sign(parts[:, 1])) & (
@@ -263,17 +263,17 @@ def _zoom_by_parts(label, parts, pairs, share, motion, fit, fps, config: CameraC
     agree = float(np.mean(balanced & (np.sign(parts[:, 0]) == np.sign(parted))))
     if fit >= config.min_fit:
         if agree >= config.min_agreement and np.sign(parted) == np.sign(zoom):
-            return label, zoom
-        return _moved_label(pairs, (tx, ty, 0.0, rotation), fit, share, fps, config), zoom
+            return named
+        return _moved_label(pairs, (tx, ty, 0.0, rotation), fit, share, fps, config)
     drift = share * np.hypot(*np.median([p.drift for p in pairs], axis=0))
     zooms = abs(parted) * fps > config.static_zoom and abs(parted) * REACH >= 0.5 * drift
     if zooms and agree >= config.slow_agreement:
-        # no motion fits the picture: the similarity's zoom did not name it, the parting did
-        return (ZOOM_IN if parted > 0 else ZOOM_OUT), parted
-    return label, zoom
+        # no motion fits the picture: the parting, not the similarity's zoom, named it
+        return Named(ZOOM_IN if parted > 0 else ZOOM_OUT, named.tx, named.ty, parted)
+    return named
 
 
-def _slow_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> str:
+def _slow_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> Named | None:
     """A clip under the pan threshold: still, unless its pairs drift the same way, together at
     least `slow_speed` a frame and `slow_travel` over the clip (a slow pan over a painted
     background, a pixel a frame, is within the flow's tolerance of no motion pair by pair, but
@@ -282,11 +282,11 @@ def _slow_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> st
     of the picture agrees."""
     voters = [p for p in pairs if p.fit >= config.slow_min_fit]
     if len(voters) < max(2, len(pairs) / 2):
-        return STATIC
+        return None
     return _drift_pan(voters, pairs, share, config.slow_speed, config)
 
 
-def _unfit_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> str:
+def _unfit_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> Named | None:
     """A clip whose motions explain almost none of its points (under `min_fit`): the flow of a
     blurred, glowing or hazy picture scatters beyond the 1.5 px a motion must match, so no
     motion is kept. The robust translation of every pair's points (its drift) still points where
@@ -294,32 +294,42 @@ def _unfit_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> s
     pan threshold itself and far enough over the clip, the camera pans. Effects and characters
     that explain little of the picture drift this way and that, and stay static. The move must
     also be clear over the whole clip: the pairs' drifts added up (first frame against last)
-    carry the picture at least `complex_margin` times the pan threshold a frame. Where no motion
-    fits, a creep of a few pixels a frame is as often a hand or hair moving over a blur, or an
-    edit's grading, as the camera."""
+    carry the picture, the way of the pan, at least `complex_margin` times the pan threshold a
+    frame. Where no motion fits, a creep of a few pixels a frame is as often a hand or hair
+    moving over a blur, or an edit's grading, as the camera."""
     if len(pairs) < 2:
-        return STATIC
-    label = _drift_pan(pairs, pairs, share, config.static_speed, config)
-    travel = np.hypot(sum(p.drift[0] for p in pairs), sum(p.drift[1] for p in pairs))
-    clear = share * travel / len(pairs) >= config.complex_margin * config.static_speed
-    return label if clear else STATIC
+        return None
+    named = _drift_pan(pairs, pairs, share, config.static_speed, config)
+    if named is None:
+        return None
+    net_x, net_y = _net_drift(pairs)
+    along = _pan_label(net_x, net_y) == named.label  # one far-off pair must not carry the sum
+    speed = share * float(np.hypot(net_x, net_y)) / len(pairs)
+    return named if along and speed >= config.complex_margin * config.static_speed else None
 
 
-def _drift_pan(voters, pairs, share: float, speed: float, config: CameraConfig) -> str:
-    """The pan or tilt the voters' median drift names (times the moving share) when it reaches
-    `speed` a frame, the pairs' drifts add up to `slow_travel` over the clip, and at least
-    `slow_agreement` of all the pairs drift that way; else static."""
+def _drift_pan(voters, pairs, share: float, speed: float, config: CameraConfig) -> Named | None:
+    """The pan or tilt the voters' median drift names (times the moving share), with that drift,
+    when it reaches `speed` a frame, the pairs' drifts add up to `slow_travel` over the clip, and
+    at least `slow_agreement` of all the pairs drift that way; else None (still)."""
     drift_x = share * float(np.median([p.drift[0] for p in voters]))
     drift_y = share * float(np.median([p.drift[1] for p in voters]))
-    travel = np.hypot(sum(p.drift[0] for p in pairs), sum(p.drift[1] for p in pairs))
-    if np.hypot(drift_x, drift_y) < speed or travel < config.slow_travel:
-        return STATIC
+    if np.hypot(drift_x, drift_y) < speed or np.hypot(*_net_drift(pairs)) < config.slow_travel:
+        return None
     label = _pan_label(drift_x, drift_y)
     agree = [_pan_label(*p.drift) == label for p in pairs]  # the whole clip drifts one way
-    return label if np.mean(agree) >= config.slow_agreement else STATIC
+    if np.mean(agree) < config.slow_agreement:
+        return None
+    return Named(label, drift_x, drift_y, 0.0)
 
 
-def _short_move(pairs: list[PairMotion], config: CameraConfig) -> str:
+def _net_drift(pairs: list[PairMotion]) -> tuple[float, float]:
+    """The pairs' drifts added up: how far the picture went over the clip, first frame against
+    last (held pairs move none)."""
+    return sum(p.drift[0] for p in pairs), sum(p.drift[1] for p in pairs)
+
+
+def _short_move(pairs: list[PairMotion], share: float, config: CameraConfig) -> Named | None:
     """A clip its median calls still whose clearly moving pairs (`short_share` of them or more,
     each beyond `complex_margin` times the pan threshold and explaining `slow_min_fit` of its
     points) carry the picture `short_travel` one way, while most of its other pairs are seen to
@@ -329,19 +339,23 @@ def _short_move(pairs: list[PairMotion], config: CameraConfig) -> str:
     take (`short_straightness`), so a move that turns as it goes (a slide that bends into a tilt)
     counts, and jolts this way and that (an edit's shake) net nothing. Where the rest of the
     pairs cannot be measured (flat sand, cuts the scene detector missed), the hold is not seen,
-    and the clip stays still."""
+    and the clip stays still. A net travel with no dominant axis is `complex`, as in step 7.
+    The motion behind it is that travel spread over the clip's frame steps."""
     moves = config.complex_margin * config.static_speed
     is_clear = [p.fit >= config.slow_min_fit and np.hypot(p.tx, p.ty) > moves for p in pairs]
     clear = [p for p, c in zip(pairs, is_clear) if c]
     held = sum(p.fit >= config.min_fit for p, c in zip(pairs, is_clear) if not c)
+    if not clear or len(clear) < config.short_share * len(pairs):
+        return None
+    if held < 0.5 * (len(pairs) - len(clear)):
+        return None
     net_x, net_y = sum(p.tx for p in clear), sum(p.ty for p in clear)
     travel = float(np.hypot(net_x, net_y))
     path = sum(float(np.hypot(p.tx, p.ty)) for p in clear)
-    if len(clear) < config.short_share * len(pairs) or held < 0.5 * (len(pairs) - len(clear)):
-        return STATIC
     if travel < config.short_travel or travel < config.short_straightness * path:
-        return STATIC
-    return _pan_label(net_x, net_y)
+        return None
+    way = COMPLEX if _no_dominant_axis(net_x, net_y, config) else _pan_label(net_x, net_y)
+    return Named(way, share * net_x / len(pairs), share * net_y / len(pairs), 0.0)
 
 
 def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str:
@@ -362,7 +376,7 @@ def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str
     elif speed > config.static_speed:
         if moving_zoom and config.pan_zoom_ratio * zoom_speed > speed:
             return COMPLEX  # a pan and a zoom at once, neither clearly the larger
-        if clear and max(abs(tx), abs(ty)) < config.diagonal_ratio * min(abs(tx), abs(ty)):
+        if clear and _no_dominant_axis(tx, ty, config):
             return COMPLEX  # a diagonal with no dominant axis: neither a pan nor a tilt
         label = _pan_label(tx, ty)
         # a clear diagonal's pairs scatter about its direction, some past 45 degrees; a move
@@ -387,6 +401,11 @@ def _goes_along(pair_x, pair_y, tx, ty, label: str, clear: bool) -> bool:
         return True
     along = pair_x * tx + pair_y * ty
     return clear and along >= np.cos(np.pi / 4) * np.hypot(pair_x, pair_y) * np.hypot(tx, ty)
+
+
+def _no_dominant_axis(tx: float, ty: float, config: CameraConfig) -> bool:
+    """A diagonal closer to 45 degrees than `diagonal_ratio`: neither a pan nor a tilt."""
+    return max(abs(tx), abs(ty)) < config.diagonal_ratio * min(abs(tx), abs(ty))
 
 
 def _pan_label(tx: float, ty: float) -> str:
