@@ -141,6 +141,10 @@ HARD_MOVES = {
     ),
     "flash over a static camera": (dict(light=FLASH), STATIC),
     "fade in over a pan": (dict(slide=(5.0, 0.0), light=FADE_IN), PAN_LEFT),
+    # 0.4 % a frame, 3.2 % a second at 8 frames a second, over the 2 % threshold: an edge point
+    # moves 1.4 px a frame, within a pair's tolerance of no motion (read `static` before)
+    "slow zoom in (0.4 % a frame)": (dict(zoom=0.004), ZOOM_IN),
+    "slow zoom out (0.4 % a frame)": (dict(zoom=-0.004), ZOOM_OUT),
 }
 
 
@@ -499,6 +503,23 @@ def test_jolts_this_way_and_that_are_no_move(motion, camera):
 
 
 BENDING = [(12.0, 6.0), (10.0, 9.0), (6.0, 12.0), (2.0, 12.0), (-3.0, 11.0), (-6.0, 8.0)]
+
+
+def test_a_character_coming_closer_over_a_still_background_is_no_zoom(motion, camera):
+    """A character in the middle of a still picture grows 3-8 % a frame (walking towards the
+    camera, up to most of the picture's height): the picture's halves, mostly background, do not
+    part, and the clip stays static (the slow-zoom question is asked of every still clip)."""
+    scene, figure = background(), character()
+    for growth, start in ((0.03, 160), (0.08, 140)):
+        frames = []
+        for k in range(16):
+            frame = window(scene, (0.0, 0.0), 0.0, 0).round().astype(np.uint8)
+            side = min(470, int(start * (1 + growth) ** k))
+            top, left = 240 - side // 2, 360 - side // 2
+            frame[top : top + side, left : left + side] = cv2.resize(figure, (side, side))
+            frames.append(frame)
+        result = camera.measure(measured(np.stack(frames), motion))
+        assert result.label == STATIC, (growth, result)
 
 
 @pytest.mark.parametrize("flip, label", [(1.0, TILT_UP), (-1.0, TILT_DOWN)])

@@ -29,7 +29,8 @@ The rule (docs/scores.md has the reasons and the figures):
    (first frame against last), pans or tilts that way.
 4. A zoom must part the picture's halves both ways alike (left from right and top from
    bottom): a similarity's zoom they do not show is a pan's parallax, and a picture no motion
-   fits whose halves part alike pair after pair zooms.
+   fits, or a clip otherwise still, whose halves part alike pair after pair zooms (a slow zoom
+   moves each point within a pair's tolerance of no motion, as a slow pan does).
 """
 
 from __future__ import annotations
@@ -236,10 +237,11 @@ def _zoom_in_question(
     label: str, zoom: float, fit: float, fps: float, config: CameraConfig
 ) -> bool:
     """Whether the picture's parts must settle a zoom: the similarity found one (a zoom, or a pan
-    and a zoom at once), or no motion fits the picture and its drifts alone decided."""
+    and a zoom at once), no motion fits the picture and its drifts alone decided, or the clip
+    is still (a slow zoom is within each pair's tolerance of no motion)."""
     if label in (ZOOM_IN, ZOOM_OUT, COMPLEX):
         return abs(zoom) * fps > config.static_zoom
-    return fit < config.min_fit
+    return label == STATIC or fit < config.min_fit
 
 
 def _zoom_by_parts(
@@ -249,8 +251,9 @@ def _zoom_by_parts(
     it zooms (part_expansions): a zoom parts them both ways alike, in the zoom's sense. Where the similarity found a zoom
     that most pairs' halves do not show (`min_agreement`), the zoom was a pan's parallax or a
     perspective ground, and the clip is labelled by its translation. Where no motion fits the
-    picture (blur, glow), nearly all pairs' halves (`slow_agreement`) must part alike beyond the
-    zoom threshold, and the zoom must move the picture at least half as much as its drift."""
+    picture (blur, glow), or the clip is still, nearly all pairs' halves (`slow_agreement`) must
+    part alike beyond the zoom threshold, and the zoom must move the picture at least half as
+    much as its drift."""
     tx, ty, zoom, rotation = motion
     parts = parts[~np.isnan(parts).any(axis=1)]  # pairs whose halves were measured both ways
     if len(parts) < 2:
@@ -261,7 +264,7 @@ def _zoom_by_parts(
         size.min(axis=1) >= config.part_balance * size.max(axis=1)
     )
     agree = float(np.mean(balanced & (np.sign(parts[:, 0]) == np.sign(parted))))
-    if fit >= config.min_fit:
+    if fit >= config.min_fit and named.label != STATIC:
         if agree >= config.min_agreement and np.sign(parted) == np.sign(zoom):
             return named
         return _moved_label(pairs, (tx, ty, 0.0, rotation), fit, share, fps, config)
