@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -65,6 +66,31 @@ def test_dry_run_lists_films_and_segments_and_cuts_nothing(tmp_path, capsys):
     assert "[0, 125), [125, 250)" in lines[1]
     assert lines[-1] == "dry run: 2 film(s), 0.00 h of film, 3 segment(s); nothing was cut"
     assert not out.exists()
+
+
+def test_a_folder_s_dvd_files_are_taken_and_its_other_files_counted(tmp_path, capsys):
+    """A DVD's .vob is a video (it was left out of folders before: a DVD rip's folder held no
+    films); a GIF, a subtitle file and a cover are not taken, and the console counts them by
+    suffix; ip.txt is the folder's own."""
+    films = tmp_path / "films"
+    films.mkdir()
+    shutil.copy(BIKES, films / BIKES.name)
+    vob = films / "VTS_01_1.VOB"
+    mpeg2 = ["-c:v", "mpeg2video", "-f", "vob"]
+    args = ["ffmpeg", "-v", "error", "-y", "-i", str(BUNNY), "-t", "2", "-an", *mpeg2, str(vob)]
+    subprocess.run(args, check=True)
+    for name in ("clip.gif", "other.GIF", "episode.ass", "cover.jpg"):
+        (films / name).write_bytes(b"not cut")
+    (films / "ip.txt").write_text("generic\n")
+    out = tmp_path / "out"
+    assert main(["dataset", str(films), "--out", str(out), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        "left out: 4 files the folders hold that are not named as videos "
+        "(.gif 2, .ass 1, .jpg 1); name one to cut it anyway"
+    )
+    assert any(line.startswith(f"{vob}: ip generic, 2.0 s") for line in lines), lines
+    assert lines[-1].startswith("dry run: 2 film(s)")
 
 
 @pytest.mark.slow

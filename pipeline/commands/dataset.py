@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,7 +31,13 @@ from pipeline.executors import EXECUTORS
 
 SAMPLE_FILM = Path(__file__).resolve().parents[2] / "samples" / "sintel_trailer.mp4"
 IP_FILE = "ip.txt"
+# what a folder's videos are named: the common containers, DVD (.vob) and Blu-ray or camcorder
+# (.m2ts, .mts) files, TV captures (.ts, .m2t) and older fansub containers (.rmvb, .ogm, .divx).
+# A folder's other files are left out and counted on the console (`left_out_line`); animated
+# GIFs are among them: palette pictures (256 colours, often dithered), cut only when named.
 VIDEO_SUFFIXES = {".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v", ".ts", ".mpg", ".mpeg", ".flv"}
+VIDEO_SUFFIXES |= {".vob", ".m2ts", ".mts", ".m2t", ".m2v", ".wmv", ".asf", ".rm", ".rmvb"}
+VIDEO_SUFFIXES |= {".ogv", ".ogm", ".3gp", ".divx", ".f4v", ".mxf"}
 
 HELP = "Cut films into 2-second, 16-frame, 480x720 clips and write Parquet shards."
 
@@ -96,11 +103,16 @@ def run(args: argparse.Namespace) -> int:
         overrides = shorthand_overrides(args.overrides, args.model, args.executor, args.quiet)
         config = load_config(args.config, overrides)
         build_clip_stages(config)  # builds and checks the stages' settings, loading nothing
+        left_out: Counter[str] = Counter()
         films: list[str | Path] = (
-            expand_films(args.films) if args.films else [e.path for e in ip.films] or [SAMPLE_FILM]
+            expand_films(args.films, left_out)
+            if args.films
+            else [e.path for e in ip.films] or [SAMPLE_FILM]
         )
         roots = [f if storage.is_remote(f) else str(Path(f)) for f in args.films]
         ips = folder_ips(films, roots, ip)
+    if left_out:
+        print(left_out_line(left_out))
     if args.dry_run:
         from pipeline.running.runner import plan_films
 
@@ -134,26 +146,39 @@ def prepare_output_folder(out: str | Path) -> None:
         ) from None
 
 
-def expand_films(paths: list[str]) -> list[str | Path]:
+def expand_films(paths: list[str], left_out: Counter[str] | None = None) -> list[str | Path]:
     """Files as given; folders contribute the videos at any depth below them, sorted (a series
-    per sub-folder). Local paths or fsspec URLs."""
+    per sub-folder). Local paths or fsspec URLs. A folder's other files are counted by suffix
+    into `left_out`."""
     films: list[str | Path] = []
     for path in paths:
         location = path if storage.is_remote(path) else Path(path)
         if not storage.is_folder(location):
             films.append(location)  # a missing file is reported per film, the others still run
             continue
-        inside = [
-            f
-            for f in storage.files_under(location)
-            if Path(storage.name(f)).suffix.lower() in VIDEO_SUFFIXES
-        ]
+        inside = []
+        for f in storage.files_under(location):
+            suffix = Path(storage.name(f)).suffix.lower()
+            if suffix in VIDEO_SUFFIXES:
+                inside.append(f)
+            elif left_out is not None and storage.name(f) != IP_FILE:
+                left_out[suffix or "(none)"] += 1
         if not inside:
             raise FileNotFoundError(
                 f"{path}: folder holds no video files ({', '.join(sorted(VIDEO_SUFFIXES))})"
             )
         films += inside
     return films
+
+
+def left_out_line(left_out: Counter[str]) -> str:
+    """The console line that counts the folders' files not taken as videos, by suffix."""
+    ranked = sorted(left_out.items(), key=lambda item: (-item[1], item[0]))
+    kinds = ", ".join(f"{suffix} {count}" for suffix, count in ranked)
+    return (
+        f"left out: {left_out.total()} files the folders hold that are not named as videos "
+        f"({kinds}); name one to cut it anyway"
+    )
 
 
 def folder_ips(films: Sequence[str | Path], roots: list[str], default: IP) -> dict[str, IP]:
