@@ -325,19 +325,21 @@ def test_fewer_sparks_over_a_still_camera_stay_static(seed, motion, camera):
     assert camera.measure(measured(frames, motion)).label == STATIC, seed
 
 
-def scattered_flow(drift, seed: int) -> tuple[PairFlows, list[np.ndarray]]:
+def scattered_flow(drift, seed: int, scatter=8.0) -> tuple[PairFlows, list[np.ndarray]]:
     """15 pairs of the flow of a picture no motion fits (a glow, a blur with a hand or hair moving
     over it), built directly at the flow's size: every point moves by `drift` plus a scatter of
     up to 8 px either way, over a grain texture that the phase correlation of a whole pair cannot
     lock on. No motion explains a tenth of the points; every pair's robust drift is `drift` (one
-    (x, y) for every pair, or a list of 15)."""
+    (x, y) for every pair, or a list of 15; `scatter` likewise, 0 for a pair every point of which
+    moves alike)."""
     rng = np.random.default_rng(seed)
     height, width = 120, 180
     grey = [rng.integers(0, 256, (height, width)).astype(np.uint8) for _ in range(16)]
     drifts = drift if isinstance(drift, list) else [drift] * 15
+    scatters = scatter if isinstance(scatter, list) else [scatter] * 15
     flows = {
         i: tuple(
-            (shift + rng.uniform(-8.0, 8.0, (height, width))).astype(np.float32)
+            (shift + rng.uniform(-scatters[i], scatters[i], (height, width))).astype(np.float32)
             for shift in drifts[i]
         )
         for i in range(15)
@@ -541,6 +543,55 @@ def test_a_short_move_that_turns_back_is_no_move(motion, camera):
     assert camera.measure(measured(moves_then_holds(steps), motion)).label == STATIC
 
 
+def test_a_short_tilt_stores_its_own_travel_not_the_clip_s_mean_drift():
+    """A tilt of 10 px a frame over 6 pairs, a hold over 7, and two pairs no motion fits that
+    drift 40 px sideways (a whip of an effect): the clip is a short tilt, and its stored
+    translation is its clear pairs' travel, 60 px down over 15 pairs; the clip's mean drift
+    (5.3 px sideways, 4 down) named a pan (the first fix of this session stored that)."""
+    drifts = [(0.0, 10.0)] * 6 + [(40.0, 0.0)] * 2 + [(0.0, 0.0)] * 7
+    scatters = [0.0] * 6 + [8.0] * 2 + [0.0] * 7
+    result = camera_motion(*scattered_flow(drifts, 0, scatters), 8.0, CameraConfig())
+    assert result.label == TILT_UP, result
+    assert result.ty == pytest.approx(60 / 15, abs=0.3) and abs(result.tx) < 0.5, result
+    assert_values_name_the_label(result)
+
+
+def test_a_slow_pan_must_go_its_way_over_the_clip(motion, camera):
+    """13 pairs slide 1 px right and two 15 px left: the pairs drift right, but first frame
+    against last the picture went 17 px left. Step 8, as step 9, asks the net drift to go the
+    pan's way (it read `pan_left`)."""
+    steps = [(1.0, 0.0)] * 6 + [(-15.0, 0.0)] * 2 + [(1.0, 0.0)] * 7
+    assert camera.measure(measured(moves_then_holds(steps), motion)).label == STATIC
+
+
+def off_centre_push_in(zoom: float, centre: tuple[float, float]) -> np.ndarray:
+    """A push-in of `zoom` a frame about a point `centre` px from the picture's middle."""
+    still, out = window(background(), (0.0, 0.0), 0.0, 0), []
+    for k in range(16):
+        scale = (1 + zoom) ** k
+        x, y = 360 + centre[0], 240 + centre[1]
+        matrix = np.array([[scale, 0, x * (1 - scale)], [0, scale, y * (1 - scale)]], np.float32)
+        out.append(cv2.warpAffine(still, matrix, SIZE[::-1]).round().astype(np.uint8))
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("centre", [(300.0, 0.0), (150.0, 150.0)])
+def test_a_slow_push_in_off_the_centre_is_a_zoom(centre, motion, camera):
+    """0.4 % a frame about a point off the middle: the picture drifts as a slow pan does (1 px a
+    frame), and its halves part as a zoom does, further: a pan and a zoom are named by the
+    larger (it read `pan_right` and `tilt_down`)."""
+    result = camera.measure(measured(off_centre_push_in(0.004, centre), motion))
+    assert result.label == ZOOM_IN, (centre, result)
+
+
+def test_a_stretch_is_no_zoom_and_a_stretched_pan_a_pan(motion, camera):
+    """The picture stretched across alone, 0.5 % a frame, parts one way only: no zoom (the slow
+    zoom's agreement on both ways keeps it static); a pan of 3 px a frame stretched 2 % a frame
+    is a pan."""
+    assert camera.measure(measured(stretched_pan(0.0, 0.005), motion)).label == STATIC
+    assert camera.measure(measured(stretched_pan(3.0, 0.02), motion)).label == PAN_LEFT
+
+
 def test_a_short_diagonal_with_no_dominant_axis_is_complex(motion, camera):
     """10 px right and 10 px down a pair for 6 pairs, then a hold: a short move as step 7 sees a
     whole clip's diagonal, neither a pan nor a tilt (`diagonal_ratio`), not named by whichever
@@ -690,3 +741,6 @@ def test_labels_and_settings_are_checked():
         CameraConfig(short_share=2.0).validate()
     with pytest.raises(ValueError, match="camera.short_straightness"):
         CameraConfig(short_straightness=1.5).validate()
+    for name in ("short_travel", "slow_travel"):
+        with pytest.raises(ValueError, match=f"camera.{name}"):
+            CameraConfig(**{name: 0.0}).validate()

@@ -156,8 +156,9 @@ class CameraConfig(Settings):
         for name in ("diagonal_ratio", "pan_zoom_ratio"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"camera.{name}={getattr(self, name)}: give 1 or more")
-        if not self.short_travel > 0:
-            raise ConfigError(f"camera.short_travel={self.short_travel}: give more than 0 px")
+        for name in ("short_travel", "slow_travel"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"camera.{name}={getattr(self, name)}: give more than 0 px")
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
         return CameraMotion(STATIC, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
     motion = (tx, ty, zoom, rotation)
     named = _moved_label(pairs, motion, fit, share, fps, config)
-    if _zoom_in_question(named.label, zoom, fit, fps, config):
+    if _zoom_in_question(named, zoom, fit, fps, config):
         parts = part_expansions([measured.flows[i] for i in kept], [grey[i] for i in kept], config)
         named = _zoom_by_parts(named, parts, pairs, share, motion, fit, fps, config)
     label, tx, ty, zoom = named
@@ -234,26 +235,35 @@ def _moved_label(pairs, motion, fit, share, fps, config: CameraConfig) -> Named:
 
 
 def _zoom_in_question(
-    label: str, zoom: float, fit: float, fps: float, config: CameraConfig
+    named: Named, zoom: float, fit: float, fps: float, config: CameraConfig
 ) -> bool:
     """Whether the picture's parts must settle a zoom: the similarity found one (a zoom, or a pan
     and a zoom at once), no motion fits the picture and its drifts alone decided, or the clip
-    is still (a slow zoom is within each pair's tolerance of no motion)."""
-    if label in (ZOOM_IN, ZOOM_OUT, COMPLEX):
+    is still or pans slowly (a slow zoom is within each pair's tolerance of no motion; about a
+    point off the centre it drifts as a slow pan does)."""
+    if named.label in (ZOOM_IN, ZOOM_OUT, COMPLEX):
         return abs(zoom) * fps > config.static_zoom
-    return label == STATIC or fit < config.min_fit
+    return _slow(named, config) or fit < config.min_fit
+
+
+def _slow(named: Named, config: CameraConfig) -> bool:
+    """Still, or a pan or tilt under the pan threshold (named by its drifts: step 8)."""
+    if named.label in (PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN):
+        return bool(np.hypot(named.tx, named.ty) <= config.static_speed)
+    return named.label == STATIC
 
 
 def _zoom_by_parts(
     named: Named, parts: np.ndarray, pairs, share, motion, fit, fps, config: CameraConfig
 ) -> Named:
     """The label, with the motion behind it, once the picture's halves have been asked whether
-    it zooms (part_expansions): a zoom parts them both ways alike, in the zoom's sense. Where the similarity found a zoom
-    that most pairs' halves do not show (`min_agreement`), the zoom was a pan's parallax or a
-    perspective ground, and the clip is labelled by its translation. Where no motion fits the
-    picture (blur, glow), or the clip is still, nearly all pairs' halves (`slow_agreement`) must
-    part alike beyond the zoom threshold, and the zoom must move the picture at least half as
-    much as its drift."""
+    it zooms (part_expansions): a zoom parts them both ways alike, in the zoom's sense. Where
+    the similarity found a zoom that most pairs' halves do not show (`min_agreement`), the zoom
+    was a pan's parallax or a perspective ground, and the clip is labelled by its translation.
+    Where no motion fits the picture (blur, glow), or the clip is still or pans slowly, nearly
+    all pairs' halves (`slow_agreement`) must part alike beyond the zoom threshold, and the zoom
+    must move the picture at least half as much as its drift (as far, `pan_zoom_ratio`, against
+    a slow pan's: a pan and a zoom are named by the larger)."""
     tx, ty, zoom, rotation = motion
     parts = parts[~np.isnan(parts).any(axis=1)]  # pairs whose halves were measured both ways
     if len(parts) < 2:
@@ -264,12 +274,14 @@ def _zoom_by_parts(
         size.min(axis=1) >= config.part_balance * size.max(axis=1)
     )
     agree = float(np.mean(balanced & (np.sign(parts[:, 0]) == np.sign(parted))))
-    if fit >= config.min_fit and named.label != STATIC:
+    if fit >= config.min_fit and not _slow(named, config):
         if agree >= config.min_agreement and np.sign(parted) == np.sign(zoom):
             return named
         return _moved_label(pairs, (tx, ty, 0.0, rotation), fit, share, fps, config)
     drift = share * np.hypot(*np.median([p.drift for p in pairs], axis=0))
-    zooms = abs(parted) * fps > config.static_zoom and abs(parted) * REACH >= 0.5 * drift
+    slow_pan = fit >= config.min_fit and named.label != STATIC  # step 8's
+    against = config.pan_zoom_ratio if slow_pan else 0.5
+    zooms = abs(parted) * fps > config.static_zoom and abs(parted) * REACH >= against * drift
     if zooms and agree >= config.slow_agreement:
         # no motion fits the picture: the parting, not the similarity's zoom, named it
         return Named(ZOOM_IN if parted > 0 else ZOOM_OUT, named.tx, named.ty, parted)
@@ -305,10 +317,8 @@ def _unfit_pan(pairs: list[PairMotion], share: float, config: CameraConfig) -> N
     named = _drift_pan(pairs, pairs, share, config.static_speed, config)
     if named is None:
         return None
-    net_x, net_y = _net_drift(pairs)
-    along = _pan_label(net_x, net_y) == named.label  # one far-off pair must not carry the sum
-    speed = share * float(np.hypot(net_x, net_y)) / len(pairs)
-    return named if along and speed >= config.complex_margin * config.static_speed else None
+    speed = share * float(np.hypot(*_net_drift(pairs))) / len(pairs)
+    return named if speed >= config.complex_margin * config.static_speed else None
 
 
 def _drift_pan(voters, pairs, share: float, speed: float, config: CameraConfig) -> Named | None:
@@ -317,11 +327,13 @@ def _drift_pan(voters, pairs, share: float, speed: float, config: CameraConfig) 
     at least `slow_agreement` of all the pairs drift that way; else None (still)."""
     drift_x = share * float(np.median([p.drift[0] for p in voters]))
     drift_y = share * float(np.median([p.drift[1] for p in voters]))
-    if np.hypot(drift_x, drift_y) < speed or np.hypot(*_net_drift(pairs)) < config.slow_travel:
+    net_x, net_y = _net_drift(pairs)
+    if np.hypot(drift_x, drift_y) < speed or np.hypot(net_x, net_y) < config.slow_travel:
         return None
     label = _pan_label(drift_x, drift_y)
     agree = [_pan_label(*p.drift) == label for p in pairs]  # the whole clip drifts one way
-    if np.mean(agree) < config.slow_agreement:
+    # and first frame against last it went that way: one far-off pair must not carry the sum
+    if np.mean(agree) < config.slow_agreement or _pan_label(net_x, net_y) != label:
         return None
     return Named(label, drift_x, drift_y, 0.0)
 
