@@ -283,7 +283,7 @@ def _zoom_by_parts(
     against = config.pan_zoom_ratio if slow_pan else 0.5
     zooms = abs(parted) * fps > config.static_zoom and abs(parted) * REACH >= against * drift
     if zooms and agree >= config.slow_agreement:
-        # no motion fits the picture: the parting, not the similarity's zoom, named it
+        # the parting, not the similarity's zoom, named it (no motion fits, or the zoom is slow)
         return Named(ZOOM_IN if parted > 0 else ZOOM_OUT, named.tx, named.ty, parted)
     return named
 
