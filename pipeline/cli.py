@@ -23,6 +23,7 @@ COMMANDS = {
     "motion-calibrate": "pipeline.commands.motion_calibrate",
     "motion-eval": "pipeline.commands.motion_eval",
     "quality-calibrate": "pipeline.commands.quality_calibrate",
+    "camera-audit": "pipeline.commands.camera_audit",
     "report": "pipeline.commands.report",
     "review": "pipeline.commands.review",
     "train": "trainer.phases.cli",
