@@ -63,3 +63,18 @@ def test_a_limit_under_one_is_refused(sintel_dataset, tmp_path, limit, capsys):
     args = ["camera-audit", str(sintel_dataset), "--sheets", str(tmp_path), "--limit", limit]
     assert main(args) == 2
     assert "--limit" in capsys.readouterr().err
+
+
+def test_a_folder_without_camera_labels_is_one_line(tmp_path, capsys):
+    """bikes.mp4 cut with the camera stage off: no clip has a label to check."""
+    from conftest import BIKES, local_config
+
+    from pipeline.data.ip import load_ip
+    from pipeline.running.runner import run_film
+
+    config = local_config(camera__enabled="false")
+    unlabelled = run_film(BIKES, tmp_path / "a", config, load_ip(None))
+    args = ["camera-audit", str(unlabelled.film_dir), "--sheets", str(tmp_path / "s")]
+    assert main(args) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "no clip has a camera label" in error

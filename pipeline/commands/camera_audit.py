@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--limit {args.limit}: give 1 or more clips")
         dataset = open_dataset(args.path)
         rows = dataset.manifest if args.all_clips else dataset.usable
+        if rows.empty:
+            raise ValueError(f"{args.path}: no usable clip (--all-clips chooses among every clip)")
         if "camera_motion" not in rows or rows["camera_motion"].isna().all():
             raise ValueError(f"{args.path}: no clip has a camera label (the camera stage was off)")
         if args.labels:
