@@ -355,9 +355,9 @@ class FilmOverlays:
         least as wide as tall, their middle within `centre` of the picture's (subtitles are
         centred)."""
         width = picture.shape[1]
+        centred = (width / 2, self.config.centre * width)
         lines = []
         for box, zone, _ in found:
-            centred = (width / 2, self.config.centre * width)
             if zone == "middle" or not subtitle_like(box, centred, []):
                 continue
             lines.append(_Line(index, box, box[3] if zone == "bottom" else box[1]))
@@ -460,8 +460,8 @@ def film_overlays(config) -> FilmOverlays:
     detector = TextDetector(quality.text_model, quality.text_width, quality.text_pixel_probability)
     close_rows = 0
     if quality.close_text_width > 0:
-        close = quality.close_text_width
-        close_rows = TextDetector(quality.text_model, close, quality.text_pixel_probability).height
+        width = quality.close_text_width
+        close_rows = TextDetector(quality.text_model, width, quality.text_pixel_probability).height
     return FilmOverlays(config.overlays, detector, close_rows)
 
 

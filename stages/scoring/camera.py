@@ -224,14 +224,14 @@ def _moved_label(pairs, motion, fit, share, fps, config: CameraConfig) -> Named:
     still, of its slow, unfit or short moves, in that order; with the motion that named it."""
     tx, ty, zoom, rotation = motion
     label = _label(pairs, tx, ty, zoom, rotation, fit, fps, config)
-    later = None
-    if label == STATIC:
-        later = _slow_pan(pairs, share, config)
-    if label == STATIC and later is None and fit < config.min_fit:
+    if label != STATIC:
+        return Named(label, tx, ty, zoom)
+    later = _slow_pan(pairs, share, config)
+    if later is None and fit < config.min_fit:
         later = _unfit_pan(pairs, share, config)
-    if label == STATIC and later is None:
+    if later is None:
         later = _short_move(pairs, share, config)
-    return later or Named(label, tx, ty, zoom)
+    return later or Named(STATIC, tx, ty, zoom)
 
 
 def _zoom_in_question(
@@ -355,7 +355,7 @@ def _short_move(pairs: list[PairMotion], share: float, config: CameraConfig) -> 
     counts, and jolts this way and that (an edit's shake) net nothing. Where the rest of the
     pairs cannot be measured (flat sand, cuts the scene detector missed), the hold is not seen,
     and the clip stays still. A net travel with no dominant axis is `complex`, as in step 7.
-    The motion behind it is that travel spread over the clip's frame steps."""
+    The motion behind it is that travel over the measured pairs, times the moving share."""
     moves = config.complex_margin * config.static_speed
     is_clear = [p.fit >= config.slow_min_fit and np.hypot(p.tx, p.ty) > moves for p in pairs]
     clear = [p for p, c in zip(pairs, is_clear) if c]
