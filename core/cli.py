@@ -5,6 +5,8 @@ or setting and the problem, and an exit status that says whose move it is.
   1  failed work: the command ran and some of its work failed (a film, a clip, a phase)
 130  interrupted (Ctrl-C): one line saying so (and how to resume, where the command can), no
      traceback
+141  the reader of its output went away (`animegamer dataset --dry-run | head`): it stops
+     quietly, as a shell tool does (128 + SIGPIPE)
 
 Commands raise `UsageError` or `WorkFailed` (or wrap expected exception types with
 `input_errors` / `work_errors`); `run_command` turns them into the line and the status, so no
@@ -14,6 +16,7 @@ command prints its own error format. Argument errors from argparse go through `O
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -23,6 +26,7 @@ from typing import NoReturn
 USAGE_ERROR = 2
 WORK_FAILED = 1
 INTERRUPTED = 130  # the shell's status for a process ended by SIGINT (128 + 2)
+READER_GONE = 141  # the shell's status for a process ended by SIGPIPE (128 + 13)
 
 
 class CommandError(Exception):
@@ -107,7 +111,15 @@ def run_command(
     if previous is signal.default_int_handler:  # not where Ctrl-C is ignored (a background job)
         signal.signal(signal.SIGINT, _take_ctrl_c)
     try:
-        return int(handler(args) or 0)
+        status = int(handler(args) or 0)
+        sys.stdout.flush()  # output still buffered meets a closed pipe here, not at exit
+        return status
+    except BrokenPipeError:
+        # stdout's reader (`| head`) has gone: nothing more can be shown; point stdout at
+        # nothing so the interpreter's last flush does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return READER_GONE
     except Interrupted as exc:
         print(one_line(exc), file=sys.stderr, flush=True)
         return exc.status

@@ -221,3 +221,18 @@ def test_a_run_prints_no_library_chatter(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "film: done:" in run.stdout
     assert "faiss" not in (run.stdout + run.stderr).lower()
+
+
+def test_output_to_a_reader_that_has_gone_stops_quietly_with_141(tmp_path):
+    """`animegamer dataset --dry-run | head`: the reader closes the pipe before the plan is
+    printed; the command stops with the shell's SIGPIPE status and no traceback (it printed one
+    from the middle of the plan)."""
+    films = tmp_path / "films"
+    films.mkdir()
+    shutil.copy(BIKES, films / BIKES.name)
+    command = [sys.executable, "-m", "pipeline.cli", "dataset", str(films), "--dry-run"]
+    command += ["--out", str(tmp_path / "out")]
+    script = f"{shlex.join(command)} | head -c 0; echo $((PIPESTATUS[0]))"
+    run = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert run.stdout.strip() == "141", run
+    assert "Traceback" not in run.stderr and "Error" not in run.stderr, run.stderr
