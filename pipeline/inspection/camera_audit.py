@@ -22,7 +22,11 @@ from stages.scoring.camera import LABELS, STATIC
 GRID = 60  # px between grid lines on the full-size frames (480x720: 8 by 12 cells)
 THUMB = (120, 180)  # the strip's frame size (height, width)
 EXCLUDE = "exclude"  # a clip that cannot carry a camera label (a cut inside it, black, a card)
-TEMPLATE_HEADER = "# clip_id\tlabel\tsure\tnote   (labels: " + ", ".join((*LABELS, EXCLUDE)) + ")"
+TEMPLATE_HEADER = (
+    "# clip_id\tlabel\tsure\tnote   (labels: " + ", ".join((*LABELS, EXCLUDE)) + ")\n"
+    "# label by docs/scores.md, 'Labelling conventions': the camera's move; the background decides;"
+    " a move is 12 px or 4 % first frame to last"
+)
 
 
 def camera_sheet(frames: np.ndarray) -> np.ndarray:
