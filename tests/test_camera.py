@@ -64,6 +64,7 @@ def camera_move(
     frames=16,
     blur=False,
     light=None,
+    roll=0.0,
 ) -> np.ndarray:
     """16 frames of the camera's window over the background. `slide`: how far the picture's
     content moves per frame (px at 480x720, + right and down); `zoom`: its scale change per
@@ -71,13 +72,14 @@ def camera_move(
     `runner`: a character running at this (x, y) speed over the still background;
     `still_figure`: a character that stays where it is in the frame while the background
     slides under it; `blur`: each frame the mean of 8 positions over its frame's interval (the
-    motion blur of a whip pan); `light`: each frame's brightness factor (a fade, a flash)."""
+    motion blur of a whip pan); `light`: each frame's brightness factor (a fade, a flash);
+    `roll`: the picture's turn per frame, degrees (+ counter-clockwise), about its centre."""
     scene, figure = background(), character()
     out = []
     for i in range(frames):
         k = (i // hold) * hold
         steps = np.arange(8) / 8 if blur else np.zeros(1)
-        frame = np.mean([window(scene, slide, zoom, k + step) for step in steps], axis=0)
+        frame = np.mean([window(scene, slide, zoom, k + step, roll) for step in steps], axis=0)
         frame = frame.round().astype(np.uint8)
         if runner is not None or still_figure:
             vx, vy = runner or (0.0, 0.0)
@@ -89,13 +91,13 @@ def camera_move(
     return np.stack(out)
 
 
-def window(scene: np.ndarray, slide, zoom: float, k: float) -> np.ndarray:
+def window(scene: np.ndarray, slide, zoom: float, k: float, roll: float = 0.0) -> np.ndarray:
     """The camera's 480x720 window over the scene at frame `k` (the background shown 1.5x
-    smaller: a 1280 px wide window of the 1920 px scene)."""
+    smaller: a 1280 px wide window of the 1920 px scene), turned by `roll` degrees a frame."""
     height, width = scene.shape[:2]
     cx = width / 2 - slide[0] * k * 1.5
     cy = height / 2 - slide[1] * k * 1.5
-    matrix = cv2.getRotationMatrix2D((cx, cy), 0.0, (1 + zoom) ** k / 1.5)
+    matrix = cv2.getRotationMatrix2D((cx, cy), roll * k, (1 + zoom) ** k / 1.5)
     matrix[0, 2] += SIZE[1] / 2 - cx
     matrix[1, 2] += SIZE[0] / 2 - cy
     return cv2.warpAffine(scene, matrix, SIZE[::-1], flags=cv2.INTER_AREA).astype(np.float32)
@@ -426,6 +428,27 @@ def test_a_pan_that_pauses_is_a_pan_either_way(slide, motion, camera):
     `pan_right`, so mirror images could differ (review, 2026-11-28)."""
     result = camera.measure(measured(pan_then_pause(slide), motion))
     assert result.label == (PAN_LEFT if slide > 0 else PAN_RIGHT), result
+
+
+ROLLS = {
+    # 0.5 degrees a frame: 7.5 over the clip; a typical point moves 2.7 px a frame by the turn,
+    # less than by the pan, zoom or tilt with it: the rule before read the pan, zoom or tilt
+    "a roll with a pan": (dict(roll=0.5, slide=(6.0, 0.0)), COMPLEX),
+    "a roll with a zoom in": (dict(roll=-0.4, zoom=0.01), COMPLEX),
+    "a roll with a tilt up": (dict(roll=1.0, slide=(0.0, 8.0)), COMPLEX),
+    "a roll alone": (dict(roll=-0.3), COMPLEX),
+    # 1.5 degrees over the clip, under the conventions' 3: the pan
+    "a pan with a slight roll": (dict(roll=0.1, slide=(6.0, 0.0)), PAN_LEFT),
+}
+
+
+@pytest.mark.parametrize("name", list(ROLLS))
+def test_a_roll_is_complex_whatever_moves_with_it(name, motion, camera):
+    """The labelling conventions (8): a picture that turns by more than about 3 degrees over
+    the clip is `complex`, with or without a pan or zoom; a turn under that is no roll."""
+    settings, label = ROLLS[name]
+    result = camera.measure(measured(camera_move(**settings), motion))
+    assert result.label == label, (name, result)
 
 
 def wobbling_slide(first, second) -> np.ndarray:

@@ -141,6 +141,9 @@ class CameraConfig(Settings):
     """... in one way: their net travel (first frame against last) is at least this share of the
     path they take (a move that turns as it goes still counts; a shake back and forth nets
     nothing). The clip is named by that net travel."""
+    roll_degrees: float = 3.0
+    """A clip whose picture turns by more than this many degrees over the clip (the median pair's
+    rotation times the clip's pairs) is `complex`: a roll, with or without a pan or zoom."""
     part_balance: float = 0.5
     """A zoom parts the picture's halves both ways alike: the smaller of the left-right and the
     top-bottom parting must be at least this share of the larger (a pan over parallax or a
@@ -202,7 +205,8 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
     # a held pair's picture did not move: the clip's motion per frame is its moving pairs'
     # times their share (a pan on threes moves three frames' worth once every three frames);
     # a relit pair (a fade, a flash) says nothing either way and counts on neither side
-    share = len(lit) / (len(measured.held) - (len(moving) - len(lit)))
+    counted = len(measured.held) - (len(moving) - len(lit))  # the clip's pairs, less relit ones
+    share = len(lit) / counted
     tx, ty, zoom, rotation = (
         share * float(np.median([getattr(p, name) for p in pairs]))
         for name in ("tx", "ty", "zoom", "rotation")
@@ -216,7 +220,16 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
         parts = part_expansions([measured.flows[i] for i in kept], [grey[i] for i in kept], config)
         named = _zoom_by_parts(named, parts, pairs, share, motion, fit, fps, config)
     label, tx, ty, zoom = named
+    if _rolls(rotation * counted, fit, config):
+        label, tx, ty, zoom = COMPLEX, *motion[:3]
     return CameraMotion(label, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
+
+
+def _rolls(turned: float, fit: float, config: CameraConfig) -> bool:
+    """A roll: the picture turns by more than `roll_degrees` over the clip (`turned`, radians:
+    the median pair's rotation over all the clip's pairs), where a motion fits the picture.
+    It is `complex` whatever else the clip does (labelling conventions, 8)."""
+    return fit >= config.min_fit and abs(np.degrees(turned)) > config.roll_degrees
 
 
 def _moved_label(pairs, motion, fit, share, fps, config: CameraConfig) -> Named:
