@@ -451,6 +451,32 @@ def test_a_roll_is_complex_whatever_moves_with_it(name, motion, camera):
     assert result.label == label, (name, result)
 
 
+CREEPS = {
+    # the labelling conventions (3): a move is 12 px of travel over the clip, first frame against
+    # last (a zoom's: of a point about 300 px from the middle); the rule before read these moves
+    "a creep of 8.8 px (0.8 px a frame over 12 frames)": (
+        dict(slide=(0.8, 0.0), frames=12),
+        STATIC,
+    ),
+    "a tilting creep of 8.8 px": (dict(slide=(0.0, -0.8), frames=12), STATIC),
+    "a creep of 9 px (1 px a frame over 10 frames)": (dict(slide=(1.0, 0.0), frames=10), STATIC),
+    "a zoom of 3.6 % (0.4 % a frame over 10 frames)": (dict(zoom=0.004, frames=10), STATIC),
+    "a slow pan of 13.5 px (0.9 px a frame over 16 frames)": (dict(slide=(0.9, 0.0)), PAN_LEFT),
+    "a slow zoom of 4.6 % (0.3 % a frame over 16 frames)": (dict(zoom=0.003), ZOOM_IN),
+}
+
+
+@pytest.mark.parametrize("name", list(CREEPS))
+def test_a_slow_move_counts_from_12_px_over_the_clip(name, motion, camera):
+    """A slow pan or zoom, read from the pairs' drifts or the picture's parting (steps 8 and 10),
+    is a move when it carries a typical point 12 px over the clip (`slow_travel`), as the
+    labelling conventions measure a move; less is a creep, `static`."""
+    settings, label = CREEPS[name]
+    result = camera.measure(measured(camera_move(**settings), motion))
+    assert result.label == label, (name, result)
+    assert_values_name_the_label(result)
+
+
 def wobbling_slide(first, second) -> np.ndarray:
     """16 frames of the camera's window sliding by `first` and `second` in turn (px a frame at
     480x720): a diagonal slide whose pairs go alternately nearer one axis and the other."""

@@ -105,9 +105,11 @@ class CameraConfig(Settings):
     slow_speed: float = 0.75
     """A clip under `static_speed` whose pairs drift the same way at least this many pixels a
     frame (480x720), together, is a slow pan or tilt (11 px over a 2 s clip of 16 frames)."""
-    slow_travel: float = 8.0
-    """... and whose pairs' drifts add up to at least this many pixels over the clip (a clip
-    whose pairs are mostly held or relit has too few to show a slow pan)."""
+    slow_travel: float = 12.0
+    """... and whose pairs' drifts add up to at least this many pixels over the clip, as the
+    labelling conventions measure a move (a creep under it is no move; a clip whose pairs are
+    mostly held or relit has too few to show a slow pan). A slow zoom read from the picture's
+    parting must move a typical point as far over the clip."""
     slow_agreement: float = 0.8
     """... when at least this share of all its pairs drifts as its label says."""
     slow_min_fit: float = 0.5
@@ -218,7 +220,7 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
     named = _moved_label(pairs, motion, fit, share, fps, config)
     if _zoom_in_question(named, zoom, fit, fps, config):
         parts = part_expansions([measured.flows[i] for i in kept], [grey[i] for i in kept], config)
-        named = _zoom_by_parts(named, parts, pairs, share, motion, fit, fps, config)
+        named = _zoom_by_parts(named, parts, pairs, (share, counted), motion, fit, fps, config)
     label, tx, ty, zoom = named
     if _rolls(rotation * counted, fit, config):
         label, tx, ty, zoom = COMPLEX, *motion[:3]
@@ -267,7 +269,7 @@ def _slow(named: Named, config: CameraConfig) -> bool:
 
 
 def _zoom_by_parts(
-    named: Named, parts: np.ndarray, pairs, share, motion, fit, fps, config: CameraConfig
+    named: Named, parts: np.ndarray, pairs, shares, motion, fit, fps, config: CameraConfig
 ) -> Named:
     """The label, with the motion behind it, once the picture's halves have been asked whether
     it zooms (part_expansions): a zoom parts them both ways alike, in the zoom's sense. Where
@@ -278,6 +280,7 @@ def _zoom_by_parts(
     must move the picture at least half as much as its drift (as far, `pan_zoom_ratio`, against
     a slow pan's: a pan and a zoom are named by the larger)."""
     tx, ty, zoom, rotation = motion
+    share, counted = shares  # the moving pairs' share, and the clip's pairs (less relit ones)
     parts = parts[~np.isnan(parts).any(axis=1)]  # pairs whose halves were measured both ways
     if len(parts) < 2:
         return named
@@ -295,6 +298,7 @@ def _zoom_by_parts(
     slow_pan = fit >= config.min_fit and named.label != STATIC  # step 8's
     against = config.pan_zoom_ratio if slow_pan else 0.5
     zooms = abs(parted) * fps > config.static_zoom and abs(parted) * REACH >= against * drift
+    zooms = zooms and abs(parted) * counted * REACH >= config.slow_travel  # over the clip
     if zooms and agree >= config.slow_agreement:
         # the parting, not the similarity's zoom, named it (no motion fits, or the zoom is slow)
         return Named(ZOOM_IN if parted > 0 else ZOOM_OUT, named.tx, named.ty, parted)
