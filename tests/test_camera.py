@@ -461,6 +461,10 @@ CREEPS = {
     "a tilting creep of 8.8 px": (dict(slide=(0.0, -0.8), frames=12), STATIC),
     "a creep of 9 px (1 px a frame over 10 frames)": (dict(slide=(1.0, 0.0), frames=10), STATIC),
     "a zoom of 3.6 % (0.4 % a frame over 10 frames)": (dict(zoom=0.004, frames=10), STATIC),
+    # a zoom the similarity fits (step 7), fast but short: 3.2 % over the clip, 9.8 px
+    "a zoom in of 3.2 % (0.8 % a frame over 5 frames)": (dict(zoom=0.008, frames=5), STATIC),
+    "a zoom out of 3.2 % (0.8 % a frame over 5 frames)": (dict(zoom=-0.008, frames=5), STATIC),
+    "a zoom of 5 % (1 % a frame over 6 frames)": (dict(zoom=0.01, frames=6), ZOOM_IN),
     "a slow pan of 13.5 px (0.9 px a frame over 16 frames)": (dict(slide=(0.9, 0.0)), PAN_LEFT),
     "a slow zoom of 4.6 % (0.3 % a frame over 16 frames)": (dict(zoom=0.003), ZOOM_IN),
 }
@@ -469,8 +473,9 @@ CREEPS = {
 @pytest.mark.parametrize("name", list(CREEPS))
 def test_a_slow_move_counts_from_12_px_over_the_clip(name, motion, camera):
     """A slow pan or zoom, read from the pairs' drifts or the picture's parting (steps 8 and 10),
-    is a move when it carries a typical point 12 px over the clip (`slow_travel`), as the
-    labelling conventions measure a move; less is a creep, `static`."""
+    and a zoom the similarity fits (step 7), is a move when it carries a typical point 12 px
+    over the clip (`slow_travel`), as the labelling conventions measure a move; less is a
+    creep, `static`."""
     settings, label = CREEPS[name]
     result = camera.measure(measured(camera_move(**settings), motion))
     assert result.label == label, (name, result)

@@ -217,7 +217,7 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
     if len(pairs) < config.min_measured * len(lit):  # most of the picture too flat to follow
         return CameraMotion(STATIC, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
     motion = (tx, ty, zoom, rotation)
-    named = _moved_label(pairs, motion, fit, share, fps, config)
+    named = _moved_label(pairs, motion, fit, (share, counted), fps, config)
     if _zoom_in_question(named, zoom, fit, fps, config):
         parts = part_expansions([measured.flows[i] for i in kept], [grey[i] for i in kept], config)
         named = _zoom_by_parts(named, parts, pairs, (share, counted), motion, fit, fps, config)
@@ -234,11 +234,13 @@ def _rolls(turned: float, fit: float, config: CameraConfig) -> bool:
     return fit >= config.min_fit and abs(np.degrees(turned)) > config.roll_degrees
 
 
-def _moved_label(pairs, motion, fit, share, fps, config: CameraConfig) -> Named:
+def _moved_label(pairs, motion, fit, shares, fps, config: CameraConfig) -> Named:
     """The label of the clip's median motion (tx, ty, zoom, rotation a frame), and where that is
-    still, of its slow, unfit or short moves, in that order; with the motion that named it."""
+    still, of its slow, unfit or short moves, in that order; with the motion that named it.
+    `shares`: the moving pairs' share, and the clip's pairs (less relit ones)."""
     tx, ty, zoom, rotation = motion
-    label = _label(pairs, tx, ty, zoom, rotation, fit, fps, config)
+    share, counted = shares
+    label = _label(pairs, tx, ty, zoom, rotation, fit, (fps, counted), config)
     if label != STATIC:
         return Named(label, tx, ty, zoom)
     later = _slow_pan(pairs, share, config)
@@ -293,12 +295,12 @@ def _zoom_by_parts(
     if fit >= config.min_fit and not _slow(named, config):
         if agree >= config.min_agreement and np.sign(parted) == np.sign(zoom):
             return named
-        return _moved_label(pairs, (tx, ty, 0.0, rotation), fit, share, fps, config)
+        return _moved_label(pairs, (tx, ty, 0.0, rotation), fit, shares, fps, config)
     drift = share * np.hypot(*np.median([p.drift for p in pairs], axis=0))
     slow_pan = fit >= config.min_fit and named.label != STATIC  # step 8's
     against = config.pan_zoom_ratio if slow_pan else 0.5
     zooms = abs(parted) * fps > config.static_zoom and abs(parted) * REACH >= against * drift
-    zooms = zooms and abs(parted) * counted * REACH >= config.slow_travel  # over the clip
+    zooms = zooms and _travels(abs(parted) * REACH, counted, config)
     if zooms and agree >= config.slow_agreement:
         # the parting, not the similarity's zoom, named it (no motion fits, or the zoom is slow)
         return Named(ZOOM_IN if parted > 0 else ZOOM_OUT, named.tx, named.ty, parted)
@@ -390,11 +392,19 @@ def _short_move(pairs: list[PairMotion], share: float, config: CameraConfig) -> 
     return Named(way, share * net_x / len(pairs), share * net_y / len(pairs), 0.0)
 
 
-def _label(pairs, tx, ty, zoom, rotation, fit, fps, config: CameraConfig) -> str:
+def _travels(speed: float, counted: int, config: CameraConfig) -> bool:
+    """Whether a move of `speed` px a frame (a zoom's: of a typical point, `REACH` from the
+    middle) carries the picture `slow_travel` over the clip's `counted` pairs: the labelling
+    conventions' amount of a move, first frame against last (12 px, or 4 % of scale)."""
+    return speed * counted >= config.slow_travel
+
+
+def _label(pairs, tx, ty, zoom, rotation, fit, span, config: CameraConfig) -> str:
+    fps, counted = span  # frames a second, and the clip's pairs (less relit ones)
     speed = float(np.hypot(tx, ty))
     zoom_speed = abs(zoom) * REACH  # how far the zoom moves a typical point, px per frame
     turn_speed = abs(rotation) * REACH
-    moving_zoom = abs(zoom) * fps > config.static_zoom
+    moving_zoom = abs(zoom) * fps > config.static_zoom and _travels(zoom_speed, counted, config)
     if speed <= config.static_speed and not moving_zoom and turn_speed <= config.static_speed:
         return STATIC
     if fit < config.min_fit:
