@@ -482,6 +482,30 @@ def test_a_slow_move_counts_from_12_px_over_the_clip(name, motion, camera):
     assert_values_name_the_label(result)
 
 
+def large_figure_over_a_still(size, speed) -> np.ndarray:
+    """16 frames of a still camera over the textured background, with a figure of `size` (w, h
+    px: a patch of the Sintel trailer) crossing it at `speed` (x, y) px a frame."""
+    width, height = size
+    figure = cv2.resize(still_of(str(SINTEL), 0.3)[50:450, 100:600], (width, height))
+    still, out = window(background(), (0.0, 0.0), 0.0, 0).round().astype(np.uint8), []
+    for k in range(16):
+        frame = still.copy()
+        x, y = int(20 + speed[0] * k), int(60 + speed[1] * k)
+        frame[y : y + height, x : x + width] = figure
+        out.append(frame)
+    return np.stack(out)
+
+
+@pytest.mark.parametrize(
+    "size, speed", [((360, 360), (10.0, 0.0)), ((420, 400), (6.0, 0.0)), ((300, 300), (0.0, 5.0))]
+)
+def test_a_large_figure_over_a_still_background_is_static(size, speed, motion, camera):
+    """The labelling conventions (2): the background decides. A figure covering a third to a
+    half of the picture, crossing it over a still textured background, is no camera move."""
+    result = camera.measure(measured(large_figure_over_a_still(size, speed), motion))
+    assert result.label == STATIC, result
+
+
 def wobbling_slide(first, second) -> np.ndarray:
     """16 frames of the camera's window sliding by `first` and `second` in turn (px a frame at
     480x720): a diagonal slide whose pairs go alternately nearer one axis and the other."""
