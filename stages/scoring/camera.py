@@ -24,7 +24,10 @@ The rule (docs/scores.md has the reasons and the figures):
    picture) but whose pairs nearly all drift one way faster than the pan threshold, and clearly
    over the clip, is a pan.
    A diagonal is named by its larger axis, or `complex` when neither axis clearly dominates;
-   a pan and a zoom seen at once are named by the larger. A clip still for most of its pairs
+   a pan and a zoom seen at once are named by the larger. A slow pan and a zoom count as moves
+   when they carry a typical point 12 px over the clip (the labelling conventions' amount), and
+   a picture that turns by more than 3 degrees over the clip is `complex` (a roll), whatever
+   else it does. A clip still for most of its pairs
    whose other pairs (a third or more) move clearly and carry the picture far, mostly one way
    (first frame against last), pans or tilts that way.
 4. A zoom must part the picture's halves both ways alike (left from right and top from
