@@ -191,6 +191,14 @@ class Named(NamedTuple):
     zoom: float
 
 
+class ClipSpan(NamedTuple):
+    """How much of the clip its measured pairs stand for."""
+
+    share: float  # the moving pairs' share of `counted`: held pairs moved none
+    counted: int  # the clip's pairs, less relit ones (they count on neither side)
+    fps: float
+
+
 # ----------------------------------------------------------------------------- the label
 
 
@@ -210,20 +218,20 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
     # a held pair's picture did not move: the clip's motion per frame is its moving pairs'
     # times their share (a pan on threes moves three frames' worth once every three frames);
     # a relit pair (a fade, a flash) says nothing either way and counts on neither side
-    counted = len(measured.held) - (len(moving) - len(lit))  # the clip's pairs, less relit ones
-    share = len(lit) / counted
+    counted = len(measured.held) - (len(moving) - len(lit))
+    span = ClipSpan(len(lit) / counted, counted, fps)
     tx, ty, zoom, rotation = (
-        share * float(np.median([getattr(p, name) for p in pairs]))
+        span.share * float(np.median([getattr(p, name) for p in pairs]))
         for name in ("tx", "ty", "zoom", "rotation")
     )
     fit = float(np.mean([p.fit for p in pairs]))
     if len(pairs) < config.min_measured * len(lit):  # most of the picture too flat to follow
         return CameraMotion(STATIC, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
     motion = (tx, ty, zoom, rotation)
-    named = _moved_label(pairs, motion, fit, (share, counted), fps, config)
+    named = _moved_label(pairs, motion, fit, span, config)
     if _zoom_in_question(named, zoom, fit, fps, config):
         parts = part_expansions([measured.flows[i] for i in kept], [grey[i] for i in kept], config)
-        named = _zoom_by_parts(named, parts, pairs, (share, counted), motion, fit, fps, config)
+        named = _zoom_by_parts(named, parts, pairs, motion, fit, span, config)
     label, tx, ty, zoom = named
     if _rolls(rotation * counted, fit, config):
         label, tx, ty, zoom = COMPLEX, *motion[:3]
@@ -237,20 +245,18 @@ def _rolls(turned: float, fit: float, config: CameraConfig) -> bool:
     return fit >= config.min_fit and abs(np.degrees(turned)) > config.roll_degrees
 
 
-def _moved_label(pairs, motion, fit, shares, fps, config: CameraConfig) -> Named:
+def _moved_label(pairs, motion, fit, span: ClipSpan, config: CameraConfig) -> Named:
     """The label of the clip's median motion (tx, ty, zoom, rotation a frame), and where that is
-    still, of its slow, unfit or short moves, in that order; with the motion that named it.
-    `shares`: the moving pairs' share, and the clip's pairs (less relit ones)."""
-    tx, ty, zoom, rotation = motion
-    share, counted = shares
-    label = _label(pairs, tx, ty, zoom, rotation, fit, (fps, counted), config)
+    still, of its slow, unfit or short moves, in that order; with the motion that named it."""
+    tx, ty, zoom, _ = motion
+    label = _label(pairs, motion, fit, span, config)
     if label != STATIC:
         return Named(label, tx, ty, zoom)
-    later = _slow_pan(pairs, share, config)
+    later = _slow_pan(pairs, span.share, config)
     if later is None and fit < config.min_fit:
-        later = _unfit_pan(pairs, share, config)
+        later = _unfit_pan(pairs, span.share, config)
     if later is None:
-        later = _short_move(pairs, share, config)
+        later = _short_move(pairs, span.share, config)
     return later or Named(STATIC, tx, ty, zoom)
 
 
@@ -274,7 +280,7 @@ def _slow(named: Named, config: CameraConfig) -> bool:
 
 
 def _zoom_by_parts(
-    named: Named, parts: np.ndarray, pairs, shares, motion, fit, fps, config: CameraConfig
+    named: Named, parts: np.ndarray, pairs, motion, fit, span: ClipSpan, config: CameraConfig
 ) -> Named:
     """The label, with the motion behind it, once the picture's halves have been asked whether
     it zooms (part_expansions): a zoom parts them both ways alike, in the zoom's sense. Where
@@ -285,7 +291,7 @@ def _zoom_by_parts(
     must move the picture at least half as much as its drift (as far, `pan_zoom_ratio`, against
     a slow pan's: a pan and a zoom are named by the larger)."""
     tx, ty, zoom, rotation = motion
-    share, counted = shares  # the moving pairs' share, and the clip's pairs (less relit ones)
+    share, fps = span.share, span.fps
     parts = parts[~np.isnan(parts).any(axis=1)]  # pairs whose halves were measured both ways
     if len(parts) < 2:
         return named
@@ -298,12 +304,12 @@ def _zoom_by_parts(
     if fit >= config.min_fit and not _slow(named, config):
         if agree >= config.min_agreement and np.sign(parted) == np.sign(zoom):
             return named
-        return _moved_label(pairs, (tx, ty, 0.0, rotation), fit, shares, fps, config)
+        return _moved_label(pairs, (tx, ty, 0.0, rotation), fit, span, config)
     drift = share * np.hypot(*np.median([p.drift for p in pairs], axis=0))
     slow_pan = fit >= config.min_fit and named.label != STATIC  # step 8's
     against = config.pan_zoom_ratio if slow_pan else 0.5
     zooms = abs(parted) * fps > config.static_zoom and abs(parted) * REACH >= against * drift
-    zooms = zooms and _travels(abs(parted) * REACH, counted, config)
+    zooms = zooms and _travels(abs(parted) * REACH, span, config)
     if zooms and agree >= config.slow_agreement:
         # the parting, not the similarity's zoom, named it (no motion fits, or the zoom is slow)
         return Named(ZOOM_IN if parted > 0 else ZOOM_OUT, named.tx, named.ty, parted)
@@ -395,19 +401,20 @@ def _short_move(pairs: list[PairMotion], share: float, config: CameraConfig) -> 
     return Named(way, share * net_x / len(pairs), share * net_y / len(pairs), 0.0)
 
 
-def _travels(speed: float, counted: int, config: CameraConfig) -> bool:
+def _travels(speed: float, span: ClipSpan, config: CameraConfig) -> bool:
     """Whether a move of `speed` px a frame (a zoom's: of a typical point, `REACH` from the
-    middle) carries the picture `slow_travel` over the clip's `counted` pairs: the labelling
+    middle) carries the picture `slow_travel` over the clip's counted pairs: the labelling
     conventions' amount of a move, first frame against last (12 px, or 4 % of scale)."""
-    return speed * counted >= config.slow_travel
+    return speed * span.counted >= config.slow_travel
 
 
-def _label(pairs, tx, ty, zoom, rotation, fit, span, config: CameraConfig) -> str:
-    fps, counted = span  # frames a second, and the clip's pairs (less relit ones)
+def _label(pairs, motion, fit, span: ClipSpan, config: CameraConfig) -> str:
+    tx, ty, zoom, rotation = motion
+    fps = span.fps
     speed = float(np.hypot(tx, ty))
     zoom_speed = abs(zoom) * REACH  # how far the zoom moves a typical point, px per frame
     turn_speed = abs(rotation) * REACH
-    moving_zoom = abs(zoom) * fps > config.static_zoom and _travels(zoom_speed, counted, config)
+    moving_zoom = abs(zoom) * fps > config.static_zoom and _travels(zoom_speed, span, config)
     if speed <= config.static_speed and not moving_zoom and turn_speed <= config.static_speed:
         return STATIC
     if fit < config.min_fit:
