@@ -439,6 +439,14 @@ ROLLS = {
     "a roll alone": (dict(roll=-0.3), COMPLEX),
     # 1.5 degrees over the clip, under the conventions' 3: the pan
     "a pan with a slight roll": (dict(roll=0.1, slide=(6.0, 0.0)), PAN_LEFT),
+    # over a zoom the similarity is each pair's kept motion, so its turn is measured: these two
+    # bracket `roll_degrees` (2.7 and 3.3 degrees over the clip)
+    "a zoom with a roll of 2.7 degrees": (dict(roll=0.18, zoom=0.01), ZOOM_IN),
+    "a zoom with a roll of 3.3 degrees": (dict(roll=0.22, zoom=0.01), COMPLEX),
+    # a turn of 0.3 degrees a frame moves a typical point 1.6 px a frame, over the pan
+    # threshold, but over 5 pairs it is 1.5 degrees: no roll (step 7 read it `complex` until the
+    # review of round 8 left rolls to step 12 alone)
+    "a short turn of 1.5 degrees": (dict(roll=0.3, frames=6), STATIC),
 }
 
 
@@ -449,6 +457,23 @@ def test_a_roll_is_complex_whatever_moves_with_it(name, motion, camera):
     settings, label = ROLLS[name]
     result = camera.measure(measured(camera_move(**settings), motion))
     assert result.label == label, (name, result)
+
+
+def shaken(jolt: float) -> np.ndarray:
+    """16 frames of the background jumping `jolt` px right and back, frame after frame (an
+    impact shake as anime often draws it): it nets nothing over the clip."""
+    scene = background()
+    offsets = [(jolt if i % 2 else 0.0, 0.0) for i in range(16)]
+    return np.stack([window(scene, o, 0.0, 1).round().astype(np.uint8) for o in offsets])
+
+
+@pytest.mark.parametrize(("jolt", "label"), [(4.0, STATIC), (8.0, STATIC), (30.0, COMPLEX)])
+def test_a_shake_that_nets_nothing_is_static_unless_it_jolts_far(jolt, label, motion, camera):
+    """The labelling conventions (7): a shake netting under 12 px is `static` while its jolts
+    stay under a third of a grid cell (20 px), else `complex`; step 7 read jolts of 4 and 8 px
+    `complex` (their pairs disagree about a clear move) until the review of round 8."""
+    result = camera.measure(measured(shaken(jolt), motion))
+    assert result.label == label, (jolt, result)
 
 
 CREEPS = {
@@ -819,6 +844,8 @@ def test_labels_and_settings_are_checked():
         CameraConfig(short_share=2.0).validate()
     with pytest.raises(ValueError, match="camera.short_straightness"):
         CameraConfig(short_straightness=1.5).validate()
-    for name in ("short_travel", "slow_travel"):
+    for name in ("short_travel", "slow_travel", "shake_jolt"):
         with pytest.raises(ValueError, match=f"camera.{name}"):
             CameraConfig(**{name: 0.0}).validate()
+    with pytest.raises(ValueError, match="camera.roll_degrees"):  # would make a still clip roll
+        CameraConfig(roll_degrees=-1.0).validate()

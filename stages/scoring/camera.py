@@ -18,16 +18,18 @@ The rule (docs/scores.md has the reasons and the figures):
    right), `pan_right`, `tilt_up` (the picture slides down), `tilt_down`, `zoom_in` (it grows),
    `zoom_out`, `static` (no move above the thresholds, a motion that explains too little of
    the picture to be the camera's: effects, characters, or a picture mostly too flat to
-   measure), `complex` (the pairs disagree about a clear move, or it turns, or it pans and
-   zooms at once with neither the larger; pairs that disagree about a motion barely above the thresholds are static). A clip under the thresholds whose pairs drift one way
+   measure), `complex` (the pairs disagree about a clear move, or it pans and zooms at once
+   with neither the larger; pairs that disagree about a motion barely above the thresholds,
+   or a shake that nets little with small jolts, are static). A clip under the thresholds
+   whose pairs drift one way
    over the clip is a slow pan; a clip whose flow no motion fits (a blurred, glowing or hazy
    picture) but whose pairs nearly all drift one way faster than the pan threshold, and clearly
    over the clip, is a pan.
    A diagonal is named by its larger axis, or `complex` when neither axis clearly dominates;
    a pan and a zoom seen at once are named by the larger. A slow pan and a zoom count as moves
    when they carry a typical point 12 px over the clip (the labelling conventions' amount), and
-   a picture that turns by more than 3 degrees over the clip is `complex` (a roll), whatever
-   else it does. A clip still for most of its pairs
+   a picture whose motion fits and turns by more than 3 degrees over the clip is `complex` (a
+   roll), whatever else it does. A clip still for most of its pairs
    whose other pairs (a third or more) move clearly and carry the picture far, mostly one way
    (first frame against last), pans or tilts that way.
 4. A zoom must part the picture's halves both ways alike (left from right and top from
@@ -107,12 +109,14 @@ class CameraConfig(Settings):
     texture enough to measure (a picture mostly out of black, a slide-in, says nothing)."""
     slow_speed: float = 0.75
     """A clip under `static_speed` whose pairs drift the same way at least this many pixels a
-    frame (480x720), together, is a slow pan or tilt (11 px over a 2 s clip of 16 frames)."""
+    frame (480x720), together, is a slow pan or tilt (on a 2 s clip of 16 frames
+    `slow_travel` asks 0.8; this one guards where a few pairs carry the sum)."""
     slow_travel: float = 12.0
     """... and whose pairs' drifts add up to at least this many pixels over the clip, as the
     labelling conventions measure a move (a creep under it is no move; a clip whose pairs are
-    mostly held or relit has too few to show a slow pan). A slow zoom read from the picture's
-    parting must move a typical point as far over the clip."""
+    mostly held or relit has too few to show a slow pan). A zoom, whether the similarity fits it
+    (step 7) or the picture's parting shows it (step 10), must move a typical point (`REACH`
+    from the middle) as far over the clip: about 4 % of scale."""
     slow_agreement: float = 0.8
     """... when at least this share of all its pairs drifts as its label says."""
     slow_min_fit: float = 0.5
@@ -147,8 +151,15 @@ class CameraConfig(Settings):
     path they take (a move that turns as it goes still counts; a shake back and forth nets
     nothing). The clip is named by that net travel."""
     roll_degrees: float = 3.0
-    """A clip whose picture turns by more than this many degrees over the clip (the median pair's
-    rotation times the clip's pairs) is `complex`: a roll, with or without a pan or zoom."""
+    """A clip whose picture turns by more than this many degrees over the clip (the median moving
+    pair's rotation times the moving pairs: held pairs turn none) is `complex`: a roll, with or
+    without a pan or zoom. A pair's turn is measured only where the similarity is its kept
+    motion, so a roll alone or over a pan is seen from about 4.5-5 degrees over a 2 s clip, a
+    roll over a zoom from this threshold (docs/scores.md, step 12)."""
+    shake_jolt: float = 20.0
+    """Pairs that disagree about a clear move and net under `slow_travel` are a shake: `static`
+    while no pair jolts this many pixels (480x720; a third of the 60 px labelling grid's
+    cell), else `complex` (labelling conventions, 7)."""
     part_balance: float = 0.5
     """A zoom parts the picture's halves both ways alike: the smaller of the left-right and the
     top-bottom parting must be at least this share of the larger (a pan over parallax or a
@@ -164,7 +175,9 @@ class CameraConfig(Settings):
         for name in ("diagonal_ratio", "pan_zoom_ratio"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"camera.{name}={getattr(self, name)}: give 1 or more")
-        for name in ("short_travel", "slow_travel"):
+        if self.roll_degrees < 0:
+            raise ConfigError(f"camera.roll_degrees={self.roll_degrees}: give 0 or more")
+        for name in ("short_travel", "slow_travel", "shake_jolt"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"camera.{name}={getattr(self, name)}: give more than 0 px")
 
@@ -240,7 +253,7 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
 
 def _rolls(turned: float, fit: float, config: CameraConfig) -> bool:
     """A roll: the picture turns by more than `roll_degrees` over the clip (`turned`, radians:
-    the median pair's rotation over all the clip's pairs), where a motion fits the picture.
+    the median moving pair's rotation times the moving pairs), where a motion fits the picture.
     It is `complex` whatever else the clip does (labelling conventions, 8)."""
     return fit >= config.min_fit and abs(np.degrees(turned)) > config.roll_degrees
 
@@ -409,19 +422,16 @@ def _travels(speed: float, span: ClipSpan, config: CameraConfig) -> bool:
 
 
 def _label(pairs, motion, fit, span: ClipSpan, config: CameraConfig) -> str:
-    tx, ty, zoom, rotation = motion
-    fps = span.fps
+    # the turn is not asked here: a roll is step 12's (`_rolls`), over the clip, not a frame
+    tx, ty, zoom, _ = motion
     speed = float(np.hypot(tx, ty))
     zoom_speed = abs(zoom) * REACH  # how far the zoom moves a typical point, px per frame
-    turn_speed = abs(rotation) * REACH
-    moving_zoom = abs(zoom) * fps > config.static_zoom and _travels(zoom_speed, span, config)
-    if speed <= config.static_speed and not moving_zoom and turn_speed <= config.static_speed:
+    moving_zoom = abs(zoom) * span.fps > config.static_zoom and _travels(zoom_speed, span, config)
+    if speed <= config.static_speed and not moving_zoom:
         return STATIC
     if fit < config.min_fit:
         return STATIC
-    clear = max(speed, zoom_speed, turn_speed) > config.complex_margin * config.static_speed
-    if turn_speed > max(speed, zoom_speed):
-        return COMPLEX
+    clear = max(speed, zoom_speed) > config.complex_margin * config.static_speed
     if moving_zoom and zoom_speed >= config.pan_zoom_ratio * speed:
         label = ZOOM_IN if zoom > 0 else ZOOM_OUT
         agree = [np.sign(p.zoom) == np.sign(zoom) for p in pairs]
@@ -438,7 +448,16 @@ def _label(pairs, motion, fit, span: ClipSpan, config: CameraConfig) -> str:
         return STATIC  # a small zoom under the pan threshold with no pan
     if np.mean(agree) >= config.min_agreement:
         return label
-    return COMPLEX if clear else STATIC
+    return COMPLEX if clear and not _shakes(pairs, config) else STATIC
+
+
+def _shakes(pairs: list[PairMotion], config: CameraConfig) -> bool:
+    """Pairs that disagree about a clear move are a shake, which the labelling conventions (7)
+    call `static`, when they net under `slow_travel` over the clip (first frame against last)
+    and no pair jolts `shake_jolt` or more; larger jolts are `complex`."""
+    net = float(np.hypot(sum(p.tx for p in pairs), sum(p.ty for p in pairs)))
+    jolt = max(float(np.hypot(p.tx, p.ty)) for p in pairs)
+    return net < config.slow_travel and jolt < config.shake_jolt
 
 
 def _goes_along(pair_x, pair_y, tx, ty, label: str, clear: bool) -> bool:
