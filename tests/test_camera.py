@@ -659,6 +659,26 @@ def test_a_short_tilt_stores_its_own_travel_not_the_clip_s_mean_drift():
     assert_values_name_the_label(result)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_pan_that_speeds_into_a_blur_is_a_pan(seed):
+    """A pan of 20 px a frame over 6 pairs that the flow follows, then 9 pairs no motion fits
+    (round 8: a tracking shot whose grass streams into a blur, flowcast_totoro_s15w0): the clear
+    pairs carry the picture 120 px, and the blurred ones drift on the same way, 8 px a frame
+    together. The hold after a short move was never seen, so it read `static`; now it pans. The
+    blurred pairs drifting nowhere (flat sand, a missed cut) or back leave the clip still."""
+    clear = [(20.0, 0.0)] * 6
+    scatters = [0.0] * 6 + [8.0] * 9
+    config = CameraConfig()
+    on = camera_motion(*scattered_flow(clear + [(8.0, 0.0)] * 9, seed, scatters), 8.0, config)
+    assert on.label == PAN_LEFT, on
+    assert_values_name_the_label(on)
+    for rest in ((0.0, 0.0), (-8.0, 0.0), (0.0, 8.0)):
+        flows = scattered_flow(clear + [rest] * 9, seed, scatters)
+        assert camera_motion(*flows, 8.0, config).label == STATIC, rest
+    tilt = [(0.0, -20.0)] * 6 + [(1.0, -8.0)] * 9
+    assert camera_motion(*scattered_flow(tilt, seed, scatters), 8.0, config).label == TILT_DOWN
+
+
 def test_a_slow_pan_must_go_its_way_over_the_clip(motion, camera):
     """13 pairs slide 1 px right and two 15 px left: the pairs drift right, but first frame
     against last the picture went 17 px left. Step 8, as step 9, asks the net drift to go the

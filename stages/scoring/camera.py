@@ -395,23 +395,35 @@ def _short_move(pairs: list[PairMotion], share: float, config: CameraConfig) -> 
     take (`short_straightness`), so a move that turns as it goes (a slide that bends into a tilt)
     counts, and jolts this way and that (an edit's shake) net nothing. Where the rest of the
     pairs cannot be measured (flat sand, cuts the scene detector missed), the hold is not seen,
-    and the clip stays still. A net travel with no dominant axis is `complex`, as in step 7.
+    and the clip stays still, unless those pairs drift on the clear move's way (`_blurs_on`: a
+    pan that speeds into a blur the flow loses). A net travel with no dominant axis is `complex`, as in step 7.
     The motion behind it is that travel over the measured pairs, times the moving share."""
     moves = config.complex_margin * config.static_speed
     is_clear = [p.fit >= config.slow_min_fit and np.hypot(p.tx, p.ty) > moves for p in pairs]
     clear = [p for p, c in zip(pairs, is_clear) if c]
-    held = sum(p.fit >= config.min_fit for p, c in zip(pairs, is_clear) if not c)
+    rest = [p for p, c in zip(pairs, is_clear) if not c]
     if not clear or len(clear) < config.short_share * len(pairs):
-        return None
-    if held < 0.5 * (len(pairs) - len(clear)):
         return None
     net_x, net_y = sum(p.tx for p in clear), sum(p.ty for p in clear)
     travel = float(np.hypot(net_x, net_y))
     path = sum(float(np.hypot(p.tx, p.ty)) for p in clear)
     if travel < config.short_travel or travel < config.short_straightness * path:
         return None
+    held = sum(p.fit >= config.min_fit for p in rest)
+    if held < 0.5 * len(rest) and not _blurs_on(rest, (net_x, net_y), config):
+        return None
     way = COMPLEX if _no_dominant_axis(net_x, net_y, config) else _pan_label(net_x, net_y)
     return Named(way, share * net_x / len(pairs), share * net_y / len(pairs), 0.0)
+
+
+def _blurs_on(rest: list[PairMotion], way: tuple[float, float], config: CameraConfig) -> bool:
+    """Whether the pairs no motion fits (under `min_fit`) carry the clear pairs' move on: their
+    drifts, added up, go at least `slow_travel` the clear travel's `way` (a pan that speeds into
+    a blur the flow cannot follow). Pairs that drift nowhere or against it (flat sand, a cut the
+    scene detector missed) show no hold and no move: the clip stays still."""
+    unfit = [p for p in rest if p.fit < config.min_fit]
+    along = sum(p.drift[0] * way[0] + p.drift[1] * way[1] for p in unfit)
+    return along >= config.slow_travel * float(np.hypot(*way))
 
 
 def _travels(speed: float, span: ClipSpan, config: CameraConfig) -> bool:
