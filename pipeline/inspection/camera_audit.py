@@ -25,7 +25,7 @@ EXCLUDE = "exclude"  # a clip that cannot carry a camera label (a cut inside it,
 TEMPLATE_HEADER = (
     "# clip_id\tlabel\tsure\tnote   (labels: " + ", ".join((*LABELS, EXCLUDE)) + ")\n"
     "# label by docs/scores.md, 'Labelling conventions': the camera's move; the background decides;"
-    " a move is 12 px or 4 % first frame to last; sure: sure or unsure"
+    " a move is 12 px (a zoom 8 %) first frame to last; sure: sure or unsure"
 )
 
 
