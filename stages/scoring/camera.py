@@ -72,8 +72,9 @@ from stages.scoring.scores import Score
 
 STATIC, COMPLEX = "static", "complex"
 PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN = "pan_left", "pan_right", "tilt_up", "tilt_down"
+PANS = (PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN)
 ZOOM_IN, ZOOM_OUT = "zoom_in", "zoom_out"
-LABELS = (STATIC, PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN, ZOOM_IN, ZOOM_OUT, COMPLEX)
+LABELS = (STATIC, *PANS, ZOOM_IN, ZOOM_OUT, COMPLEX)
 REACH = 0.5 * float(np.hypot(UNIT_HEIGHT, UNIT_WIDTH)) / np.sqrt(2)  # a typical point's radius
 
 
@@ -247,7 +248,7 @@ def camera_motion(measured: PairFlows, grey: list[np.ndarray], fps: float, confi
         return CameraMotion(STATIC, tx, ty, zoom * fps, rotation * fps, fit, len(pairs))
     motion = (tx, ty, zoom, rotation)
     named = _moved_label(pairs, motion, fit, span, config)
-    if _zoom_in_question(named, zoom, fit, fps, config):
+    if _zoom_in_question(named, zoom, fit, span, config):
         parts = part_expansions([measured.flows[i] for i in kept], [grey[i] for i in kept], config)
         named = _zoom_by_parts(named, parts, pairs, motion, fit, span, config)
     label, tx, ty, zoom = named
@@ -279,20 +280,20 @@ def _moved_label(pairs, motion, fit, span: ClipSpan, config: CameraConfig) -> Na
 
 
 def _zoom_in_question(
-    named: Named, zoom: float, fit: float, fps: float, config: CameraConfig
+    named: Named, zoom: float, fit: float, span: ClipSpan, config: CameraConfig
 ) -> bool:
     """Whether the picture's parts must settle a zoom: the similarity found one (a zoom, or a pan
     and a zoom at once), no motion fits the picture and its drifts alone decided, or the clip
     is still or pans slowly (a slow zoom is within each pair's tolerance of no motion; about a
     point off the centre it drifts as a slow pan does)."""
     if named.label in (ZOOM_IN, ZOOM_OUT, COMPLEX):
-        return abs(zoom) * fps > config.static_zoom
+        return abs(zoom) * span.fps > config.static_zoom
     return _slow(named, config) or fit < config.min_fit
 
 
 def _slow(named: Named, config: CameraConfig) -> bool:
     """Still, or a pan or tilt under the pan threshold (named by its drifts: step 8)."""
-    if named.label in (PAN_LEFT, PAN_RIGHT, TILT_UP, TILT_DOWN):
+    if named.label in PANS:
         return bool(np.hypot(named.tx, named.ty) <= config.static_speed)
     return named.label == STATIC
 
@@ -390,6 +391,12 @@ def _net_drift(pairs: list[PairMotion]) -> tuple[float, float]:
     return sum(p.drift[0] for p in pairs), sum(p.drift[1] for p in pairs)
 
 
+def _net_motion(pairs: list[PairMotion]) -> tuple[float, float]:
+    """The pairs' kept motions' translations added up (as `_net_drift`, for the motion a pair
+    was explained by rather than its robust drift)."""
+    return sum(p.tx for p in pairs), sum(p.ty for p in pairs)
+
+
 def _short_move(pairs: list[PairMotion], share: float, config: CameraConfig) -> Named | None:
     """A clip its median calls still whose clearly moving pairs (`short_share` of them or more,
     each beyond `complex_margin` times the pan threshold and explaining `slow_min_fit` of its
@@ -410,7 +417,7 @@ def _short_move(pairs: list[PairMotion], share: float, config: CameraConfig) -> 
         return None
     if held < 0.5 * (len(pairs) - len(clear)):
         return None
-    net_x, net_y = sum(p.tx for p in clear), sum(p.ty for p in clear)
+    net_x, net_y = _net_motion(clear)
     travel = float(np.hypot(net_x, net_y))
     path = sum(float(np.hypot(p.tx, p.ty)) for p in clear)
     if travel < config.short_travel or travel < config.short_straightness * path:
@@ -461,7 +468,7 @@ def _shakes(pairs: list[PairMotion], config: CameraConfig) -> bool:
     """Pairs that disagree about a clear move are a shake, which the labelling conventions (7)
     call `static`, when they net under `slow_travel` over the clip (first frame against last)
     and no pair jolts `shake_jolt` or more; larger jolts are `complex`."""
-    net = float(np.hypot(sum(p.tx for p in pairs), sum(p.ty for p in pairs)))
+    net = float(np.hypot(*_net_motion(pairs)))
     jolt = max(float(np.hypot(p.tx, p.ty)) for p in pairs)
     return net < config.slow_travel and jolt < config.shake_jolt
 
